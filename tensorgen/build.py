@@ -1,0 +1,54 @@
+"""From a State (or a DAG, for the naive program) to a callable compiled function."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from tensorgen.codegen.c import render_c
+from tensorgen.codegen.toolchain import compile_source
+from tensorgen.dag import ComputeDAG
+from tensorgen.runtime import ArgSpec, Kernel, Module
+from tensorgen.schedule.lower import lower
+from tensorgen.schedule.state import State
+from tensorgen.te.tensor import Tensor
+
+
+@dataclass
+class CompiledFunction:
+    """A compiled program: call it with inputs then outputs (NumPy arrays), or use `run`."""
+
+    dag: ComputeDAG
+    source: str
+    module: Module
+    kernel: Kernel
+
+    def __call__(self, *arrays: np.ndarray) -> None:
+        self.kernel(*arrays)
+
+    def run(self, *inputs: np.ndarray) -> list[np.ndarray]:
+        """Allocate outputs, call, and return them."""
+        outs = [np.empty(t.shape, t.dtype) for t in self.dag.outputs]
+        self.kernel(*inputs, *outs)
+        return outs
+
+    def set_num_threads(self, n: int) -> None:
+        self.module.set_num_threads(n)
+
+
+def build(
+    program: State | ComputeDAG | Tensor | Sequence[Tensor],
+    *,
+    simd_bytes: int = 32,
+    march: str | None = "native",
+    cc: str | None = None,
+    name: str | None = None,
+) -> CompiledFunction:
+    state = program if isinstance(program, State) else State(program)
+    func = lower(state, name)
+    source = render_c(func, simd_bytes)
+    module = Module(compile_source(source, cc=cc, march=march))
+    args = [ArgSpec(b.name, b.shape, b.dtype) for b in func.args]
+    return CompiledFunction(state.dag, source, module, module.kernel(func.name, args))

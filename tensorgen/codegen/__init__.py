@@ -1,0 +1,1 @@
+"""Code generation: lowering tensor programs to C and building them."""

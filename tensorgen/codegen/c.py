@@ -1,0 +1,229 @@
+"""Render loop IR as C: OpenMP for `parallel`, GCC vector extensions for `vectorize`, pragmas for unroll.
+
+The output is meant to be read: names come from the DAG, one function per program, and the only
+helpers are a few inline functions for min/max/floor division that C lacks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from tensorgen.codegen.vector import VectorEmitter
+from tensorgen.loopir.nodes import Allocate, Buffer, BufLoad, For, If, PrimFunc, Seq, Stmt, Store
+from tensorgen.loopir.simplify import Ranges, bound
+from tensorgen.te.expr import BinOp, Call, Cast, Cmp, Const, Expr, Logic, Select, Var, is_float
+
+CTYPES = {"float32": "float", "float64": "double", "int32": "int32_t", "int64": "int64_t",
+          "float16": "_Float16", "bool": "int"}
+STACK_LIMIT = 64 * 1024  # bytes; larger local buffers go to the heap
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+_CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+_MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf", "pow": "pow",
+         "abs": "fabs", "floor": "floor", "ceil": "ceil"}
+
+PRELUDE = """\
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <omp.h>
+"""
+
+
+def render_c(func: PrimFunc, simd_bytes: int = 32) -> str:
+    """C source of `func` plus the thread-control entry points every module exports."""
+    return _CWriter(func, simd_bytes).render()
+
+
+@dataclass
+class _CWriter:
+    func: PrimFunc
+    simd_bytes: int
+    lines: list[str] = field(default_factory=list)
+    names: dict[Var, str] = field(default_factory=dict)
+    taken: set[str] = field(default_factory=set)
+    helpers: dict[str, str] = field(default_factory=dict)
+    ranges: Ranges = field(default_factory=dict)
+    in_parallel: bool = False
+
+    def render(self) -> str:
+        for buf in self.func.args:
+            self.taken.add(buf.name)
+        outs = {b.name for b in self.func.args[-self.func.attrs.get("n_outputs", 1):]}
+        params = ", ".join(
+            f"{'' if b.name in outs else 'const '}{CTYPES[b.dtype]}* restrict {b.name}" for b in self.func.args
+        )
+        self.vec = VectorEmitter(self, self.simd_bytes)
+        self.emit(self.func.body, 1)
+        body = "\n".join(self.lines)
+        helpers = "".join(self.helpers.values()) + self.vec.typedefs()
+        return (
+            f"{PRELUDE}{helpers}\n"
+            f"void {self.func.name}({params}) {{\n{body}\n}}\n\n"
+            "void tensorgen_set_num_threads(int n) { omp_set_num_threads(n); }\n"
+            "int tensorgen_get_max_threads(void) { return omp_get_max_threads(); }\n"
+        )
+
+    # ---- statements ----------------------------------------------------------------------
+
+    def line(self, depth: int, text: str) -> None:
+        self.lines.append("  " * depth + text)
+
+    def emit(self, s: Stmt, depth: int) -> None:
+        if isinstance(s, Seq):
+            for x in s.stmts:
+                self.emit(x, depth)
+        elif isinstance(s, For):
+            self.emit_for(s, depth)
+        elif isinstance(s, Store):
+            self.line(depth, f"{s.buffer.name}[{self.expr(s.index)}] = {self.expr(s.value)};")
+        elif isinstance(s, If):
+            self.line(depth, f"if ({self.expr(s.cond)}) {{")
+            self.emit(s.then, depth + 1)
+            if s.orelse is not None:
+                self.line(depth, "} else {")
+                self.emit(s.orelse, depth + 1)
+            self.line(depth, "}")
+        elif isinstance(s, Allocate):
+            self.emit_allocate(s, depth)
+        else:
+            raise TypeError(f"cannot render {type(s).__name__}")
+
+    def emit_allocate(self, s: Allocate, depth: int) -> None:
+        buf = s.buffer
+        name = self.unique(buf.name)
+        if name != buf.name:
+            raise ValueError(f"buffer name {buf.name} is used twice")
+        ctype = CTYPES[buf.dtype]
+        heap = buf.scope == "global" or buf.nbytes > STACK_LIMIT
+        if heap:
+            size = math.ceil(buf.nbytes / 64) * 64
+            self.line(depth, f"{ctype}* restrict {name} = ({ctype}*)aligned_alloc(64, {size});")
+        else:
+            self.line(depth, f"{ctype} {name}[{buf.size}] __attribute__((aligned(64)));")
+        self.emit(s.body, depth)
+        if heap:
+            self.line(depth, f"free({name});")
+        self.taken.discard(name)
+
+    def emit_for(self, s: For, depth: int) -> None:
+        self.ranges[s.var] = (0, s.extent - 1)
+        if s.kind == "vectorize" and self.vec.try_emit(s, depth):
+            return
+        name = self.var_name(s.var)
+        parallel = s.kind == "parallel" and not self.in_parallel
+        if parallel:
+            self.line(depth, "#pragma omp parallel for schedule(static)")
+        elif s.kind == "vectorize":
+            self.line(depth, "#pragma omp simd")
+        elif s.kind == "unroll" or s.unroll_hint:
+            self.line(depth, f"#pragma GCC unroll {s.extent}")
+        self.line(depth, f"for (int32_t {name} = 0; {name} < {s.extent}; ++{name}) {{")
+        self.in_parallel, outer = self.in_parallel or parallel, self.in_parallel
+        self.emit(s.body, depth + 1)
+        self.in_parallel = outer
+        self.line(depth, "}")
+        self.taken.discard(name)
+
+    # ---- names ---------------------------------------------------------------------------
+
+    def unique(self, base: str) -> str:
+        name, n = base, 0
+        while name in self.taken:
+            n += 1
+            name = f"{base}_{n}"
+        self.taken.add(name)
+        return name
+
+    def var_name(self, v: Var) -> str:
+        if v not in self.names:
+            self.names[v] = self.unique(v.name)
+        else:
+            self.taken.add(self.names[v])
+        return self.names[v]
+
+    # ---- expressions ---------------------------------------------------------------------
+
+    def expr(self, e: Expr) -> str:
+        if isinstance(e, Const):
+            return const_c(e)
+        if isinstance(e, Var):
+            return self.names.get(e, e.name)
+        if isinstance(e, BufLoad):
+            return f"{e.buffer.name}[{self.expr(e.index)}]"
+        if isinstance(e, BinOp):
+            a, b = self.expr(e.a), self.expr(e.b)
+            if e.op in _INFIX:
+                prec = 1 if e.op in ("add", "sub") else 2
+                a = a if _prec(e.a) >= prec else f"({a})"
+                b = b if _prec(e.b) > prec or (_prec(e.b) == prec and e.op in ("add", "mul") and not is_float(e.dtype)) else f"({b})"
+                return f"{a} {_INFIX[e.op]} {b}"
+            if e.op in ("floordiv", "floormod"):
+                if self.nonneg(e.a) and self.nonneg(e.b):
+                    return f"({a} {'/' if e.op == 'floordiv' else '%'} {b})"
+                return self.helper_call(e.op, e.dtype, a, b)
+            return self.helper_call(e.op, e.dtype, a, b)
+        if isinstance(e, Cmp):
+            return f"({self.expr(e.a)} {_CMP[e.op]} {self.expr(e.b)})"
+        if isinstance(e, Logic):
+            if e.op == "not":
+                return f"(!{self.expr(e.args[0])})"
+            return "(" + (" && " if e.op == "and" else " || ").join(self.expr(a) for a in e.args) + ")"
+        if isinstance(e, Select):
+            return f"({self.expr(e.cond)} ? {self.expr(e.true_value)} : {self.expr(e.false_value)})"
+        if isinstance(e, Cast):
+            return f"(({CTYPES[e.dtype]}){self.expr(e.value)})"
+        if isinstance(e, Call):
+            return self.call(e)
+        raise TypeError(f"cannot render {type(e).__name__} as C")
+
+    def nonneg(self, e: Expr) -> bool:
+        b = bound(e, self.ranges)
+        return b is not None and b[0] >= 0
+
+    def call(self, e: Call) -> str:
+        args = [self.expr(a) for a in e.args]
+        suffix = "f" if e.dtype == "float32" else ""
+        if e.name == "sigmoid":
+            return f"(1{'.0f' if suffix else '.0'} / (1 + exp{suffix}(-{args[0]})))"
+        if e.name == "rsqrt":
+            return f"(1{'.0f' if suffix else '.0'} / sqrt{suffix}({args[0]}))"
+        if e.name == "abs" and not is_float(e.dtype):
+            return f"llabs({args[0]})"
+        return f"{_MATH[e.name]}{suffix}({', '.join(args)})"
+
+    def helper_call(self, op: str, dtype: str, a: str, b: str) -> str:
+        ctype = CTYPES[dtype]
+        name = f"{op}_{dtype}"
+        if name not in self.helpers:
+            body = {
+                "min": "return a < b ? a : b;",
+                "max": "return a > b ? a : b;",
+                "floordiv": "return (a >= 0) == (b >= 0) || a % b == 0 ? a / b : a / b - 1;",
+                "floormod": "return (a % b + b) % b;",
+            }[op]
+            self.helpers[name] = f"static inline {ctype} {name}({ctype} a, {ctype} b) {{ {body} }}\n"
+        return f"{name}({a}, {b})"
+
+
+def _prec(e: Expr) -> int:
+    """Binding strength of how `e` renders: 1 for + -, 2 for * /, 3 for atoms and calls."""
+    if isinstance(e, BinOp) and e.op in _INFIX:
+        return 1 if e.op in ("add", "sub") else 2
+    if isinstance(e, Const) and e.value < 0:
+        return 0
+    if isinstance(e, (Cmp, Logic, Select)):
+        return 0
+    return 3
+
+
+def const_c(e: Const) -> str:
+    v = e.value
+    if e.dtype == "bool":
+        return "1" if v else "0"
+    if is_float(e.dtype):
+        if math.isinf(v):
+            return ("-" if v < 0 else "") + "INFINITY"
+        text = repr(float(v))
+        return text + ("f" if e.dtype == "float32" else "")
+    return f"{int(v)}LL" if e.dtype == "int64" else str(int(v))

@@ -1,0 +1,127 @@
+"""Compile generated C into shared libraries, cached by content so re-tuning never recompiles a kernel."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+
+from ..errors import CompileError
+
+#: Flags every kernel is built with; no -ffast-math so results stay comparable with numpy.
+BASE_FLAGS: tuple[str, ...] = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-ffp-contract=fast")
+_LOG_LINES = 20
+
+
+def find_compiler(cc: str | None = None) -> list[str]:
+    """Resolve the compiler command: `cc`, else $CC, else gcc, else clang; fail clearly if none exists."""
+    spec = cc or os.environ.get("CC")
+    candidates = [spec] if spec else ["gcc", "clang"]
+    for cand in candidates:
+        words = shlex.split(cand)
+        path = shutil.which(words[0]) if words else None
+        if path:
+            return [path, *words[1:]]
+    if spec:
+        raise CompileError(f"C compiler {spec!r} (from {'cc argument' if cc else '$CC'}) not found on PATH")
+    raise CompileError("no C compiler found: neither gcc nor clang is on PATH; set $CC")
+
+
+@cache
+def _version(path: str) -> str:
+    """First line of `<cc> --version`; part of the cache key so a compiler upgrade invalidates kernels."""
+    try:
+        out = subprocess.run([path, "--version"], check=False, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise CompileError(f"cannot run C compiler {path!r}: {exc}") from exc
+    lines = (out.stdout or out.stderr).strip().splitlines()
+    return lines[0].strip() if lines else "unknown"
+
+
+def _flags(march: str | None, extra_flags: Sequence[str]) -> list[str]:
+    arch = [f"-march={march}"] if march else []
+    return [BASE_FLAGS[0], *arch, *BASE_FLAGS[1:], *extra_flags]
+
+
+def compiler_info(cc: str | None = None, march: str | None = "native") -> dict[str, str]:
+    """Compiler command, version and flags, for recording alongside tuning results."""
+    cmd = find_compiler(cc)
+    return {"command": shlex.join(cmd), "version": _version(cmd[0]), "flags": shlex.join(_flags(march, ()))}
+
+
+def cache_dir() -> Path:
+    """Kernel cache: $TENSORGEN_CACHE_DIR, else ~/.cache/tensorgen/kernels."""
+    env = os.environ.get("TENSORGEN_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "tensorgen" / "kernels"
+
+
+def numbered_source(source: str) -> str:
+    """The source with 1-based line numbers, to match compiler diagnostics against."""
+    lines = source.splitlines()
+    width = len(str(len(lines)))
+    return "\n".join(f"{i:>{width}} | {line}" for i, line in enumerate(lines, 1))
+
+
+def _atomic_write(path: Path, data: str) -> None:
+    """Write via a temp file + rename so a concurrent reader never sees a partial file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def compile_source(
+    source: str,
+    *,
+    cc: str | None = None,
+    march: str | None = "native",
+    extra_flags: Sequence[str] = (),
+    timeout: float | None = None,
+) -> Path:
+    """Compile `source` to a shared library and return its path; identical inputs reuse the cached .so."""
+    cmd = find_compiler(cc)
+    flags = _flags(march, extra_flags)
+    h = hashlib.sha256()
+    for part in (source, "\0".join(cmd), _version(cmd[0]), "\0".join(flags)):
+        h.update(part.encode())
+        h.update(b"\x01")
+    key = h.hexdigest()
+    root = cache_dir()
+    so_path, c_path = root / f"{key}.so", root / f"{key}.c"
+    if so_path.exists():
+        return so_path
+    root.mkdir(parents=True, exist_ok=True)
+    _atomic_write(c_path, source)
+    fd, tmp = tempfile.mkstemp(dir=root, prefix=f"{key}.", suffix=".so.tmp")
+    os.close(fd)
+    try:
+        try:
+            argv = [*cmd, *flags, "-o", tmp, str(c_path), "-lm"]
+            proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise CompileError(
+                f"C compiler timed out after {timeout}s compiling {c_path}", source=source
+            ) from exc
+        except OSError as exc:
+            raise CompileError(f"cannot run C compiler {cmd[0]!r}: {exc}", source=source) from exc
+        if proc.returncode != 0:
+            log = proc.stderr or proc.stdout
+            lines = log.splitlines()
+            shown = "\n".join(lines[:_LOG_LINES])
+            more = f"\n... ({len(lines) - _LOG_LINES} more lines)" if len(lines) > _LOG_LINES else ""
+            raise CompileError(
+                f"{shlex.join(cmd)} failed (exit {proc.returncode}) compiling {c_path}:\n{shown}{more}",
+                source=source,
+                log=log,
+            )
+        os.replace(tmp, so_path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return so_path

@@ -1,0 +1,30 @@
+"""The errors tensorgen raises on bad input; each names what was wrong and where."""
+
+
+class TensorgenError(Exception):
+    """Base of every error tensorgen raises on purpose."""
+
+
+class TensorExprError(TensorgenError, ValueError):
+    """A tensor expression is ill-formed (wrong arity, bad index, misplaced reduction, ...)."""
+
+
+class ScheduleError(TensorgenError, ValueError):
+    """A schedule step cannot be applied to the state it was given."""
+
+
+class LoweringError(TensorgenError):
+    """A valid-looking state could not be lowered to a loop nest."""
+
+
+class CompileError(TensorgenError):
+    """The C compiler rejected generated code; `source` carries the offending program."""
+
+    def __init__(self, message: str, source: str = "", log: str = ""):
+        super().__init__(message)
+        self.source = source
+        self.log = log
+
+
+class RuntimeCallError(TensorgenError, ValueError):
+    """A compiled kernel was called with arrays of the wrong shape, dtype or layout."""

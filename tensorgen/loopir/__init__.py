@@ -1,0 +1,1 @@
+"""Loop-nest IR: what schedules lower to and code generators render."""

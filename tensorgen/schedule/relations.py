@@ -1,0 +1,63 @@
+"""How a stage's leaf loops relate to its root axes: extents pass down, index values pass up."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tensorgen.schedule.stage import Fuse, Split, Stage
+from tensorgen.te.expr import Expr
+
+
+@dataclass
+class Derived:
+    extents: dict[str, int | None]  # every iterator's loop extent
+    values: dict[str, Expr]  # every iterator's value in terms of the leaf loop variables
+    covered: dict[str, int]  # how far each value may reach (> extent for non-divisible splits)
+
+
+def derive(stage: Stage, root_extents: dict[str, int], leaf_values: dict[str, Expr]) -> Derived:
+    """Extents of all loops given the root extents, and root values given the leaf values.
+
+    Root extents differ from the tensor shape when bound inference shrinks a stage computed at a
+    consumer's loop; the split factors stay, the outer extents shrink.
+    """
+    from tensorgen.schedule.steps import split_extents
+
+    extents: dict[str, int | None] = dict(root_extents)
+    for rel in stage.relations:
+        if isinstance(rel, Split):
+            extents.update(zip(rel.children, split_extents(extents[rel.parent], rel.lengths, rel.inner_to_outer)))
+        else:
+            parts = [extents[p] for p in rel.parents]
+            extents[rel.child] = None if None in parts else math.prod(parts)
+    values: dict[str, Expr] = dict(leaf_values)
+    if not leaf_values:
+        return Derived(extents, values, {})
+    covered: dict[str, int] = {n: extents[n] or 0 for n in leaf_values}
+    for rel in reversed(stage.relations):
+        if isinstance(rel, Split):
+            value: Expr | None = None
+            reach, stride = 0, 1
+            for child in reversed(rel.children):
+                term = values[child] if stride == 1 else values[child] * stride
+                value = term if value is None else term + value
+                reach += (covered[child] - 1) * stride
+                stride *= extents[child]
+            values[rel.parent] = value
+            covered[rel.parent] = reach + 1
+        else:
+            fused = values[rel.child]
+            inner = 1
+            for k, parent in reversed(list(enumerate(rel.parents))):
+                part = fused // inner if inner != 1 else fused
+                ext = extents[parent]
+                if k == 0:
+                    values[parent] = part
+                    covered[parent] = math.ceil(covered[rel.child] / inner)
+                else:
+                    values[parent] = part % ext
+                    covered[parent] = ext
+                inner *= ext
+    return Derived(extents, values, covered)
+

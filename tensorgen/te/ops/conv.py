@@ -1,0 +1,262 @@
+"""Convolutions: 1-D/2-D/3-D (stride, padding, dilation, groups), transposed 2-D, capsule 2-D.
+
+Layouts: data `NCW/NCHW/NCDHW` take kernels `OIW/OIHW/OIDHW` (O = out channels, I = in channels per
+group); data `NWC/NHWC/NDHWC` take kernels `WIO/HWIO/DHWIO`. Padding is an int, one int per spatial
+dim (symmetric), or 2 * ndim ints (befores, then afters); padded inputs are a separate `pad` stage.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from tensorgen.errors import TensorExprError
+from tensorgen.te.expr import Expr, all_of, eq, select
+from tensorgen.te.ops._common import (
+    CONV1D,
+    CONV2D,
+    CONV2D_CAPSULE,
+    CONV2D_TRANSPOSE,
+    CONV3D,
+    INJECTIVE,
+    check_same_dtype,
+    check_tensor,
+    int_tuple,
+    named,
+    offset,
+    padding_pairs,
+    scaled,
+)
+from tensorgen.te.ops.transform import pad
+from tensorgen.te.tensor import Tensor, compute, reduce_axis
+from tensorgen.te.tensor import sum as te_sum
+
+IntOrSeq = int | Sequence[int]
+LAYOUTS = {1: ("NCW", "NWC"), 2: ("NCHW", "NHWC"), 3: ("NCDHW", "NDHWC")}
+KERNEL_LAYOUTS = {"NCW": "OIW", "NWC": "WIO", "NCHW": "OIHW", "NHWC": "HWIO", "NCDHW": "OIDHW", "NDHWC": "DHWIO"}
+
+
+def _channels_last(layout: str, nd: int, op: str) -> bool:
+    if layout not in LAYOUTS[nd]:
+        raise TensorExprError(f"{op}: unknown layout {layout!r}; expected one of {', '.join(LAYOUTS[nd])}")
+    return layout.endswith("C")
+
+
+def _split(values: Sequence, channels_last: bool) -> tuple:
+    """(batch, channel, spatial...) of a shape or index tuple in either layout family."""
+    if channels_last:
+        return values[0], values[-1], tuple(values[1:-1])
+    return values[0], values[1], tuple(values[2:])
+
+
+def _join(n, c, spatial: Sequence, channels_last: bool) -> tuple:
+    return (n, *spatial, c) if channels_last else (n, c, *spatial)
+
+
+def _padded(data: Tensor, before: Sequence[int], after: Sequence[int], channels_last: bool,
+            name: str = "pad", value: float = 0.0) -> Tensor:
+    if not any(before) and not any(after):
+        return data
+    return pad(data, _join(0, 0, before, channels_last), _join(0, 0, after, channels_last), value, name)
+
+
+def conv_nd(data: Tensor, weight: Tensor, stride: IntOrSeq, padding: IntOrSeq, dilation: IntOrSeq,
+            groups: int, layout: str, nd: int, op: str, name: str, tag: str) -> Tensor:
+    """The convolution all the N-d variants share (see the module docstring for layouts)."""
+    cl = _channels_last(layout, nd, op)
+    check_tensor(data, op, "data", ndim=nd + 2)
+    check_tensor(weight, op, "weight", ndim=nd + 2)
+    check_same_dtype(op, data, weight)
+    batch, ci, size = _split(data.shape, cl)
+    if cl:
+        ksize, (cig, co) = weight.shape[:nd], weight.shape[nd:]
+    else:
+        (co, cig), ksize = weight.shape[:2], weight.shape[2:]
+    strides = int_tuple(stride, nd, op, "stride")
+    dils = int_tuple(dilation, nd, op, "dilation")
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise TensorExprError(f"{op}: groups must be a positive integer, got {groups!r}")
+    before, after = padding_pairs(padding, nd, op)
+    if ci % groups or co % groups:
+        raise TensorExprError(
+            f"{op}: {groups} groups must divide both the {ci} input channels of {data.name} and the "
+            f"{co} output channels of {weight.name}"
+        )
+    if ci // groups != cig:
+        raise TensorExprError(
+            f"{op}: channel mismatch: data {data.name}{list(data.shape)} ({layout}) has {ci} channels in "
+            f"{groups} group(s) ({ci // groups} per group) but weight {weight.name}{list(weight.shape)} "
+            f"({KERNEL_LAYOUTS[layout]}) expects {cig} input channels per group"
+        )
+    out_size = []
+    for d in range(nd):
+        padded = size[d] + before[d] + after[d]
+        extent = dils[d] * (ksize[d] - 1) + 1
+        if extent > padded:
+            raise TensorExprError(
+                f"{op}: kernel {list(ksize)} (dilated extent {extent} in spatial dim {d}) is larger than "
+                f"the padded input ({padded} = {size[d]} + {before[d]} + {after[d]})"
+            )
+        out_size.append((padded - extent) // strides[d] + 1)
+    src = _padded(data, before, after, cl)
+    ipg, opg = ci // groups, co // groups
+    letters = [ch.lower() for ch in layout if ch not in "NC"]
+    rc = reduce_axis(ipg, "rc") if ipg > 1 else None
+    rks = [reduce_axis(k, f"r{letter}") for k, letter in zip(ksize, letters)]
+    raxes = rks + [rc] if cl else [rc] + rks
+    raxes = [r for r in raxes if r is not None]
+
+    def body(*idx):
+        n, o, osp = _split(idx, cl)
+        base = 0
+        if groups > 1:
+            g = o if opg == 1 else o // opg
+            base = scaled(g, ipg)
+        chan = base if rc is None else (rc if groups == 1 else base + rc)
+        pos = [scaled(x, s) + scaled(r, dl) for x, s, r, dl in zip(osp, strides, rks, dils)]
+        wc = 0 if rc is None else rc
+        widx = (*rks, wc, o) if cl else (o, wc, *rks)
+        return te_sum(src[_join(n, chan, pos, cl)] * weight[widx], axis=raxes)
+
+    names = _join("n", "co", letters, cl)
+    attrs = {"layout": layout, "stride": strides, "padding": (before, after), "dilation": dils,
+             "groups": groups}
+    return compute(_join(batch, co, out_size, cl), named(body, names), name=name, tag=tag, attrs=attrs)
+
+
+def conv1d(data: Tensor, weight: Tensor, stride: IntOrSeq = 1, padding: IntOrSeq = 0,
+           dilation: IntOrSeq = 1, groups: int = 1, layout: str = "NWC", name: str = "conv1d") -> Tensor:
+    return conv_nd(data, weight, stride, padding, dilation, groups, layout, 1, "conv1d", name, CONV1D)
+
+
+def conv2d(data: Tensor, weight: Tensor, stride: IntOrSeq = 1, padding: IntOrSeq = 0,
+           dilation: IntOrSeq = 1, groups: int = 1, layout: str = "NHWC", name: str = "conv2d") -> Tensor:
+    """2-D convolution; `groups` covers group convolution and (groups = channels) depthwise."""
+    return conv_nd(data, weight, stride, padding, dilation, groups, layout, 2, "conv2d", name, CONV2D)
+
+
+def conv3d(data: Tensor, weight: Tensor, stride: IntOrSeq = 1, padding: IntOrSeq = 0,
+           dilation: IntOrSeq = 1, groups: int = 1, layout: str = "NDHWC", name: str = "conv3d") -> Tensor:
+    return conv_nd(data, weight, stride, padding, dilation, groups, layout, 3, "conv3d", name, CONV3D)
+
+
+def depthwise_conv2d(data: Tensor, weight: Tensor, stride: IntOrSeq = 1, padding: IntOrSeq = 0,
+                     dilation: IntOrSeq = 1, layout: str = "NHWC", name: str = "depthwise_conv2d") -> Tensor:
+    """conv2d with one group per input channel; weight HWIO (kh, kw, 1, C*m) or OIHW (C*m, 1, kh, kw)."""
+    check_tensor(data, "depthwise_conv2d", "data", ndim=4)
+    channels = data.shape[-1] if _channels_last(layout, 2, "depthwise_conv2d") else data.shape[1]
+    return conv_nd(data, weight, stride, padding, dilation, channels, layout, 2, "depthwise_conv2d", name,
+                   CONV2D)
+
+
+def conv2d_transpose(data: Tensor, weight: Tensor, stride: IntOrSeq = 1, padding: IntOrSeq = 0,
+                     output_padding: IntOrSeq = 0, layout: str = "NHWC",
+                     name: str = "conv2d_transpose") -> Tensor:
+    """Transposed 2-D convolution (the gradient of conv2d wrt its input), groups = 1.
+
+    Weight: NCHW takes (CI, CO, kh, kw), NHWC takes (kh, kw, CI, CO). Output size per dim is
+    `(in - 1) * stride - pad_before - pad_after + k + output_padding`. Built as a `dilate_pad` stage
+    (zeros between input pixels, `k - 1 - pad` around) and a stride-1 convolution with the flipped kernel.
+    """
+    op = "conv2d_transpose"
+    cl = _channels_last(layout, 2, op)
+    check_tensor(data, op, "data", ndim=4)
+    check_tensor(weight, op, "weight", ndim=4)
+    check_same_dtype(op, data, weight)
+    batch, ci, size = _split(data.shape, cl)
+    ksize, (wci, co) = (weight.shape[:2], weight.shape[2:]) if cl else (weight.shape[2:], weight.shape[:2])
+    if wci != ci:
+        raise TensorExprError(
+            f"{op}: channel mismatch: data {data.name}{list(data.shape)} ({layout}) has {ci} channels but "
+            f"weight {weight.name}{list(weight.shape)} ({'HWIO' if cl else 'IOHW'}) expects {wci}"
+        )
+    strides = int_tuple(stride, 2, op, "stride")
+    before, after = padding_pairs(padding, 2, op)
+    opad = int_tuple(output_padding, 2, op, "output_padding", minimum=0)
+    for d in range(2):
+        if max(before[d], after[d]) > ksize[d] - 1:
+            raise TensorExprError(f"{op}: padding {before[d]}/{after[d]} must be < kernel size {ksize[d]}")
+        if opad[d] >= strides[d]:
+            raise TensorExprError(f"{op}: output_padding {opad[d]} must be smaller than stride {strides[d]}")
+    lo = [k - 1 - b for k, b in zip(ksize, before)]
+    hi = [k - 1 - a + p for k, a, p in zip(ksize, after, opad)]
+    dil = [(n - 1) * s + 1 for n, s in zip(size, strides)]
+    dp_size = [lo[d] + dil[d] + hi[d] for d in range(2)]
+    out_size = [dp_size[d] - ksize[d] + 1 for d in range(2)]
+    if min(out_size) < 1:
+        raise TensorExprError(f"{op}: padding {padding!r} leaves an empty output ({out_size})")
+
+    def dilate_pad(*idx):
+        n, c, sp = _split(idx, cl)
+        conds, src = [], []
+        for d, (i, s) in enumerate(zip(sp, strides)):
+            j = offset(i, -lo[d])
+            if lo[d] > 0:
+                conds.append(i >= lo[d])
+            if hi[d] > 0:
+                conds.append(i < lo[d] + dil[d])
+            if s > 1:
+                conds.append(eq(j % s, 0))
+            src.append(j if s == 1 else j // s)
+        inner = data[_join(n, c, src, cl)]
+        return select(all_of(*conds), inner, 0.0) if conds else inner
+
+    dp = compute(_join(batch, ci, dp_size, cl), named(dilate_pad, _join("n", "c", "hw", cl)),
+                 name="dilate_pad", tag=INJECTIVE)
+    rc = reduce_axis(ci, "rc")
+    rh, rw = reduce_axis(ksize[0], "rh"), reduce_axis(ksize[1], "rw")
+    kh, kw = ksize
+
+    def body(n: Expr, o: Expr, h: Expr, w: Expr) -> Expr:
+        wv = weight[kh - 1 - rh, kw - 1 - rw, rc, o] if cl else weight[rc, o, kh - 1 - rh, kw - 1 - rw]
+        axes = [rh, rw, rc] if cl else [rc, rh, rw]
+        return te_sum(dp[_join(n, rc, (h + rh, w + rw), cl)] * wv, axis=axes)
+
+    fn = named(lambda *idx: body(*_join_order(idx, cl)), _join("n", "co", "hw", cl))
+    attrs = {"layout": layout, "stride": strides, "padding": (before, after), "output_padding": opad}
+    return compute(_join(batch, co, out_size, cl), fn, name=name, tag=CONV2D_TRANSPOSE, attrs=attrs)
+
+
+def _join_order(idx: tuple, cl: bool) -> tuple:
+    n, c, sp = _split(idx, cl)
+    return (n, c, *sp)
+
+
+def conv2d_capsule(data: Tensor, weight: Tensor, stride: IntOrSeq = 1, padding: IntOrSeq = 0,
+                   name: str = "conv2d_capsule") -> Tensor:
+    """Capsule convolution in Ansor's NHWIJC layout (matrix capsules with EM routing).
+
+    data (N, H, W, I, K, CI), weight (kh, kw, K, J, CI, CO) -> out (N, OH, OW, I, J, CO) with
+    `out[n,h,w,i,j,co] = sum_{rh,rw,k,rc} pad(data)[n, h*s+rh, w*s+rw, i, k, rc] * weight[rh,rw,k,j,rc,co]`.
+    """
+    op = "conv2d_capsule"
+    check_tensor(data, op, "data", ndim=6)
+    check_tensor(weight, op, "weight", ndim=6)
+    check_same_dtype(op, data, weight)
+    batch, h_in, w_in, cap_i, cap_k, ci = data.shape
+    kh, kw, wcap_k, cap_j, wci, co = weight.shape
+    if wci != ci or wcap_k != cap_k:
+        raise TensorExprError(
+            f"{op}: data {data.name}{list(data.shape)} (N, H, W, I, K, CI) and weight "
+            f"{weight.name}{list(weight.shape)} (kh, kw, K, J, CI, CO) disagree on K or CI"
+        )
+    strides = int_tuple(stride, 2, op, "stride")
+    before, after = padding_pairs(padding, 2, op)
+    out_size = []
+    for d, (n, k) in enumerate(((h_in, kh), (w_in, kw))):
+        padded = n + before[d] + after[d]
+        if k > padded:
+            raise TensorExprError(f"{op}: kernel {k} is larger than the padded input {padded} (dim {d})")
+        out_size.append((padded - k) // strides[d] + 1)
+    src = data
+    if any(before) or any(after):
+        src = pad(data, (0, *before, 0, 0, 0), (0, *after, 0, 0, 0))
+    rh, rw = reduce_axis(kh, "rh"), reduce_axis(kw, "rw")
+    rk, rc = reduce_axis(cap_k, "cap_k"), reduce_axis(ci, "rc")
+    sh, sw = strides
+
+    def body(n, h, w, cap_i, cap_j, co):
+        x = src[n, scaled(h, sh) + rh, scaled(w, sw) + rw, cap_i, rk, rc]
+        return te_sum(x * weight[rh, rw, rk, cap_j, rc, co], axis=[rh, rw, rk, rc])
+
+    attrs = {"layout": "NHWIJC", "stride": strides, "padding": (before, after)}
+    return compute((batch, *out_size, cap_i, cap_j, co), body, name=name, tag=CONV2D_CAPSULE, attrs=attrs)

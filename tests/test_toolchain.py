@@ -1,0 +1,177 @@
+"""Tests for compiling C kernels (toolchain) and calling them from numpy (runtime)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tensorgen.codegen import toolchain
+from tensorgen.codegen.toolchain import compile_source, compiler_info, numbered_source
+from tensorgen.errors import CompileError, RuntimeCallError
+from tensorgen.runtime import ArgSpec, Module, set_num_threads
+
+N = 1024
+VADD = r"""
+#include <stdint.h>
+#include <omp.h>
+typedef float v8f __attribute__((vector_size(32), aligned(4)));
+void tensorgen_set_num_threads(int n) { omp_set_num_threads(n); }
+int tensorgen_get_max_threads(void) { return omp_get_max_threads(); }
+void vadd(float* restrict a, float* restrict b, float* restrict c) {
+  #pragma omp parallel for
+  for (int i = 0; i < 1024; i += 8) {
+    *(v8f*)(c + i) = *(const v8f*)(a + i) + *(const v8f*)(b + i);
+  }
+}
+void scale_i64(int64_t* restrict x, int64_t* restrict y) {
+  for (int i = 0; i < 6; i++) y[i] = 3 * x[i];
+}
+"""
+VADD_ARGS = [ArgSpec("A", (N,), "float32"), ArgSpec("B", (N,), "float32"), ArgSpec("C", (N,), "float32")]
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    d = tmp_path / "kernels"
+    monkeypatch.setenv("TENSORGEN_CACHE_DIR", str(d))
+    monkeypatch.delenv("CC", raising=False)
+    return d
+
+
+@pytest.fixture
+def vadd() -> tuple[Module, object]:
+    mod = Module(compile_source(VADD))
+    return mod, mod.kernel("vadd", VADD_ARGS)
+
+
+def _fake_cc(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "fakecc"
+    path.write_text(f'#!/bin/sh\nif [ "$1" = --version ]; then echo "fakecc 1.0"; exit 0; fi\n{body}\n')
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+def test_compile_load_call(cache: Path, vadd) -> None:
+    mod, k = vadd
+    assert mod.path.parent == cache and mod.path.suffix == ".so"
+    assert mod.path.with_suffix(".c").read_text() == VADD
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(N, dtype=np.float32), rng.standard_normal(N, dtype=np.float32)
+    c = np.zeros(N, np.float32)
+    k(a, b, c)
+    np.testing.assert_array_equal(c, a + b)
+    x, y = np.arange(6, dtype=np.int64).reshape(2, 3), np.zeros((2, 3), np.int64)
+    mod.kernel("scale_i64", [ArgSpec("x", (2, 3), "int64"), ArgSpec("y", (2, 3), "int64")])(x, y)
+    np.testing.assert_array_equal(y, 3 * x)
+    assert not list(cache.glob("*.tmp"))
+
+
+def test_cache_hit_does_not_recompile(monkeypatch: pytest.MonkeyPatch) -> None:
+    first = compile_source(VADD)
+
+    def boom(*args, **kwargs):
+        raise AssertionError("compiler invoked on a cache hit")
+
+    monkeypatch.setattr(toolchain.subprocess, "run", boom)
+    assert compile_source(VADD) == first
+    with pytest.raises(AssertionError):
+        compile_source(VADD, extra_flags=("-DX=1",))  # different flags -> different key -> compiles
+
+
+def test_concurrent_compiles_agree() -> None:
+    with ThreadPoolExecutor(4) as pool:
+        paths = list(pool.map(lambda _: compile_source(VADD), range(4)))
+    assert len(set(paths)) == 1
+    Module(paths[0]).kernel("vadd", VADD_ARGS)
+
+
+def test_cc_env_respected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CC", "tensorgen-no-such-cc")
+    with pytest.raises(CompileError, match="tensorgen-no-such-cc.*CC"):
+        compile_source(VADD)
+    with pytest.raises(CompileError, match="other-missing-cc"):
+        compile_source(VADD, cc="other-missing-cc")
+
+
+def test_compiler_info() -> None:
+    info = compiler_info()
+    assert os.path.isabs(info["command"].split()[0]) and info["version"] and "-fopenmp" in info["flags"]
+
+
+def test_syntax_error_reports_log_and_source(cache: Path) -> None:
+    src = "void broken(float* a) {\n  a[0] = 1.0f\n}\n"
+    with pytest.raises(CompileError) as ei:
+        compile_source(src)
+    err = ei.value
+    assert "error" in str(err) and "expected" in str(err)
+    c_files = list(cache.glob("*.c"))
+    assert len(c_files) == 1 and str(c_files[0]) in str(err)
+    assert err.source == src and "error" in err.log
+    assert numbered_source(err.source).splitlines()[1] == "2 |   a[0] = 1.0f"
+    assert not list(cache.glob("*.so*"))
+
+
+def test_long_compiler_log_is_truncated(tmp_path: Path) -> None:
+    cc = _fake_cc(tmp_path, 'for i in $(seq 1 50); do echo "line $i" >&2; done; exit 1')
+    with pytest.raises(CompileError) as ei:
+        compile_source(VADD, cc=cc)
+    msg = str(ei.value)
+    assert "line 20\n" in msg and "line 21" not in msg and "30 more lines" in msg
+    assert "line 50" in ei.value.log
+
+
+def test_timeout(tmp_path: Path) -> None:
+    cc = _fake_cc(tmp_path, "exec sleep 10")
+    with pytest.raises(CompileError, match="timed out"):
+        compile_source(VADD, cc=cc, timeout=0.5)
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (
+            (np.zeros(N, np.float64), np.zeros(N, np.float32), np.zeros(N, np.float32)),
+            r"argument A: expected float32\[1024\], got float64\[1024\]",
+        ),
+        (
+            (np.zeros(N, np.float32), np.zeros((N, 1), np.float32), np.zeros(N, np.float32)),
+            r"argument B: expected float32\[1024\], got float32\[1024, 1\]",
+        ),
+        (
+            (np.zeros(N, np.float32), np.zeros(N, np.float32), np.zeros(2 * N, np.float32)[::2]),
+            r"argument C: .*not C-contiguous.*np\.ascontiguousarray",
+        ),
+        ((np.zeros(N, np.float32), np.zeros(N, np.float32)), r"takes 3 arrays \(A, B, C\), got 2"),
+        (
+            ([0.0] * N, np.zeros(N, np.float32), np.zeros(N, np.float32)),
+            r"argument A: expected a numpy array",
+        ),
+    ],
+)
+def test_bad_arguments(vadd, args, match) -> None:
+    with pytest.raises(RuntimeCallError, match=match):
+        vadd[1](*args)
+
+
+def test_missing_function_and_bad_dtype(vadd) -> None:
+    with pytest.raises(RuntimeCallError, match="no function 'nope'"):
+        vadd[0].kernel("nope", [])
+    with pytest.raises(ValueError, match="unsupported dtype"):
+        ArgSpec("A", (2,), "complex64")
+
+
+def test_set_num_threads(vadd) -> None:
+    mod, k = vadd
+    mod.set_num_threads(1)
+    assert mod.get_max_threads() == 1
+    set_num_threads(mod, 2)
+    assert mod.get_max_threads() == 2
+    a = np.ones(N, np.float32)
+    c = np.empty(N, np.float32)
+    k(a, a, c)
+    assert (c == 2).all()
