@@ -94,7 +94,7 @@ def conv2d_capsule(x, w, stride=1, padding=0):
     xp = np.pad(x, [(0, 0), *zip(before, after), (0, 0), (0, 0), (0, 0)])
     kh, kw = w.shape[:2]
     win = sliding_window_view(xp, (kh, kw), axis=(1, 2))[:, ::sh, ::sw]  # n h w i k c a b
-    return np.einsum("nhwikcab,abkjco->nhwijco", win, w)
+    return np.einsum("nhwikcab,abkjco->nhwijo", win, w)
 
 
 def matrix_norm(a):
@@ -176,7 +176,8 @@ def batch_norm(x, mean, var, gamma, beta, axis=-1, epsilon=1e-5):
     def per_channel(v):
         return np.asarray(v, dtype=np.float64).reshape(shape)
 
-    return (x - per_channel(mean)) / np.sqrt(per_channel(var) + epsilon) * per_channel(gamma) + per_channel(beta)
+    scale = per_channel(gamma) / np.sqrt(per_channel(var) + epsilon)
+    return (x - per_channel(mean)) * scale + per_channel(beta)
 
 
 def relu(x):

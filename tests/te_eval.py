@@ -9,7 +9,7 @@ end). Both branches of a `select` are evaluated and picked with `np.where`; load
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -168,7 +168,7 @@ class _Lowerer:
                 out.append(values[k] >= 0)
             if b is None or b[1] >= full:
                 out.append(values[k] < full)
-        return out
+        return list(dict.fromkeys(out))
 
     def _loops(self, s: Stage, leaf: dict[str, Expr], pos: int, update: Stmt, init: Stmt | None) -> Stmt:
         if pos == len(s.iters):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from tensorgen.errors import TensorExprError
 from tensorgen.te.expr import Const, Expr, ExprLike

@@ -7,7 +7,7 @@ dim (symmetric), or 2 * ndim ints (befores, then afters); padded inputs are a se
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from tensorgen.errors import TensorExprError
 from tensorgen.te.expr import Expr, all_of, eq, select
@@ -32,7 +32,9 @@ from tensorgen.te.tensor import sum as te_sum
 
 IntOrSeq = int | Sequence[int]
 LAYOUTS = {1: ("NCW", "NWC"), 2: ("NCHW", "NHWC"), 3: ("NCDHW", "NDHWC")}
-KERNEL_LAYOUTS = {"NCW": "OIW", "NWC": "WIO", "NCHW": "OIHW", "NHWC": "HWIO", "NCDHW": "OIDHW", "NDHWC": "DHWIO"}
+KERNEL_LAYOUTS = {
+    "NCW": "OIW", "NWC": "WIO", "NCHW": "OIHW", "NHWC": "HWIO", "NCDHW": "OIDHW", "NDHWC": "DHWIO",
+}
 
 
 def _channels_last(layout: str, nd: int, op: str) -> bool:

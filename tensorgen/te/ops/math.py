@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from tensorgen.errors import TensorExprError
 from tensorgen.te import expr as E

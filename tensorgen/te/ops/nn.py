@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from tensorgen.errors import TensorExprError
 from tensorgen.te.expr import cast, exp, is_float, max_expr, min_expr, rsqrt
@@ -48,7 +48,9 @@ def _pool_geometry(x: Tensor, kernel: IntOrSeq, stride: IntOrSeq | None, padding
             raise TensorExprError(f"{op}: padding {before[d]}/{after[d]} must be smaller than kernel {ks[d]}")
         padded = size[d] + before[d] + after[d]
         if ks[d] > padded:
-            raise TensorExprError(f"{op}: kernel {list(ks)} is larger than the padded input ({padded}, dim {d})")
+            raise TensorExprError(
+                f"{op}: kernel {list(ks)} is larger than the padded input ({padded}, dim {d})"
+            )
         out.append((padded - ks[d]) // strides[d] + 1)
     return cl, ks, strides, before, after, out
 
@@ -130,8 +132,8 @@ def global_avg_pool2d(x: Tensor, layout: str = "NHWC", name: str = "global_avg_p
                    tag=POOL, attrs={"layout": layout})
 
 
-def _around(idx: tuple, axis: int, value) -> tuple:
-    return idx[:axis] + (value,) + idx[axis + 1:]
+def _insert(idx: tuple, axis: int, value) -> tuple:
+    return idx[:axis] + (value,) + idx[axis:]
 
 
 def softmax(x: Tensor, axis: int = -1, name: str = "softmax") -> Tensor:
@@ -145,7 +147,7 @@ def softmax(x: Tensor, axis: int = -1, name: str = "softmax") -> Tensor:
     k2 = reduce_axis(x.shape[axis], "k")
 
     def red_index(idx, k):
-        return _around(idx, axis, k) if squeeze else (k,)
+        return _insert(idx, axis, k) if squeeze else (k,)
 
     def outer_index(idx):
         return idx[:axis] + idx[axis + 1:] if squeeze else (0,)
@@ -183,7 +185,8 @@ def layer_norm(x: Tensor, gamma: Tensor | None = None, beta: Tensor | None = Non
     def stat(idx):
         return idx[:-1] if lead else (0,)
 
-    mean = compute(outer, lambda *idx: te_sum(x[row(idx, k1)] * inv, axis=k1), name=f"{name}_mean", tag=REDUCE)
+    mean = compute(outer, lambda *idx: te_sum(x[row(idx, k1)] * inv, axis=k1), name=f"{name}_mean",
+                   tag=REDUCE)
 
     def variance(*idx):
         d = x[row(idx, k2)] - mean[idx]

@@ -11,7 +11,7 @@ cannot exist (3 input channels do not split into 4 groups); like TVM's benchmark
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from tensorgen.errors import TensorExprError
 from tensorgen.te.ops._common import INJECTIVE, check_same_dtype, check_tensor
@@ -29,7 +29,10 @@ Built = tuple[list[Tensor], list[Tensor]]
 
 def conv_layer(data: Tensor, weight: Tensor, mean: Tensor, var: Tensor, gamma: Tensor, beta: Tensor,
                stride: int = 1, padding: int = 0, layout: str = "NHWC", epsilon: float = 1e-5) -> Tensor:
-    """ConvLayer: conv2d -> batch_norm (inference) -> relu. Stages pad, conv2d, bn_scale, bn_shift, bn, relu."""
+    """ConvLayer: conv2d -> batch_norm (inference) -> relu.
+
+    Stages: pad (if padding), conv2d, bn_scale, bn_shift, bn, relu.
+    """
     out = conv2d(data, weight, stride=stride, padding=padding, layout=layout)
     axis = -1 if layout == "NHWC" else 1
     return relu(batch_norm(out, mean, var, gamma, beta, axis=axis, epsilon=epsilon))

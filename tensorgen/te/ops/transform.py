@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from tensorgen.errors import TensorExprError
 from tensorgen.te.expr import all_of, const, is_int, select
