@@ -160,7 +160,9 @@ class _CWriter:
                 return f"{a} {_INFIX[e.op]} {b}"
             if e.op in ("floordiv", "floormod"):
                 if self.nonneg(e.a) and self.nonneg(e.b):
-                    return f"({a} {'/' if e.op == 'floordiv' else '%'} {b})"
+                    a = a if _prec(e.a) >= 2 else f"({a})"
+                    b = b if _prec(e.b) > 2 else f"({b})"
+                    return f"{a} {'/' if e.op == 'floordiv' else '%'} {b}"
                 return self.helper_call(e.op, e.dtype, a, b)
             return self.helper_call(e.op, e.dtype, a, b)
         if isinstance(e, Cmp):
@@ -172,7 +174,7 @@ class _CWriter:
         if isinstance(e, Select):
             return f"({self.expr(e.cond)} ? {self.expr(e.true_value)} : {self.expr(e.false_value)})"
         if isinstance(e, Cast):
-            return f"(({CTYPES[e.dtype]}){self.expr(e.value)})"
+            return f"(({CTYPES[e.dtype]})({self.expr(e.value)}))"
         if isinstance(e, Call):
             return self.call(e)
         raise TypeError(f"cannot render {type(e).__name__} as C")
@@ -208,8 +210,10 @@ class _CWriter:
 
 def _prec(e: Expr) -> int:
     """Binding strength of how `e` renders: 1 for + -, 2 for * /, 3 for atoms and calls."""
-    if isinstance(e, BinOp) and e.op in _INFIX:
-        return 1 if e.op in ("add", "sub") else 2
+    if isinstance(e, BinOp) and e.op in ("add", "sub"):
+        return 1
+    if isinstance(e, BinOp) and e.op in ("mul", "div", "floordiv", "floormod"):
+        return 2
     if isinstance(e, Const) and e.value < 0:
         return 0
     if isinstance(e, (Cmp, Logic, Select)):

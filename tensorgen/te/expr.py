@@ -331,6 +331,11 @@ def max_expr(a: ExprLike, b: ExprLike) -> Expr:
 
 
 def _as_bool(x: ExprLike) -> Expr:
+    if isinstance(x, bool):
+        raise TensorExprError(
+            "got a Python bool where a condition expression was expected; `a == b` on expressions is "
+            "structural equality, write te.eq(a, b) / te.ne(a, b) instead"
+        )
     e = as_expr(x)
     if e.dtype != "bool":
         raise TensorExprError(f"expected a condition (bool), got {e} of type {e.dtype}")
@@ -361,7 +366,7 @@ def cast(value: ExprLike, dtype: str) -> Expr:
     if e.dtype == dtype:
         return e
     if isinstance(e, Const):
-        return const(math.floor(e.value) if is_int(dtype) else e.value, dtype)
+        return const(math.trunc(e.value) if is_int(dtype) else e.value, dtype)  # C truncates too
     return Cast(dtype, e)
 
 

@@ -17,6 +17,7 @@ from tensorgen.te.expr import (
     Reduce,
     Var,
     as_expr,
+    _as_bool,
     cast,
     check_dtype,
     const,
@@ -85,6 +86,8 @@ class Tensor:
 def _check_shape(shape: Sequence[int], what: str) -> tuple[int, ...]:
     if isinstance(shape, int):
         shape = (shape,)
+    if len(shape) == 0:
+        raise TensorExprError(f"{what}: zero-dimensional tensors are not supported; use shape (1,)")
     out = []
     for s in shape:
         if isinstance(s, bool) or not isinstance(s, int) or s <= 0:
@@ -129,9 +132,7 @@ def _reduction(combiner: str):
             if not isinstance(a, Var) or not a.reduce:
                 raise TensorExprError(f"te.{combiner}: {a} is not a reduce_axis")
         src = as_expr(source)
-        cond = as_expr(where) if where is not None else None
-        if cond is not None and cond.dtype != "bool":
-            raise TensorExprError(f"te.{combiner}: `where` must be a condition, got {cond}")
+        cond = _as_bool(where) if where is not None else None
         init_e = cast(init, src.dtype) if init is not None else None
         return Reduce(combiner, src, axes, cond, init_e, src.dtype)
 
