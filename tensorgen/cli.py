@@ -1,0 +1,46 @@
+"""The `tensorgen` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tensorgen import __version__
+from tensorgen.errors import TensorgenError
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from tensorgen.demo import main as demo_main
+
+    return demo_main([])
+
+
+def _ops(args: argparse.Namespace) -> int:
+    from tensorgen.te.ops import SUITE
+
+    for name, (make, configs) in SUITE.items():
+        print(f"{name:10s} {make.__name__:18s} {len(configs)} shape configs, e.g. {configs[0]}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tensorgen", description="Generate fast tensor programs by search.")
+    parser.add_argument("--version", action="version", version=f"tensorgen {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("demo", help="hand-scheduled matmul and conv2d: compile, check, time next to NumPy").set_defaults(
+        fn=_demo
+    )
+    sub.add_parser("ops", help="list the operator benchmark suite (Ansor Appendix C)").set_defaults(fn=_ops)
+    args = parser.parse_args(argv)
+    try:
+        return args.fn(args)
+    except TensorgenError as err:
+        print(f"tensorgen: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tensorgen: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
