@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Sequence
 
 from tensorgen.errors import TensorExprError
 from tensorgen.te.expr import BinOp, Call, Cmp, Expr, Load, Reduce, Select, Var, is_float, substitute, transform, walk

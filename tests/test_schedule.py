@@ -105,31 +105,33 @@ class Matmul:
 class Conv2dNHWC:
     """conv(n, h, w, co) = sum over rh, rw, rc of pad(n, h+rh, w+rw, rc) * W(rh, rw, rc, co)."""
 
-    def __init__(self, n=1, h=6, w=6, ci=4, co=8, kh=3, kw=3, pad=1, seed=2):
-        self.X = te.placeholder((n, h, w, ci), name="X")
-        self.W = te.placeholder((kh, kw, ci, co), name="W")
-        hp, wp = h + 2 * pad, w + 2 * pad
+    def __init__(self, batch=1, height=6, width=6, cin=4, cout=8, kernel=3, pad=1, seed=2):
+        self.X = te.placeholder((batch, height, width, cin), name="X")
+        self.W = te.placeholder((kernel, kernel, cin, cout), name="W")
+        hp, wp = height + 2 * pad, width + 2 * pad
         self.P = te.compute(
-            (n, hp, wp, ci),
-            lambda b, y, x, c: te.select(
-                te.all_of(y >= pad, y < h + pad, x >= pad, x < w + pad), self.X[b, y - pad, x - pad, c], 0.0
+            (batch, hp, wp, cin),
+            lambda n, h, w, c: te.select(
+                te.all_of(h >= pad, h < height + pad, w >= pad, w < width + pad),
+                self.X[n, h - pad, w - pad, c],
+                0.0,
             ),
             name="pad",
         )
-        rh, rw, rc = te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw"), te.reduce_axis(ci, "rc")
-        ho, wo = hp - kh + 1, wp - kw + 1
+        rh, rw, rc = te.reduce_axis(kernel, "rh"), te.reduce_axis(kernel, "rw"), te.reduce_axis(cin, "rc")
+        ho, wo = hp - kernel + 1, wp - kernel + 1
         self.Y = te.compute(
-            (n, ho, wo, co),
-            lambda b, y, x, o: te.sum(self.P[b, y + rh, x + rw, rc] * self.W[rh, rw, rc, o], axis=[rh, rw, rc]),
+            (batch, ho, wo, cout),
+            lambda n, h, w, co: te.sum(self.P[n, h + rh, w + rw, rc] * self.W[rh, rw, rc, co], axis=[rh, rw, rc]),
             name="conv",
         )
         rng = np.random.default_rng(seed)
-        self.x = rng.uniform(-1, 1, (n, h, w, ci)).astype("float32")
-        self.w = rng.uniform(-1, 1, (kh, kw, ci, co)).astype("float32")
+        self.x = rng.uniform(-1, 1, (batch, height, width, cin)).astype("float32")
+        self.w = rng.uniform(-1, 1, (kernel, kernel, cin, cout)).astype("float32")
         xp = np.pad(self.x, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
-        ref = np.zeros((n, ho, wo, co), "float64")
-        for a in range(kh):
-            for b in range(kw):
+        ref = np.zeros((batch, ho, wo, cout), "float64")
+        for a in range(kernel):
+            for b in range(kernel):
                 ref += np.einsum("nhwc,co->nhwo", xp[:, a:a + ho, b:b + wo, :], self.w[a, b])
         self.ref = ref.astype("float32")
 
@@ -346,9 +348,10 @@ def test_follow_split():
     w = MatmulRelu()
     s = w.state()
     s.split("D", "i", [4, 2])  # step 0
-    s.follow_split("C", "i", 0, 2)  # C.i split like D.i: [4, 2] merged to [8]
-    assert [i.extent for i in s.stage("C").iters[:2]] == [3, 8]
-    s.follow_split("C", "i_1", 0, 1)
+    s.follow_split("C", "i", 0, 2)  # C.i split exactly like D.i: lengths [4, 2]
+    assert [i.extent for i in s.stage("C").iters[:3]] == [3, 4, 2]
+    s.follow_split("C", "j", 0, 1)  # n_split 1: the lengths merged, [8] (non-divisible for 12)
+    assert [i.extent for i in s.stage("C").iters[3:5]] == [2, 8]
     s.compute_at("C", "D", "i_1")
     w.check(s)
 
@@ -520,7 +523,7 @@ def test_conv2d_padding_computed_at_conv_loop(at):
 
 
 def test_conv2d_padding_at_non_divisible_tile():
-    w = Conv2dNHWC(h=7, w=5, ci=3, co=5)
+    w = Conv2dNHWC(height=7, width=5, cin=3, cout=5)
     s = w.state()
     s.split("conv", "h", [3])
     s.split("conv", "w", [2])
@@ -548,7 +551,7 @@ def test_conv2d_cache_write_multilevel_tiling():
 
 
 def test_conv2d_rfactor_and_padding_root_aligned():
-    w = Conv2dNHWC(h=4, w=4, ci=4, co=4)
+    w = Conv2dNHWC(height=4, width=4, cin=4, cout=4)
     s = w.state()
     s.storage_align("pad", "w", 8, 2)
     s.split("conv", "rc", [2])
@@ -642,7 +645,7 @@ def test_stage_and_iterator_by_index_and_tensor():
     s1.parallel("D", "i")
     s2 = w.state()
     s2.split(w.C, 0, [4])
-    s2.parallel(4, 0)
+    s2.parallel(3, 0)
     assert s1 == s2 and str(s1) == str(s2)
 
 

@@ -10,9 +10,10 @@ import math
 from dataclasses import dataclass, field
 
 from tensorgen.codegen.vector import VectorEmitter
-from tensorgen.loopir.nodes import Allocate, Buffer, BufLoad, For, If, PrimFunc, Seq, Stmt, Store
+from tensorgen.loopir.nodes import Allocate, BufLoad, For, If, PrimFunc, Seq, Stmt, Store
 from tensorgen.loopir.simplify import Ranges, bound
 from tensorgen.te.expr import BinOp, Call, Cast, Cmp, Const, Expr, Logic, Select, Var, is_float
+from tensorgen.te.printer import infix
 
 CTYPES = {"float32": "float", "float64": "double", "int32": "int32_t", "int64": "int64_t",
           "float16": "_Float16", "bool": "int"}
@@ -154,16 +155,9 @@ class _CWriter:
         if isinstance(e, BinOp):
             a, b = self.expr(e.a), self.expr(e.b)
             if e.op in _INFIX:
-                prec = 1 if e.op in ("add", "sub") else 2
-                a = a if _prec(e.a) >= prec else f"({a})"
-                b = b if _prec(e.b) > prec or (_prec(e.b) == prec and e.op in ("add", "mul") and not is_float(e.dtype)) else f"({b})"
-                return f"{a} {_INFIX[e.op]} {b}"
-            if e.op in ("floordiv", "floormod"):
-                if self.nonneg(e.a) and self.nonneg(e.b):
-                    a = a if _prec(e.a) >= 2 else f"({a})"
-                    b = b if _prec(e.b) > 2 else f"({b})"
-                    return f"{a} {'/' if e.op == 'floordiv' else '%'} {b}"
-                return self.helper_call(e.op, e.dtype, a, b)
+                return infix(e, a, b, _INFIX[e.op])
+            if e.op in ("floordiv", "floormod") and self.nonneg(e.a) and self.nonneg(e.b):
+                return infix(e, a, b, "/" if e.op == "floordiv" else "%")
             return self.helper_call(e.op, e.dtype, a, b)
         if isinstance(e, Cmp):
             return f"({self.expr(e.a)} {_CMP[e.op]} {self.expr(e.b)})"
@@ -206,19 +200,6 @@ class _CWriter:
             }[op]
             self.helpers[name] = f"static inline {ctype} {name}({ctype} a, {ctype} b) {{ {body} }}\n"
         return f"{name}({a}, {b})"
-
-
-def _prec(e: Expr) -> int:
-    """Binding strength of how `e` renders: 1 for + -, 2 for * /, 3 for atoms and calls."""
-    if isinstance(e, BinOp) and e.op in ("add", "sub"):
-        return 1
-    if isinstance(e, BinOp) and e.op in ("mul", "div", "floordiv", "floormod"):
-        return 2
-    if isinstance(e, Const) and e.value < 0:
-        return 0
-    if isinstance(e, (Cmp, Logic, Select)):
-        return 0
-    return 3
 
 
 def const_c(e: Const) -> str:

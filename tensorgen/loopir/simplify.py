@@ -7,12 +7,10 @@ division.
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
-
 from tensorgen.te.expr import BinOp, Cmp, Const, Expr, Logic, Select, Var, const, is_int, transform
 
-Ranges = Dict[Var, Tuple[int, int]]  # inclusive [lo, hi] of each loop variable
-Linear = Tuple[Dict[Expr, int], int]  # {atom: coefficient}, constant
+Ranges = dict[Var, tuple[int, int]]  # inclusive [lo, hi] of each loop variable
+Linear = tuple[dict[Expr, int], int]  # {atom: coefficient}, constant
 
 
 def linear(e: Expr) -> Linear:
@@ -51,7 +49,7 @@ def from_linear(terms: dict[Expr, int], c: int, dtype: str = "int32") -> Expr:
     return out
 
 
-def bound(e: Expr, ranges: Ranges) -> Optional[tuple[int, int]]:
+def bound(e: Expr, ranges: Ranges) -> tuple[int, int] | None:
     """Inclusive constant bounds of integer `e` over `ranges`, or None if unknown."""
     terms, c = linear(e)
     lo = hi = c
@@ -64,7 +62,7 @@ def bound(e: Expr, ranges: Ranges) -> Optional[tuple[int, int]]:
     return lo, hi
 
 
-def _atom_bound(atom: Expr, ranges: Ranges) -> Optional[tuple[int, int]]:
+def _atom_bound(atom: Expr, ranges: Ranges) -> tuple[int, int] | None:
     if isinstance(atom, Var):
         if atom in ranges:
             return ranges[atom]
@@ -87,7 +85,7 @@ def _atom_bound(atom: Expr, ranges: Ranges) -> Optional[tuple[int, int]]:
     return None
 
 
-def prove(cond: Expr, ranges: Ranges) -> Optional[bool]:
+def prove(cond: Expr, ranges: Ranges) -> bool | None:
     """True/False if `cond` holds for all / no points of `ranges`, None if it depends."""
     if isinstance(cond, Const):
         return bool(cond.value)

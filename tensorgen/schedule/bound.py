@@ -7,15 +7,13 @@ minimum plus a constant extent, which is what a local buffer needs.
 
 from __future__ import annotations
 
-from typing import Optional
-
 from tensorgen.loopir.simplify import Ranges, from_linear, linear, simplify
 from tensorgen.te.expr import BinOp, Const, Expr, Var, free_vars
 
 Interval = tuple[Expr, int]  # (symbolic minimum, constant extent)
 
 
-def interval(e: Expr, free: dict[Var, int], ranges: Ranges) -> Optional[Interval]:
+def interval(e: Expr, free: dict[Var, int], ranges: Ranges) -> Interval | None:
     """Range of `e` when the `free` variables sweep [0, extent) and all others are fixed."""
     terms, c = linear(simplify(e, ranges))
     fixed: dict[Expr, int] = {}
@@ -25,7 +23,7 @@ def interval(e: Expr, free: dict[Var, int], ranges: Ranges) -> Optional[Interval
             fixed[atom] = fixed.get(atom, 0) + coef
             continue
         if isinstance(atom, Var):
-            sub: Optional[Interval] = (Const(0, "int32"), free[atom])
+            sub: Interval | None = (Const(0, "int32"), free[atom])
         else:
             sub = _divmod_interval(atom, free, ranges)
         if sub is None:
@@ -40,7 +38,7 @@ def interval(e: Expr, free: dict[Var, int], ranges: Ranges) -> Optional[Interval
     return from_linear({a: k for a, k in fixed.items() if k}, c), ext
 
 
-def _divmod_interval(atom: Expr, free: dict[Var, int], ranges: Ranges) -> Optional[Interval]:
+def _divmod_interval(atom: Expr, free: dict[Var, int], ranges: Ranges) -> Interval | None:
     if not (isinstance(atom, BinOp) and atom.op in ("floordiv", "floormod") and isinstance(atom.b, Const)):
         return None
     k = int(atom.b.value)
@@ -60,7 +58,7 @@ def _divmod_interval(atom: Expr, free: dict[Var, int], ranges: Ranges) -> Option
     return Const(0, "int32"), k
 
 
-def union(intervals: list[Interval]) -> Optional[Interval]:
+def union(intervals: list[Interval]) -> Interval | None:
     """Union of intervals whose minima differ by constants; None when they are incomparable."""
     base_terms = linear(intervals[0][0])[0]
     lows, highs = [], []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tensorgen.schedule.stage import Fuse, Split, Stage
+from tensorgen.schedule.stage import Split, Stage
 from tensorgen.te.expr import Expr
 
 

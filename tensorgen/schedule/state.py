@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from collections.abc import Sequence
 
 from tensorgen.dag import ComputeDAG
 from tensorgen.errors import ScheduleError

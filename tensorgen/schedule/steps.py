@@ -553,7 +553,8 @@ class RfactorStep(Step):
         r = Var(it.name, "int32", it.extent, reduce=True)
         idx = list(axes)
         idx.insert(self.factor_iter_id, r)
-        final = _with_body(t, axes, Reduce(body.combiner, Load(rf, tuple(idx), t.dtype), (r,), None, body.init, t.dtype))
+        final_body = Reduce(body.combiner, Load(rf, tuple(idx), t.dtype), (r,), None, body.init, t.dtype)
+        final = _with_body(t, axes, final_body)
         new_final = make_stage(final).with_(location=st.location, attach=st.attach)
         if _attached_to(state.stages, st.name):
             raise ScheduleError(f"rfactor on {st.name}: stages are computed at it; rfactor first")

@@ -7,8 +7,9 @@ and equality tests inside expressions are written `eq(a, b)` / `ne(a, b)`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Callable, Iterator, Union
+from typing import TYPE_CHECKING, Union
 
 from tensorgen.errors import TensorExprError
 

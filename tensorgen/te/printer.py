@@ -2,12 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
-from tensorgen.te.expr import BinOp, Call, Cast, Cmp, Const, Expr, Load, Logic, Reduce, Select, Var
+from tensorgen.te.expr import BinOp, Call, Cast, Cmp, Const, Expr, Load, Logic, Reduce, Select, Var, is_float
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "floormod": "%"}
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+
+
+def precedence(e: Expr) -> int:
+    """Binding strength of how `e` prints: 1 for + -, 2 for * / // %, 3 for atoms and calls."""
+    if isinstance(e, BinOp) and e.op in ("add", "sub"):
+        return 1
+    if isinstance(e, BinOp) and e.op in ("mul", "div", "floordiv", "floormod"):
+        return 2
+    if isinstance(e, (Cmp, Logic, Select)) or (isinstance(e, Const) and e.value < 0):
+        return 0
+    return 3
+
+
+def infix(e: BinOp, a: str, b: str, symbol: str) -> str:
+    """`a symbol b` with the parentheses precedence needs; float + and * keep their grouping."""
+    prec = precedence(e)
+    if precedence(e.a) < prec:
+        a = f"({a})"
+    regroupable = e.op in ("add", "mul") and not is_float(e.dtype)
+    if precedence(e.b) < prec or (precedence(e.b) == prec and not regroupable):
+        b = f"({b})"
+    return f"{a} {symbol} {b}"
 
 
 def expr_str(expr: Expr, name_of: Callable[[object], str] | None = None) -> str:
@@ -24,7 +46,7 @@ def expr_str(expr: Expr, name_of: Callable[[object], str] | None = None) -> str:
             return name(e)
         if isinstance(e, BinOp):
             if e.op in _INFIX:
-                return f"({p(e.a)} {_INFIX[e.op]} {p(e.b)})"
+                return infix(e, p(e.a), p(e.b), _INFIX[e.op])
             return f"{e.op}({p(e.a)}, {p(e.b)})"
         if isinstance(e, Cmp):
             return f"({p(e.a)} {_CMP[e.op]} {p(e.b)})"

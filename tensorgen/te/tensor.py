@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import inspect
 import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from tensorgen.errors import TensorExprError
 from tensorgen.te.expr import (
@@ -16,8 +17,8 @@ from tensorgen.te.expr import (
     Load,
     Reduce,
     Var,
-    as_expr,
     _as_bool,
+    as_expr,
     cast,
     check_dtype,
     const,
