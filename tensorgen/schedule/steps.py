@@ -78,8 +78,14 @@ def _reattach(stages: tuple[Stage, ...], stage: str, old: tuple[str, ...], new: 
     )
 
 
-def _q(name: str) -> str:
-    return repr(name)
+def _call(method: str, *args) -> str:
+    """One line of the printed program: `s.method(arg, ...)` with Python literals."""
+    return f"s.{method}({', '.join(repr(list(a) if isinstance(a, tuple) else a) for a in args)})"
+
+
+def _names(state: State, stage_id: int, iter_id: int) -> tuple[str, str]:
+    st = state.stages[stage_id]
+    return st.name, st.iters[iter_id].name
 
 
 # ---------------------------------------------------------------------------------------------
@@ -108,9 +114,8 @@ class SplitStep(Step):
         return _do_split(state.stages, self.stage_id, st, idx, tuple(self.lengths), self.inner_to_outer)
 
     def to_python(self, state: State) -> str:
-        st = state.stages[self.stage_id]
-        extra = "" if self.inner_to_outer else ", inner_to_outer=False"
-        return f"s.split({_q(st.name)}, {_q(st.iters[self.iter_id].name)}, {list(self.lengths)}{extra})"
+        line = _call("split", *_names(state, self.stage_id, self.iter_id), self.lengths)
+        return line if self.inner_to_outer else line[:-1] + ", inner_to_outer=False)"
 
 
 def _do_split(stages, stage_id, st: Stage, idx: int, lengths, inner_to_outer: bool):
@@ -179,9 +184,7 @@ class FollowSplitStep(Step):
         return _do_split(state.stages, self.stage_id, st, st.iter_index(self.iter_id), lengths, True)
 
     def to_python(self, state: State) -> str:
-        st = state.stages[self.stage_id]
-        return (f"s.follow_split({_q(st.name)}, {_q(st.iters[self.iter_id].name)}, "
-                f"{self.src_step_id}, {self.n_split})")
+        return _call("follow_split", *_names(state, self.stage_id, self.iter_id), self.src_step_id, self.n_split)
 
 
 @register_step
@@ -208,9 +211,8 @@ class FollowFusedSplitStep(Step):
         return _do_split(state.stages, self.stage_id, st, idx, (length,), self.factor_or_nparts)
 
     def to_python(self, state: State) -> str:
-        st = state.stages[self.stage_id]
-        return (f"s.follow_fused_split({_q(st.name)}, {_q(st.iters[self.iter_id].name)}, "
-                f"{list(self.src_step_ids)}, {self.level}, {self.factor_or_nparts})")
+        return _call("follow_fused_split", *_names(state, self.stage_id, self.iter_id), self.src_step_ids,
+                     self.level, self.factor_or_nparts)
 
 
 @register_step
@@ -245,7 +247,7 @@ class FuseStep(Step):
 
     def to_python(self, state: State) -> str:
         st = state.stages[self.stage_id]
-        return f"s.fuse({_q(st.name)}, {[st.iters[i].name for i in self.iter_ids]})"
+        return _call("fuse", st.name, [st.iters[i].name for i in self.iter_ids])
 
 
 @register_step
@@ -267,7 +269,7 @@ class ReorderStep(Step):
 
     def to_python(self, state: State) -> str:
         st = state.stages[self.stage_id]
-        return f"s.reorder({_q(st.name)}, {[st.iters[i].name for i in self.after_ids]})"
+        return _call("reorder", st.name, [st.iters[i].name for i in self.after_ids])
 
 
 @register_step
@@ -295,12 +297,10 @@ class AnnotationStep(Step):
         return _replace(state.stages, self.stage_id, new)
 
     def to_python(self, state: State) -> str:
-        st = state.stages[self.stage_id]
-        method = {"parallel": "parallel", "vectorize": "vectorize", "unroll": "unroll"}.get(self.annotation)
-        it = _q(st.iters[self.iter_id].name)
-        if method:
-            return f"s.{method}({_q(st.name)}, {it})"
-        return f"s.annotate({_q(st.name)}, {it}, {_q(self.annotation)})"
+        names = _names(state, self.stage_id, self.iter_id)
+        if self.annotation in ("parallel", "vectorize", "unroll"):
+            return _call(self.annotation, *names)
+        return _call("annotate", *names, self.annotation)
 
 
 @register_step
@@ -319,8 +319,7 @@ class PragmaStep(Step):
         return _replace(state.stages, self.stage_id, st.with_(auto_unroll_max_step=int(value)))
 
     def to_python(self, state: State) -> str:
-        st = state.stages[self.stage_id]
-        return f"s.pragma({_q(st.name)}, {_q(st.iters[self.iter_id].name)}, {_q(self.pragma)})"
+        return _call("pragma", *_names(state, self.stage_id, self.iter_id), self.pragma)
 
 
 @register_step
@@ -346,9 +345,7 @@ class StorageAlignStep(Step):
         return _replace(state.stages, self.stage_id, st.with_(storage_align=aligned))
 
     def to_python(self, state: State) -> str:
-        st = state.stages[self.stage_id]
-        return (f"s.storage_align({_q(st.name)}, {_q(st.iters[self.iter_id].name)}, "
-                f"{self.factor}, {self.offset})")
+        return _call("storage_align", *_names(state, self.stage_id, self.iter_id), self.factor, self.offset)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -377,8 +374,8 @@ class ComputeAtStep(Step):
         return _replace(state.stages, self.stage_id, st.with_(location="at", attach=(target.name, it.name)))
 
     def to_python(self, state: State) -> str:
-        st, tg = state.stages[self.stage_id], state.stages[self.target_stage_id]
-        return f"s.compute_at({_q(st.name)}, {_q(tg.name)}, {_q(tg.iters[self.target_iter_id].name)})"
+        return _call("compute_at", state.stages[self.stage_id].name,
+                     *_names(state, self.target_stage_id, self.target_iter_id))
 
 
 def _attached_to(stages, name: str) -> list[str]:
@@ -401,7 +398,7 @@ class ComputeInlineStep(Step):
         return _replace(state.stages, self.stage_id, st.with_(location="inline", attach=None))
 
     def to_python(self, state: State) -> str:
-        return f"s.compute_inline({_q(state.stages[self.stage_id].name)})"
+        return _call("compute_inline", state.stages[self.stage_id].name)
 
 
 @register_step
@@ -416,7 +413,7 @@ class ComputeRootStep(Step):
         return _replace(state.stages, self.stage_id, st.with_(location="root", attach=None))
 
     def to_python(self, state: State) -> str:
-        return f"s.compute_root({_q(state.stages[self.stage_id].name)})"
+        return _call("compute_root", state.stages[self.stage_id].name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -467,7 +464,7 @@ class CacheWriteStep(Step):
         return stages
 
     def to_python(self, state: State) -> str:
-        return f"s.cache_write({_q(state.stages[self.stage_id].name)}, {_q(self.scope)})"
+        return _call("cache_write", state.stages[self.stage_id].name, self.scope)
 
 
 @register_step
@@ -504,7 +501,7 @@ class CacheReadStep(Step):
 
     def to_python(self, state: State) -> str:
         readers = [state.stages[r].name for r in self.reader_stage_ids]
-        return f"s.cache_read({_q(state.stages[self.stage_id].name)}, {_q(self.scope)}, {readers})"
+        return _call("cache_read", state.stages[self.stage_id].name, self.scope, readers)
 
 
 @register_step
@@ -561,6 +558,5 @@ class RfactorStep(Step):
         return state.stages[: self.stage_id] + (make_stage(rf), new_final) + state.stages[self.stage_id + 1:]
 
     def to_python(self, state: State) -> str:
-        st = state.stages[self.stage_id]
-        return f"s.rfactor({_q(st.name)}, {_q(st.iters[self.iter_id].name)}, {self.factor_iter_id})"
+        return _call("rfactor", *_names(state, self.stage_id, self.iter_id), self.factor_iter_id)
 
