@@ -460,8 +460,10 @@ def test_rowsum_rfactor_parallel():
     s = w.state()
     s.split("S", "k", [4])  # non-divisible: 8 x 4
     s.rfactor("S", "k_0", 0)
+    assert [(i.name, i.kind) for i in s.stage("S_rf").iters] == [("k_0", "spatial"), ("i", "spatial"),
+                                                                   ("k_1", "reduce")]
     s.parallel("S_rf", 0)
-    s.vectorize("S_rf", s.stage("S_rf").iters[-1].name) if s.stage("S_rf").iters[-1].kind == "spatial" else None
+    s.vectorize("S_rf", "k_1")  # innermost reduce loop
     w.check(s)
     s2 = w.state()
     s2.split("S", "k", [6])
@@ -677,3 +679,82 @@ def test_to_loops_mentions_iterators():
     text = s.to_loops()
     for name in ("i_0", "i_1", "k", "i_j_f"):
         assert name in text
+
+
+def _builds_or_rejects(s: State, step, check) -> None:
+    """`step` must either raise ScheduleError (state unchanged) or leave a state that builds correctly."""
+    before = (s.steps, s.stages)
+    try:
+        step(s)
+    except ScheduleError:
+        assert (s.steps, s.stages) == before
+        return
+    check(s)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: cache_write keeps stages attached to the copy stage although the "
+                   "cache stage now reads them; lowering fails with 'read where it is not computed'")
+def test_cache_write_of_a_consumer_with_an_attached_producer():
+    w = MatmulRelu()
+    s = w.state()
+    s.compute_at("C", "D", "i")
+    _builds_or_rejects(s, lambda st: st.cache_write("D", "local"), w.check)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: cache_write keeps stages attached to the copy stage although the "
+                   "cache stage now reads them; lowering fails with 'read where it is not computed'")
+def test_cache_write_after_cache_read_attached_at_spatial_loop():
+    w = MatmulRelu()
+    s = w.state()
+    s.cache_read("B", "shared", ["C"])
+    s.compute_at("B_shared", "C", "j")
+    _builds_or_rejects(s, lambda st: st.cache_write("C", "local"), w.check)
+
+
+def test_cache_write_before_compute_at_is_the_working_order():
+    w = MatmulRelu()
+    s = w.state()
+    s.cache_read("B", "shared", ["C"])
+    s.cache_write("C", "local")
+    s.compute_at("B_shared", "C_local", "j")
+    s.compute_at("C_local", "C", "i")
+    w.check(s)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: a parallel loop nested inside a vectorized loop emits "
+                   "`omp parallel for` inside an `omp simd` region; gcc rejects it (CompileError)")
+def test_parallel_loop_inside_vectorized_loop():
+    w = Matmul()
+    s = w.state()
+    s.vectorize("C", "i")  # an outer spatial loop may be vectorized
+    _builds_or_rejects(s, lambda st: st.parallel("C", "j"), w.check)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: a parallel stage computed inside a vectorized consumer loop "
+                   "nests `omp parallel for` in `omp simd` (CompileError)")
+def test_parallel_producer_attached_inside_vectorized_loop():
+    w = MatmulRelu()
+    s = w.state()
+    s.vectorize("D", "i")
+    s.compute_at("C", "D", "i")
+    _builds_or_rejects(s, lambda st: st.parallel("C", "j"), w.check)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: reorder moves a vectorized reduce iterator outward although "
+                   "vectorize forbids a non-innermost reduce loop; with a parallel loop inside, gcc fails")
+def test_reorder_keeps_vectorized_reduce_loop_innermost():
+    w = RowSum()
+    s = w.state()
+    s.vectorize("S", "k")
+    s.parallel("S", "i")
+    _builds_or_rejects(s, lambda st: st.reorder("S", ["k", "i"]), w.check)
+
+
+@pytest.mark.xfail(strict=True, raises=KeyError, reason="BUG: rfactor after a spatial split raises a raw "
+                   "KeyError from relations.derive (only reduce leaves get values)")
+def test_rfactor_after_spatial_split():
+    w = Matmul()
+    s = w.state()
+    s.split("C", "k", [4])
+    s.split("C", "i", [4])
+    _builds_or_rejects(s, lambda st: st.rfactor("C", "k_1", 0), w.check)

@@ -1,0 +1,53 @@
+"""The hand schedules of tensorgen.demo (used by bench/hand_schedules.py) on small shapes: correctness only."""
+
+import numpy as np
+import pytest
+
+from tensorgen.build import build
+from tensorgen.demo import conv2d_nhwc_im2col, conv2d_nhwc_reference, conv2d_state, gmm_state, max_rel_error
+
+
+@pytest.mark.parametrize("m,n,k,kw", [
+    (64, 64, 64, {}),  # the bench's schedule: 8x8 register tile, k_block=min(256, k)
+    (32, 64, 48, {"n_blocks": 2, "k_block": 16, "j_outer": True}),  # column blocks, a real k_0 loop
+    (16, 16, 24, {"n_blocks": 1, "k_block": 8}),
+])
+def test_gmm_schedule(m, n, k, kw):
+    state = gmm_state(m, n, k, **kw)
+    func = build(state)
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    (c,) = func.run(a, b)
+    assert max_rel_error(c, a @ b) < 1e-4
+    assert "C_local" in func.source and "#pragma omp parallel" in func.source
+
+
+@pytest.mark.parametrize("kw", [
+    {},  # packed weights, 8 w x 8 co register tile
+    {"pack_weight": False},  # ops.conv2d as is
+    {"tile_w": 4, "tile_co": 16},  # two vectors of output channels
+    {"tile_w": 2, "padding": 0},  # no pad stage
+    {"stride": 2, "tile_w": 4},
+    {"tile_h": 2, "tile_w": 4, "co_outer": True},
+])
+def test_conv2d_schedule(kw):
+    n, h, w, ci, co = 1, 8, 8, 16, 16
+    padding, stride = kw.get("padding", 1), kw.get("stride", 1)
+    state = conv2d_state(n, h, w, ci, co, kernel=3, **kw)
+    func = build(state)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((n, h, w, ci), dtype=np.float32)
+    wt = rng.standard_normal((3, 3, ci, co), dtype=np.float32)
+    (y,) = func.run(x, wt)
+    ref = conv2d_nhwc_reference(x, wt, padding=padding, stride=stride)
+    assert y.shape == ref.shape
+    assert max_rel_error(y, ref) < 1e-4
+    assert max_rel_error(conv2d_nhwc_im2col(x, wt, padding, stride), ref) < 1e-4
+
+
+def test_bad_tiles_are_rejected():
+    with pytest.raises(ValueError):
+        gmm_state(60, 64, 64)
+    with pytest.raises(ValueError):
+        conv2d_state(1, 8, 8, 16, 12)
