@@ -255,8 +255,6 @@ def test_simplify_linear_and_constants():
     assert simplify(te.min_expr(j, -1), ranges).value == -1
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: simplify() folds max(a, b) to the wrong operand "
-                   "(loopir/simplify.py _simplify_node min/max branch)")
 def test_simplify_max_with_disjoint_ranges():
     i, j, ranges = _vars()
     assert simplify(te.max_expr(j, 100), ranges).value == 100  # j in [0, 7]: max is 100, got j
@@ -264,8 +262,6 @@ def test_simplify_max_with_disjoint_ranges():
     assert simplify(te.max_expr(j, -1), ranges) == j
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: simplify() folds max(a, b) to the wrong operand when the "
-                   "ranges overlap (loopir/simplify.py _simplify_node), miscompiling clamped indices")
 def test_clamped_index_with_max_is_not_miscompiled():
     i, j, ranges = _vars()
     e = te.max_expr(j - 1, 0)  # j - 1 in [-1, 6]: not decidable, must stay a max

@@ -692,8 +692,6 @@ def _builds_or_rejects(s: State, step, check) -> None:
     check(s)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: cache_write keeps stages attached to the copy stage although the "
-                   "cache stage now reads them; lowering fails with 'read where it is not computed'")
 def test_cache_write_of_a_consumer_with_an_attached_producer():
     w = MatmulRelu()
     s = w.state()
@@ -701,8 +699,6 @@ def test_cache_write_of_a_consumer_with_an_attached_producer():
     _builds_or_rejects(s, lambda st: st.cache_write("D", "local"), w.check)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: cache_write keeps stages attached to the copy stage although the "
-                   "cache stage now reads them; lowering fails with 'read where it is not computed'")
 def test_cache_write_after_cache_read_attached_at_spatial_loop():
     w = MatmulRelu()
     s = w.state()
@@ -721,8 +717,6 @@ def test_cache_write_before_compute_at_is_the_working_order():
     w.check(s)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a parallel loop nested inside a vectorized loop emits "
-                   "`omp parallel for` inside an `omp simd` region; gcc rejects it (CompileError)")
 def test_parallel_loop_inside_vectorized_loop():
     w = Matmul()
     s = w.state()
@@ -730,8 +724,6 @@ def test_parallel_loop_inside_vectorized_loop():
     _builds_or_rejects(s, lambda st: st.parallel("C", "j"), w.check)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a parallel stage computed inside a vectorized consumer loop "
-                   "nests `omp parallel for` in `omp simd` (CompileError)")
 def test_parallel_producer_attached_inside_vectorized_loop():
     w = MatmulRelu()
     s = w.state()
@@ -740,8 +732,6 @@ def test_parallel_producer_attached_inside_vectorized_loop():
     _builds_or_rejects(s, lambda st: st.parallel("C", "j"), w.check)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: reorder moves a vectorized reduce iterator outward although "
-                   "vectorize forbids a non-innermost reduce loop; with a parallel loop inside, gcc fails")
 def test_reorder_keeps_vectorized_reduce_loop_innermost():
     w = RowSum()
     s = w.state()
@@ -750,8 +740,6 @@ def test_reorder_keeps_vectorized_reduce_loop_innermost():
     _builds_or_rejects(s, lambda st: st.reorder("S", ["k", "i"]), w.check)
 
 
-@pytest.mark.xfail(strict=True, raises=KeyError, reason="BUG: rfactor after a spatial split raises a raw "
-                   "KeyError from relations.derive (only reduce leaves get values)")
 def test_rfactor_after_spatial_split():
     w = Matmul()
     s = w.state()

@@ -102,6 +102,19 @@ class VectorEmitter:
         return self.w.expr(e), False
 
 
+def iterations_independent(loop: For) -> bool:
+    """No loop-carried dependence: every store inside writes a different element per iteration."""
+
+    def stores(s):
+        if isinstance(s, Store):
+            yield s
+        for child in (getattr(s, "body", None), getattr(s, "then", None), *getattr(s, "stmts", ())):
+            if child is not None:
+                yield from stores(child)
+
+    return all(loop.var in free_vars(st.index) for st in stores(loop.body))
+
+
 def _stride(index: Expr, var: Var) -> int | None:
     terms, _ = linear(index)
     stride = 0

@@ -126,10 +126,10 @@ def _simplify_node(n: Expr, ranges: Ranges) -> Expr | None:
         if n.op in ("min", "max"):
             a, b = bound(n.a, ranges), bound(n.b, ranges)
             if a and b:
-                if (a[1] <= b[0]) == (n.op == "min"):
-                    return n.a if a[1] <= b[0] else n.b
-                if (b[1] <= a[0]) == (n.op == "min"):
-                    return n.b if b[1] <= a[0] else n.a
+                if a[1] <= b[0]:  # a <= b everywhere
+                    return n.a if n.op == "min" else n.b
+                if b[1] <= a[0]:  # b <= a everywhere
+                    return n.b if n.op == "min" else n.a
     if isinstance(n, (Cmp, Logic)):
         p = prove(n, ranges)
         if p is not None:

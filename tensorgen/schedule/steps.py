@@ -265,6 +265,11 @@ class ReorderStep(Step):
                 f"({', '.join(i.name for i in st.iters)}), got {[st.iters[i].name for i in ids]}"
             )
         new = st.with_(iters=tuple(st.iters[i] for i in ids))
+        for pos, it in enumerate(new.iters):
+            if it.annotation == "vectorize" and it.kind != "spatial" and pos != len(new.iters) - 1:
+                raise ScheduleError(
+                    f"reorder on stage {st.name}: the vectorized reduce iterator {it.name} must stay innermost"
+                )
         return _replace(state.stages, self.stage_id, new)
 
     def to_python(self, state: State) -> str:
@@ -456,12 +461,10 @@ class CacheWriteStep(Step):
         cache = Tensor(t.shape, t.dtype, name, cache_axes, cache_body, t.tag, dict(t.attrs))
         axes = _fresh_axes(t)
         copy = _with_body(t, axes, Load(cache, axes, t.dtype))
-        spatial = set(make_stage(copy).root_names)
-        if any(s.attach and s.attach[0] == t.name and s.attach[1] not in spatial for s in state.stages):
-            raise ScheduleError(f"cache_write on {st.name}: a stage is computed at one of its reduce loops")
         new_copy = make_stage(copy).with_(location=st.location, attach=st.attach)
         stages = state.stages[: self.stage_id] + (make_stage(cache), new_copy) + state.stages[self.stage_id + 1:]
-        return stages
+        # producers computed inside the stage are now read by the cache stage, whose loops have the same names
+        return tuple(s.with_(attach=(name, s.attach[1])) if s.attach and s.attach[0] == t.name else s for s in stages)
 
     def to_python(self, state: State) -> str:
         return _call("cache_write", state.stages[self.stage_id].name, self.scope)
@@ -532,7 +535,9 @@ class RfactorStep(Step):
         leaf_vars = {i.name: Var(i.name, "int32", i.extent, reduce=True) for i in leaves}
         leaf_vars[it.name] = rf_axes[self.factor_iter_id]
         reduce_roots = st.root_names[t.ndim:]
-        d = derive(st, {n: ax.extent for n, ax in zip(st.root_names, t.axes + body.axes)}, leaf_vars)
+        spatial_leaves = {i.name: Var(i.name, "int32", i.extent) for i in st.iters if i.kind != "reduce"}
+        roots = {n: ax.extent for n, ax in zip(st.root_names, t.axes + body.axes)}
+        d = derive(st, roots, leaf_vars | spatial_leaves)
         mapping = dict(zip(t.axes, [a for n, a in enumerate(rf_axes) if n != self.factor_iter_id]))
         mapping.update(zip(body.axes, (d.values[n] for n in reduce_roots)))
         guards = [d.values[n] < ax.extent for n, ax in zip(reduce_roots, body.axes) if d.covered[n] > ax.extent]
