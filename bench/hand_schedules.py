@@ -25,12 +25,11 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 from tensorgen.build import build  # noqa: E402
-from tensorgen.demo import conv2d_nhwc_reference, conv2d_state, gmm_state, max_rel_error  # noqa: E402
+from tensorgen.demo import conv2d_nhwc_reference, conv2d_state, gmm_state, max_rel_error, median_seconds  # noqa: E402
 
 SLEEP_S = 0.5
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
@@ -56,16 +55,7 @@ RTOL = 1e-3  # relative to max |reference|
 
 
 def _block(fn, repeat: int, warmup: int = 3) -> float:
-    """Median seconds of `repeat` calls after `warmup` untimed ones, preceded by a quiet pause."""
-    time.sleep(SLEEP_S)
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    return median_seconds(fn, repeat, warmup, pause=SLEEP_S)
 
 
 def compare(ours, peer, flops: float, repeat: int, rounds: int) -> dict:

@@ -21,17 +21,6 @@ from tensorgen.schedule.lower import lower
 from tensorgen.te.expr import BinOp, Var, walk
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _kernel_cache(tmp_path_factory):
-    old = os.environ.get("TENSORGEN_CACHE_DIR")
-    os.environ["TENSORGEN_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "tensorgen_kernels")
-    yield
-    if old is None:
-        os.environ.pop("TENSORGEN_CACHE_DIR", None)
-    else:
-        os.environ["TENSORGEN_CACHE_DIR"] = old
-
-
 def gmm(m, n, k, relu=False):
     a = te.placeholder((m, k), name="A")
     b = te.placeholder((k, n), name="B")

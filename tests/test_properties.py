@@ -29,15 +29,6 @@ SETTINGS = settings(
 pytestmark = pytest.mark.timeout(max(60, EXAMPLES * 3))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _kernel_cache(tmp_path_factory):
-    old = os.environ.get("TENSORGEN_CACHE_DIR")
-    os.environ["TENSORGEN_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "tensorgen_kernels")
-    yield
-    if old is None:
-        os.environ.pop("TENSORGEN_CACHE_DIR", None)
-    else:
-        os.environ["TENSORGEN_CACHE_DIR"] = old
 
 
 # ---------------------------------------------------------------------------------------------

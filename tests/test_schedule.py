@@ -7,8 +7,6 @@ well under a second.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -21,16 +19,6 @@ from tensorgen.schedule import State
 RTOL = ATOL = 1e-4
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _kernel_cache(tmp_path_factory):
-    """Compile into a per-session cache so runs are hermetic (shared by this session's test files)."""
-    old = os.environ.get("TENSORGEN_CACHE_DIR")
-    os.environ["TENSORGEN_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "tensorgen_kernels")
-    yield
-    if old is None:
-        os.environ.pop("TENSORGEN_CACHE_DIR", None)
-    else:
-        os.environ["TENSORGEN_CACHE_DIR"] = old
 
 
 def roundtrip(s: State) -> None:

@@ -5,8 +5,6 @@ Schedule errors must leave the State untouched: every primitive either appends o
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -14,18 +12,6 @@ from tensorgen import te
 from tensorgen.build import build
 from tensorgen.errors import LoweringError, RuntimeCallError, ScheduleError, TensorExprError, TensorgenError
 from tensorgen.schedule import State
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _kernel_cache(tmp_path_factory):
-    old = os.environ.get("TENSORGEN_CACHE_DIR")
-    os.environ["TENSORGEN_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "tensorgen_kernels")
-    yield
-    if old is None:
-        os.environ.pop("TENSORGEN_CACHE_DIR", None)
-    else:
-        os.environ["TENSORGEN_CACHE_DIR"] = old
-
 
 # ---------------------------------------------------------------------------------------------
 # tensor expressions
