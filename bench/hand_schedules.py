@@ -1,6 +1,6 @@
 """Hand-written schedules vs. vendor libraries: GMM 1024^3 vs NumPy, ResNet-50 conv2d vs PyTorch.
 
-    python bench/hand_schedules.py [--json FILE] [--repeat N] [--rounds R] [--threads T] [--tune-malloc]
+    python bench/hand_schedules.py [--json FILE] [--repeat N] [--rounds R] [--threads T]
 
 The schedules are `tensorgen.demo.gmm_state` / `tensorgen.demo.conv2d_state` (one copy, shared
 with the demo and the smoke test). Timing protocol (2 cores, both runtimes spin their worker
@@ -32,25 +32,8 @@ from tensorgen.build import build  # noqa: E402
 from tensorgen.demo import conv2d_nhwc_reference, conv2d_state, gmm_state, max_rel_error, median_seconds  # noqa: E402
 
 SLEEP_S = 0.5
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
 
 
-def tune_malloc(threshold: int = 1 << 30) -> bool:
-    """Keep big malloc blocks on the heap and never trim it (glibc only).
-
-    The generated C allocates every intermediate buffer (packed A and B: 4 MiB each) with
-    aligned_alloc/free inside each call; by default glibc serves those with mmap/munmap, so every call
-    page-faults 8 MiB of fresh zeroed memory (~20% of GMM 1024 on this machine). This is opt-in
-    (--tune-malloc) and affects NumPy's and torch's allocations in this process the same way.
-    """
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return bool(libc.mallopt(M_MMAP_THRESHOLD, threshold)) and bool(libc.mallopt(M_TRIM_THRESHOLD, threshold))
-    except (OSError, AttributeError):
-        return False
 RTOL = 1e-3  # relative to max |reference|
 
 
@@ -146,10 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=10, help="timed calls per block (median taken)")
     parser.add_argument("--rounds", type=int, default=5, help="alternating ours/peer rounds")
     parser.add_argument("--threads", type=int, default=int(_THREADS), help="threads for every runtime")
-    parser.add_argument("--tune-malloc", action="store_true",
-                        help="glibc mallopt: no mmap/trim for big blocks (see tune_malloc)")
     args = parser.parse_args(argv)
-    malloc_tuned = tune_malloc() if args.tune_malloc else False
 
     gmm = bench_gmm(args.repeat, args.rounds, args.threads)
     conv = bench_conv(args.repeat, args.rounds, args.threads)
@@ -161,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         peer_s = "n/a" if peer is None else f"{peer:.1f}"
         ratio_s = "n/a" if ratio is None else f"{ratio:.2f}"
         print(f"{op:<12} {ours:>18.1f} {peer_name:>6} {peer_s:>13} {ratio_s:>7}")
-    print(f"(threads={args.threads}, repeat={args.repeat}, rounds={args.rounds}, malloc_tuned={malloc_tuned}; "
+    print(f"(threads={args.threads}, repeat={args.repeat}, rounds={args.rounds}; "
           "ratio = median of per-round tensorgen/peer speed ratios)")
 
     if args.json:
@@ -171,7 +151,6 @@ def main(argv: list[str] | None = None) -> int:
             "threads": args.threads,
             "repeat": args.repeat,
             "rounds": args.rounds,
-            "malloc_tuned": malloc_tuned,
         }
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=2)
