@@ -1,0 +1,64 @@
+"""What goes into and comes out of measurement: every failure has a kind and a message."""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+
+from tensorgen.schedule.state import State
+from tensorgen.search.task import SearchTask
+
+
+class ErrorKind(str, enum.Enum):
+    NONE = "none"
+    INSTANTIATION = "instantiation"  # the state is not a valid program (schedule/lowering error)
+    COMPILE_ERROR = "compile_error"
+    COMPILE_TIMEOUT = "compile_timeout"
+    RUNTIME_ERROR = "runtime_error"  # crash or signal in the candidate
+    RUN_TIMEOUT = "run_timeout"
+    WRONG_ANSWER = "wrong_answer"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class MeasureInput:
+    task: SearchTask
+    state: State
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """A compiled candidate: the shared object and the C source, or why there is none."""
+
+    path: str | None
+    source: str
+    error_kind: ErrorKind = ErrorKind.NONE
+    error_msg: str = ""
+    build_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    """`costs` are seconds per run, one per repeat; `all_cost` is build + run wall time."""
+
+    costs: tuple[float, ...]
+    error_kind: ErrorKind = ErrorKind.NONE
+    error_msg: str = ""
+    all_cost: float = 0.0
+    timestamp: float = field(default_factory=time.time)
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind == ErrorKind.NONE
+
+    @property
+    def mean_cost(self) -> float:
+        return sum(self.costs) / len(self.costs) if self.ok and self.costs else float("inf")
+
+    @property
+    def median_cost(self) -> float:
+        if not self.ok or not self.costs:
+            return float("inf")
+        c = sorted(self.costs)
+        return c[len(c) // 2] if len(c) % 2 else (c[len(c) // 2 - 1] + c[len(c) // 2]) / 2

@@ -1,0 +1,1 @@
+"""Search: tasks, targets, sketch rules, evolutionary search, task scheduling."""

@@ -1,0 +1,80 @@
+"""Targets (`cpu`, `cpu -mcpu=znver3 -cores=2`, `cuda -arch=sm_90`) and hardware parameters as data."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import asdict, dataclass, field, fields
+
+from tensorgen.errors import TensorgenError
+
+TARGET_KINDS = ("cpu", "cuda")
+
+
+class TargetError(TensorgenError, ValueError):
+    """A target string could not be parsed."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to compile for. `options` are the `-key=value` flags of the target string."""
+
+    kind: str
+    options: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def parse(cls, text: str | Target) -> Target:
+        if isinstance(text, Target):
+            return text
+        parts = shlex.split(text or "")
+        if not parts or parts[0] not in TARGET_KINDS:
+            raise TargetError(f"target {text!r}: must start with one of {', '.join(TARGET_KINDS)}")
+        opts = {}
+        for p in parts[1:]:
+            key, eq, value = p.lstrip("-").partition("=")
+            if not p.startswith("-") or not eq or not key:
+                raise TargetError(f"target {text!r}: option {p!r} must look like -key=value")
+            opts[key] = value
+        return cls(parts[0], tuple(sorted(opts.items())))
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return dict(self.options).get(key, default)
+
+    @property
+    def march(self) -> str:
+        """The value for gcc's -march: the target's -mcpu, or `native`."""
+        return self.get("mcpu", "native")
+
+    def __str__(self) -> str:
+        return " ".join([self.kind, *(f"-{k}={v}" for k, v in self.options)])
+
+
+@dataclass(frozen=True)
+class HardwareParams:
+    """What search and cost models know about the machine. Sizes in bytes, peaks per whole device."""
+
+    cores: int
+    simd_bytes: int = 32
+    cache_line_bytes: int = 64
+    l1_bytes: int = 32 * 1024
+    l2_bytes: int = 512 * 1024
+    l3_bytes: int = 8 * 1024 * 1024
+    peak_gflops: float | None = None  # measured FP32 peak, all cores
+    bandwidth_gbs: float | None = None  # measured main-memory bandwidth
+    # GPU fields (0 / defaults on CPUs)
+    sm_count: int = 0
+    warp_size: int = 32
+    max_threads_per_block: int = 1024
+    shared_mem_per_block: int = 48 * 1024
+    registers_per_thread: int = 255
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> HardwareParams:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def replace(self, **changes) -> HardwareParams:
+        return type(self).from_dict({**self.to_dict(), **changes})
