@@ -81,14 +81,19 @@ class Stage:
             f"{', '.join(i.name for i in self.iters) or '(none)'}"
         )
 
-    def fresh_name(self, base: str) -> str:
+    def fresh_names(self, *bases: str) -> list[str]:
+        """Iterator names not yet used by this stage (current, root or intermediate)."""
         taken = {i.name for i in self.iters} | set(self.root_names)
         taken |= {c for r in self.relations for c in (r.children if isinstance(r, Split) else (r.child,))}
-        name, n = base, 0
-        while name in taken:
-            n += 1
-            name = f"{base}_{n}"
-        return name
+        out = []
+        for base in bases:
+            name, n = base, 0
+            while name in taken:
+                n += 1
+                name = f"{base}_{n}"
+            taken.add(name)
+            out.append(name)
+        return out
 
     def with_(self, **changes) -> Stage:
         return replace(self, **changes)

@@ -131,25 +131,11 @@ def _do_split(stages, stage_id, st: Stage, idx: int, lengths, inner_to_outer: bo
             f"more than the iterator's extent {it.extent}"
         )
     extents = split_extents(it.extent, lengths, inner_to_outer)
-    names = _distinct(st, it.name, len(extents))
+    names = st.fresh_names(*(f"{it.name}_{k}" for k in range(len(extents))))
     new_iters = tuple(Iterator(n, e, it.kind) for n, e in zip(names, extents))
     rel = Split(it.name, tuple(names), tuple(lengths), inner_to_outer)
     new = st.with_(iters=st.iters[:idx] + new_iters + st.iters[idx + 1:], relations=st.relations + (rel,))
     return _reattach(_replace(stages, stage_id, new), st.name, (it.name,), names[-1])
-
-
-def _distinct(st: Stage, base: str, count: int) -> list[str]:
-    taken = {i.name for i in st.iters} | set(st.root_names)
-    taken |= {c for r in st.relations for c in (r.children if isinstance(r, Split) else (r.child,))}
-    out = []
-    for k in range(count):
-        name, n = f"{base}_{k}", 0
-        while name in taken:
-            n += 1
-            name = f"{base}_{k}_{n}"
-        taken.add(name)
-        out.append(name)
-    return out
 
 
 def _follow_lengths(state: State, src_step_id: int, n_split: int) -> tuple[int | None, ...]:
@@ -237,7 +223,7 @@ class FuseStep(Step):
                 f"({', '.join(f'{i.name}:{i.kind}' for i in its)})"
             )
         extent = None if any(i.extent is None for i in its) else math.prod(i.extent for i in its)
-        name = st.fresh_name("_".join(i.name for i in its) + "_f")
+        (name,) = st.fresh_names("_".join(i.name for i in its) + "_f")
         fused = Iterator(name, extent, kinds.pop())
         new = st.with_(
             iters=st.iters[: ids[0]] + (fused,) + st.iters[ids[-1] + 1:],
