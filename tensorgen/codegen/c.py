@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from tensorgen.codegen.rebase import encloses_micro_kernel, invariant_bases, rebased_index
 from tensorgen.codegen.vector import VectorEmitter, iterations_independent
-from tensorgen.loopir.nodes import Allocate, BufLoad, For, If, PrimFunc, Seq, Stmt, Store
+from tensorgen.loopir.nodes import Allocate, Buffer, BufLoad, For, If, PrimFunc, Seq, Stmt, Store
 from tensorgen.loopir.simplify import Ranges, bound
 from tensorgen.te.expr import BinOp, Call, Cast, Cmp, Const, Expr, Logic, Select, Var, is_float
 from tensorgen.te.printer import infix
@@ -47,6 +48,7 @@ class _CWriter:
     ranges: Ranges = field(default_factory=dict)
     in_parallel: bool = False
     in_simd: bool = False
+    rebased: dict[Buffer, tuple[str, Expr]] = field(default_factory=dict)  # buffer -> (base pointer, offset)
 
     def render(self) -> str:
         for buf in self.func.args:
@@ -78,7 +80,7 @@ class _CWriter:
         elif isinstance(s, For):
             self.emit_for(s, depth)
         elif isinstance(s, Store):
-            self.line(depth, f"{s.buffer.name}[{self.expr(s.index)}] = {self.expr(s.value)};")
+            self.line(depth, f"{self.ref(s.buffer, s.index)} = {self.expr(s.value)};")
         elif isinstance(s, If):
             self.line(depth, f"if ({self.expr(s.cond)}) {{")
             self.emit(s.then, depth + 1)
@@ -110,6 +112,11 @@ class _CWriter:
         self.ranges[s.var] = (0, s.extent - 1)
         if s.kind == "vectorize" and self.vec.try_emit(s, depth):
             return
+        bases = invariant_bases(s) if encloses_micro_kernel(s) and not self.rebased else {}
+        for buf, base in bases.items():
+            ptr = self.unique(f"{buf.name}_at")
+            self.line(depth, f"const {CTYPES[buf.dtype]}* restrict {ptr} = &{buf.name}[{self.expr(base)}];")
+            self.rebased[buf] = (ptr, base)
         name = self.var_name(s.var)
         # OpenMP allows no construct inside a simd loop, and only the outermost parallel loop forks
         parallel = s.kind == "parallel" and not self.in_parallel and not self.in_simd
@@ -127,6 +134,8 @@ class _CWriter:
         self.in_parallel, self.in_simd = outer
         self.line(depth, "}")
         self.taken.discard(name)
+        for buf in bases:
+            self.taken.discard(self.rebased.pop(buf)[0])
 
     # ---- names ---------------------------------------------------------------------------
 
@@ -153,7 +162,7 @@ class _CWriter:
         if isinstance(e, Var):
             return self.names.get(e, e.name)
         if isinstance(e, BufLoad):
-            return f"{e.buffer.name}[{self.expr(e.index)}]"
+            return self.ref(e.buffer, e.index)
         if isinstance(e, BinOp):
             a, b = self.expr(e.a), self.expr(e.b)
             if e.op in _INFIX:
@@ -174,6 +183,13 @@ class _CWriter:
         if isinstance(e, Call):
             return self.call(e)
         raise TypeError(f"cannot render {type(e).__name__} as C")
+
+    def ref(self, buf: Buffer, index: Expr) -> str:
+        """`buf[index]`, through a hoisted base pointer when one is in scope."""
+        if buf in self.rebased:
+            ptr, base = self.rebased[buf]
+            return f"{ptr}[{self.expr(rebased_index(index, base))}]"
+        return f"{buf.name}[{self.expr(index)}]"
 
     def nonneg(self, e: Expr) -> bool:
         b = bound(e, self.ranges)

@@ -61,7 +61,7 @@ class VectorEmitter:
             value, is_vec = self._vexpr(s.value, loop.var, vtype)
             if not is_vec:
                 value = f"(({vtype}){{}} + {value})"
-            w.line(inner, f"*({vtype}*)&{s.buffer.name}[{w.expr(self._at_lane(s.index, loop.var))}] = {value};")
+            w.line(inner, f"*({vtype}*)&{w.ref(s.buffer, self._at_lane(s.index, loop.var))} = {value};")
         if not single:
             w.line(depth, "}")
         w.names[loop.var] = name
@@ -95,7 +95,7 @@ class VectorEmitter:
     def _vexpr(self, e: Expr, var: Var, vtype: str) -> tuple[str, bool]:
         """C text of `e` for a whole vector starting at lane `var`, and whether it is a vector."""
         if isinstance(e, BufLoad) and _stride(e.index, var) == 1:
-            return f"*({vtype}*)&{e.buffer.name}[{self.w.expr(self._at_lane(e.index, var))}]", True
+            return f"*({vtype}*)&{self.w.ref(e.buffer, self._at_lane(e.index, var))}", True
         if isinstance(e, BinOp) and e.op in _OPS and var in free_vars(e):
             (a, va), (b, vb) = self._vexpr(e.a, var, vtype), self._vexpr(e.b, var, vtype)
             return f"({a} {_OPS[e.op]} {b})", va or vb
