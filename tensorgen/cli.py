@@ -31,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
         fn=_demo
     )
     sub.add_parser("ops", help="list the operator benchmark suite (Ansor Appendix C)").set_defaults(fn=_ops)
+    from tensorgen import hw_cli
+
+    hw_cli.register(sub)
     args = parser.parse_args(argv)
     try:
         return args.fn(args)
