@@ -1,0 +1,107 @@
+"""Build candidates (lower, render C, compile) in parallel worker processes, classifying every failure.
+
+Workers are separate Python processes (see worker.py), so a candidate that hangs lowering or kills its
+process costs only that candidate: the worker is killed or replaced and the others carry on.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from tensorgen.codegen.c import render_c
+from tensorgen.codegen.toolchain import compile_source
+from tensorgen.errors import CompileError, LoweringError, ScheduleError
+from tensorgen.measure.types import BuildResult, ErrorKind, MeasureInput
+from tensorgen.measure.worker import WorkerDied, WorkerPool, WorkerTimeout
+from tensorgen.schedule.lower import lower
+
+#: Name of the kernel in every candidate module, so the runner knows what to call.
+KERNEL_NAME = "tg_candidate"
+#: Seconds past `timeout` before a worker is killed; the compiler's own timeout should fire first.
+_KILL_GRACE = 2.0
+
+SourceHook = Callable[[MeasureInput, str], str]
+
+
+class Builder(Protocol):
+    def build(self, inputs: list[MeasureInput]) -> list[BuildResult]: ...
+
+
+def build_candidate(inp: MeasureInput, timeout: float, source_hook: SourceHook | None = None) -> BuildResult:
+    """Lower, render and compile one candidate; a bad candidate is returned with its error kind, not raised.
+
+    `source_hook` (an importable module-level function) rewrites the C source before compiling; tests use
+    it to inject broken code.
+    """
+    start = time.perf_counter()
+    source = ""
+
+    def result(kind: ErrorKind, msg: str, path: str | None = None) -> BuildResult:
+        return BuildResult(path, source, kind, msg, time.perf_counter() - start)
+
+    try:
+        func = lower(inp.state, KERNEL_NAME)
+        source = render_c(func, inp.task.hw.simd_bytes)
+        if source_hook is not None:
+            source = source_hook(inp, source)
+        remaining = max(0.1, timeout - (time.perf_counter() - start)) if timeout > 0 else None
+        path = compile_source(source, march=inp.task.target.march, timeout=remaining)
+        return result(ErrorKind.NONE, "", str(path))
+    except (ScheduleError, LoweringError) as exc:
+        return result(ErrorKind.INSTANTIATION, f"{type(exc).__name__}: {exc}")
+    except CompileError as exc:
+        kind = ErrorKind.COMPILE_TIMEOUT if "timed out" in str(exc) else ErrorKind.COMPILE_ERROR
+        return result(kind, str(exc))
+    except Exception:
+        return result(ErrorKind.UNKNOWN, traceback.format_exc())
+
+
+@dataclass
+class LocalBuilder:
+    """Builds candidates in `n_parallel` worker processes (default: one per CPU), `timeout` s each.
+
+    Results come back in input order. Use as a context manager, or call `close()`, to stop the workers.
+    """
+
+    n_parallel: int | None = None
+    timeout: float = 15.0
+    source_hook: SourceHook | None = None
+    _pool: WorkerPool | None = field(default=None, init=False, repr=False)
+
+    def build(self, inputs: list[MeasureInput]) -> list[BuildResult]:
+        if not inputs:
+            return []
+        if self._pool is None:
+            self._pool = WorkerPool(max(1, self.n_parallel or os.cpu_count() or 1))
+        kill_after = self.timeout + _KILL_GRACE if self.timeout > 0 else None
+        outcomes = self._pool.map(build_candidate, [(inp, self.timeout, self.source_hook) for inp in inputs],
+                                  kill_after)
+        results = []
+        for out in outcomes:
+            if out.error is None:
+                results.append(out.value)
+                continue
+            if isinstance(out.error, WorkerTimeout):
+                kind, msg = ErrorKind.COMPILE_TIMEOUT, f"build ran past {self.timeout}s: {out.error}"
+            elif isinstance(out.error, WorkerDied):
+                kind, msg = ErrorKind.UNKNOWN, f"build worker died: {out.error}"
+            else:
+                kind, msg = ErrorKind.UNKNOWN, f"build raised in the worker:\n{out.error}"
+            results.append(BuildResult(None, "", kind, msg, out.seconds))
+        return results
+
+    def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    def __enter__(self) -> LocalBuilder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,245 @@
+"""A native timing harness, compiled once, that dlopen()s a candidate and times its kernel.
+
+Timing in a separate native process keeps Python and ctypes overhead out of the numbers, and a crash or
+hang in a candidate kills only that process. Inputs come from a seeded xorshift generator inside the
+harness, so a candidate and the naive reference see identical data without shipping arrays around.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tensorgen.codegen.toolchain import cache_dir, find_compiler
+from tensorgen.dag import ComputeDAG
+from tensorgen.errors import CompileError
+
+MAX_ARGS = 64
+#: dtype -> (harness kind letter, numpy dtype of the bytes it writes)
+KINDS: dict[str, tuple[str, str]] = {
+    "float32": ("f", "float32"), "float64": ("d", "float64"), "int32": ("i", "int32"),
+    "int64": ("l", "int64"), "float16": ("h", "float16"), "bool": ("i", "int32"),
+}
+
+_HARNESS_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void die(const char *what, const char *detail) {
+  fprintf(stderr, "harness: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
+  exit(3);
+}
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+static uint64_t xorshift(uint64_t *s) {
+  uint64_t x = *s;
+  x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+  return *s = x;
+}
+/* uniform in [-1, 1) */
+static double uniform(uint64_t *s) { return (double)(xorshift(s) >> 11) * (2.0 / 9007199254740992.0) - 1.0; }
+static uint16_t to_half(float f) { /* normal numbers only; |f| < 2^-14 flushes to zero */
+  uint32_t x; memcpy(&x, &f, 4);
+  uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+  int e = (int)((x >> 23) & 0xff) - 127 + 15;
+  return e <= 0 ? sign : (uint16_t)(sign | (e << 10) | ((x >> 13) & 0x3ff));
+}
+static size_t elem_size(char k) { return k == 'd' || k == 'l' ? 8 : k == 'h' ? 2 : 4; }
+static void fill(void *p, char k, long n, uint64_t seed) {
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+  for (long i = 0; i < n; i++) {
+    double u = uniform(&s);
+    switch (k) {
+      case 'f': ((float *)p)[i] = (float)u; break;
+      case 'd': ((double *)p)[i] = u; break;
+      case 'i': ((int32_t *)p)[i] = (int32_t)((u + 1.0) * 2.0); break;
+      case 'l': ((int64_t *)p)[i] = (int64_t)((u + 1.0) * 2.0); break;
+      case 'h': ((uint16_t *)p)[i] = to_half((float)u); break;
+      default: die("unknown element kind", NULL);
+    }
+  }
+}
+typedef void *P;
+static void call(void *fn, int n, P *a) {
+  switch (n) {
+@CASES@
+    default: die("too many kernel arguments", NULL);
+  }
+}
+/* argv: so symbol threads number repeat min_repeat_ms flush_bytes cooldown_s seed out_path nargs {kind:count:io}* */
+int main(int argc, char **argv) {
+  if (argc < 12) die("usage", "so symbol threads number repeat min_ms flush cooldown seed out nargs specs...");
+  int threads = atoi(argv[3]), number = atoi(argv[4]), repeat = atoi(argv[5]), nargs = atoi(argv[11]);
+  double min_ms = atof(argv[6]), cooldown = atof(argv[8]);
+  long flush_bytes = atol(argv[7]);
+  uint64_t seed = strtoull(argv[9], NULL, 10);
+  const char *out_path = argv[10];
+  if (argc != 12 + nargs || nargs < 1) die("argument count does not match nargs", NULL);
+  void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  if (!lib) die("dlopen failed", dlerror());
+  void *fn = dlsym(lib, argv[2]);
+  if (!fn) die("kernel symbol not found", argv[2]);
+  void (*set_threads)(int) = (void (*)(int))dlsym(lib, "tensorgen_set_num_threads");
+  if (set_threads && threads > 0) set_threads(threads);
+  P bufs[@MAX@]; char kinds[@MAX@], io[@MAX@]; long counts[@MAX@];
+  for (int i = 0; i < nargs; i++) {
+    if (sscanf(argv[12 + i], "%c:%ld:%c", &kinds[i], &counts[i], &io[i]) != 3) die("bad arg spec", argv[12 + i]);
+    size_t bytes = elem_size(kinds[i]) * (size_t)(counts[i] > 0 ? counts[i] : 1);
+    bufs[i] = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!bufs[i]) die("out of memory allocating", argv[12 + i]);
+    if (io[i] == 'i') fill(bufs[i], kinds[i], counts[i], seed + (uint64_t)i);
+    else memset(bufs[i], 0xff, bytes); /* NaN / -1: elements a kernel forgets to write show up */
+  }
+  call(fn, nargs, bufs); /* warm-up; its outputs are what correctness checks see */
+  if (strcmp(out_path, "-") != 0) {
+    FILE *f = fopen(out_path, "wb");
+    if (!f) die("cannot open output file", out_path);
+    for (int i = 0; i < nargs; i++)
+      if (io[i] == 'o' && fwrite(bufs[i], elem_size(kinds[i]), (size_t)counts[i], f) != (size_t)counts[i])
+        die("short write to", out_path);
+    if (fclose(f) != 0) die("cannot close", out_path);
+  }
+  unsigned char *flush = flush_bytes > 0 ? malloc((size_t)flush_bytes) : NULL;
+  volatile unsigned char sink = 0;
+  for (int r = 0; r < repeat; r++) {
+    if (r > 0 && cooldown > 0) {
+      struct timespec ts = {(time_t)cooldown, (long)((cooldown - (double)(time_t)cooldown) * 1e9)};
+      nanosleep(&ts, NULL);
+    }
+    double el;
+    for (;;) {
+      if (flush) { memset(flush, r + 1, (size_t)flush_bytes); sink += flush[(size_t)r % (size_t)flush_bytes]; }
+      double t0 = now();
+      for (int k = 0; k < number; k++) call(fn, nargs, bufs);
+      el = now() - t0;
+      if (el * 1e3 >= min_ms || number >= (1 << 30)) break;
+      double per = el / number > 1e-9 ? el / number : 1e-9;
+      double grown = min_ms * 1e-3 / per * 1.1 + 1.0, doubled = 2.0 * number;
+      grown = grown > doubled ? grown : doubled;
+      number = grown < (double)(1 << 30) ? (int)grown : (1 << 30);
+    }
+    printf("repeat %d %.17g\n", number, el / number);
+  }
+  fflush(stdout);
+  (void)sink;
+  return 0;
+}
+"""
+
+
+def harness_source() -> str:
+    cases = []
+    for n in range(1, MAX_ARGS + 1):
+        params = ", ".join(["P"] * n)
+        args = ", ".join(f"a[{i}]" for i in range(n))
+        cases.append(f"    case {n}: ((void (*)({params}))fn)({args}); break;")
+    return _HARNESS_C.replace("@CASES@", "\n".join(cases)).replace("@MAX@", str(MAX_ARGS))
+
+
+def harness_executable(cc: str | None = None, timeout: float = 120.0) -> Path:
+    """Compile the harness (once per compiler and source, cached next to the kernels) and return its path."""
+    cmd = find_compiler(cc)
+    source = harness_source()
+    key = hashlib.sha256("\0".join([source, *cmd]).encode()).hexdigest()[:24]
+    root = cache_dir()
+    exe = root / f"harness-{key}"
+    if exe.exists():
+        return exe
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root) as tmp:
+        c_path, out = Path(tmp) / "harness.c", Path(tmp) / "harness"
+        c_path.write_text(source)
+        argv = [*cmd, "-O2", "-std=gnu11", "-o", str(out), str(c_path), "-ldl"]
+        try:
+            proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise CompileError(f"cannot compile the timing harness: {exc}", source=source) from exc
+        if proc.returncode != 0:
+            raise CompileError(f"timing harness failed to compile:\n{proc.stderr}", source=source, log=proc.stderr)
+        os.replace(out, exe)
+    return exe
+
+
+@dataclass(frozen=True)
+class HarnessConfig:
+    """How to time: `number` runs per repeat (grown until a repeat lasts `min_repeat_ms`), `repeat` repeats."""
+
+    number: int = 3
+    repeat: int = 3
+    min_repeat_ms: float = 0.0
+    flush_bytes: int = 0
+    cooldown_interval: float = 0.0
+    threads: int = 1
+    seed: int = 1
+
+
+@dataclass(frozen=True)
+class HarnessRun:
+    """What one harness process did; `returncode < 0` is the signal that killed it."""
+
+    costs: tuple[float, ...]
+    numbers: tuple[int, ...]
+    returncode: int | None
+    stderr: str
+    wall_seconds: float
+    timed_out: bool = False
+
+
+def arg_specs(dag: ComputeDAG) -> list[str]:
+    """Harness argument specs `kind:count:io` for the kernel's arguments, in dag.args order."""
+    outs = {t.name for t in dag.outputs}
+    return [f"{KINDS[t.dtype][0]}:{int(np.prod(t.shape, dtype=np.int64))}:{'o' if t.name in outs else 'i'}"
+            for t in dag.args]
+
+
+def read_outputs(dag: ComputeDAG, path: str | os.PathLike) -> list[np.ndarray]:
+    """The output buffers the harness wrote after its warm-up call."""
+    data, out, offset = Path(path).read_bytes(), [], 0
+    for t in dag.outputs:
+        dt = np.dtype(KINDS[t.dtype][1])
+        n = int(np.prod(t.shape, dtype=np.int64))
+        out.append(np.frombuffer(data, dt, n, offset).reshape(t.shape))
+        offset += n * dt.itemsize
+    return out
+
+
+def run_harness(
+    exe: str | os.PathLike, so_path: str, kernel: str, specs: Sequence[str], config: HarnessConfig,
+    timeout: float, out_path: str | None = None,
+) -> HarnessRun:
+    """Time `kernel` from `so_path` in a fresh harness process; killed after `timeout` seconds."""
+    if len(specs) > MAX_ARGS:
+        raise ValueError(f"kernel has {len(specs)} arguments; the harness supports at most {MAX_ARGS}")
+    argv = [str(exe), so_path, kernel, str(config.threads), str(max(1, config.number)), str(config.repeat),
+            repr(float(config.min_repeat_ms)), str(config.flush_bytes), repr(float(config.cooldown_interval)),
+            str(config.seed), out_path or "-", str(len(specs)), *specs]
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:  # subprocess.run has already killed the child
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        return HarnessRun((), (), None, err, time.perf_counter() - start, timed_out=True)
+    wall = time.perf_counter() - start
+    costs, numbers = [], []
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "repeat":
+            numbers.append(int(parts[1]))
+            costs.append(float(parts[2]))
+    return HarnessRun(tuple(costs), tuple(numbers), proc.returncode, proc.stderr, wall)

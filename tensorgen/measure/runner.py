@@ -1,0 +1,174 @@
+"""Run built candidates one at a time, each in its own harness process, and classify what happened.
+
+One process per candidate makes isolation trivial: a segfault, abort or infinite loop takes down (or gets
+killed with) that process only, and the next candidate starts in a fresh one right away. Candidates run
+sequentially because concurrent runs would disturb each other's timings.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from tensorgen.codegen.c import render_c
+from tensorgen.codegen.toolchain import compile_source
+from tensorgen.measure.builder import KERNEL_NAME
+from tensorgen.measure.guard import ErrorGuard
+from tensorgen.measure.harness import (
+    HarnessConfig,
+    HarnessRun,
+    arg_specs,
+    harness_executable,
+    read_outputs,
+    run_harness,
+)
+from tensorgen.measure.types import BuildResult, ErrorKind, MeasureInput, MeasureResult
+from tensorgen.schedule.lower import lower
+from tensorgen.schedule.state import State
+from tensorgen.search.task import SearchTask
+
+_STDERR_TAIL = 2000
+
+
+class Runner(Protocol):
+    def run(self, inputs: list[MeasureInput], build_results: list[BuildResult]) -> list[MeasureResult]: ...
+
+
+def classify_run(run: HarnessRun, timeout: float, repeat: int) -> tuple[ErrorKind, str] | None:
+    """The error of a harness run, or None if it produced all its timings."""
+    tail = run.stderr[-_STDERR_TAIL:].strip()
+    detail = f"\n{tail}" if tail else ""
+    if run.timed_out:
+        return ErrorKind.RUN_TIMEOUT, f"candidate ran past the {timeout}s timeout and was killed{detail}"
+    rc = run.returncode
+    if rc is not None and rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        return ErrorKind.RUNTIME_ERROR, f"candidate crashed with {name}{detail}"
+    if rc != 0:
+        return ErrorKind.RUNTIME_ERROR, f"harness exited with status {rc}{detail}"
+    if len(run.costs) != repeat:
+        return ErrorKind.RUNTIME_ERROR, f"harness reported {len(run.costs)} of {repeat} repeats{detail}"
+    return None
+
+
+def compare_outputs(outs: list[np.ndarray], refs: list[np.ndarray], names: list[str], rtol: float) -> str | None:
+    """Why `outs` differ from `refs` (tolerance `rtol * max|ref|`, NaN where the reference has none), or None."""
+    for name, out, ref in zip(names, outs, refs):
+        o, r = out.astype(np.float64), ref.astype(np.float64)
+        nan_o, nan_r = np.isnan(o), np.isnan(r)
+        if (nan_o != nan_r).any():
+            idx = tuple(int(i) for i in np.argwhere(nan_o != nan_r)[0])
+            return f"{name}: {int((nan_o & ~nan_r).sum())} NaN values where the reference has none " \
+                   f"(first mismatch at {idx}: got {o[idx]}, expected {r[idx]})"
+        finite = r[~nan_r]
+        scale = float(np.abs(finite).max()) if finite.size else 0.0
+        tol = rtol * max(scale, float(np.finfo(np.float32).tiny))
+        with np.errstate(invalid="ignore"):
+            diff = np.where((o == r) | nan_r, 0.0, np.abs(o - r))
+        bad = ~(diff <= tol)
+        if bad.any():
+            idx = tuple(int(i) for i in np.argwhere(bad)[0])
+            return (f"{name}: {int(bad.sum())} of {bad.size} values off by more than {tol:.3g} "
+                    f"(= {rtol} * max|ref| {scale:.3g}); max error {float(np.nanmax(diff)):.3g}; "
+                    f"first at {idx}: got {o[idx]}, expected {r[idx]}")
+    return None
+
+
+@dataclass
+class LocalRunner:
+    """Times candidates on this machine with `hw.cores` threads; see HarnessConfig for the timing knobs.
+
+    `check_correctness` compares each candidate's outputs with the naive program's on the same inputs.
+    `guard` sees every final result (build errors included), so it alone covers a whole measurement.
+    """
+
+    timeout: float = 10.0
+    number: int = 3
+    repeat: int = 3
+    min_repeat_ms: float = 0.0
+    enable_cpu_cache_flush: bool = False
+    cooldown_interval: float = 0.0
+    check_correctness: bool = False
+    rtol: float = 1e-3
+    seed: int = 1
+    reference_timeout: float = 120.0
+    guard: ErrorGuard | None = field(default_factory=ErrorGuard)
+    _exe: Path | None = field(default=None, init=False, repr=False)
+    _references: dict[str, list[np.ndarray] | str] = field(default_factory=dict, init=False, repr=False)
+
+    def run(self, inputs: list[MeasureInput], build_results: list[BuildResult]) -> list[MeasureResult]:
+        if len(inputs) != len(build_results):
+            raise ValueError(f"{len(inputs)} inputs but {len(build_results)} build results")
+        results = []
+        for i, (inp, br) in enumerate(zip(inputs, build_results)):
+            res = self.measure(inp, br)
+            if self.guard is not None:
+                self.guard.observe(res, f"#{i} of {inp.task}")
+            results.append(res)
+        return results
+
+    def config(self, task: SearchTask, number: int | None = None, repeat: int | None = None) -> HarnessConfig:
+        flush = 2 * task.hw.l3_bytes if self.enable_cpu_cache_flush else 0
+        return HarnessConfig(
+            number=self.number if number is None else number, repeat=self.repeat if repeat is None else repeat,
+            min_repeat_ms=self.min_repeat_ms if number is None else 0.0, flush_bytes=flush,
+            cooldown_interval=self.cooldown_interval, threads=task.hw.cores, seed=self.seed,
+        )
+
+    def measure(self, inp: MeasureInput, br: BuildResult) -> MeasureResult:
+        """Measure one candidate; a failed build is passed through with its own error kind."""
+        if br.error_kind != ErrorKind.NONE:
+            return MeasureResult((), br.error_kind, br.error_msg, br.build_seconds)
+        if br.path is None:
+            return MeasureResult((), ErrorKind.UNKNOWN, "build reported success but no shared object",
+                                 br.build_seconds)
+        dag = inp.task.dag
+        with tempfile.TemporaryDirectory(prefix="tensorgen-run-") as tmp:
+            out_path = os.path.join(tmp, "outputs.bin") if self.check_correctness else None
+            run = run_harness(self.executable(), br.path, KERNEL_NAME, arg_specs(dag), self.config(inp.task),
+                              self.timeout, out_path)
+            all_cost = br.build_seconds + run.wall_seconds
+            error = classify_run(run, self.timeout, self.repeat)
+            if error is not None:
+                return MeasureResult((), error[0], error[1], all_cost)
+            if out_path is not None:
+                refs = self.reference(inp.task)
+                if isinstance(refs, str):
+                    return MeasureResult((), ErrorKind.UNKNOWN, f"cannot check correctness: {refs}", all_cost)
+                names = [t.name for t in dag.outputs]
+                why = compare_outputs(read_outputs(dag, out_path), refs, names, self.rtol)
+                if why is not None:
+                    return MeasureResult((), ErrorKind.WRONG_ANSWER, why, all_cost)
+        return MeasureResult(run.costs, all_cost=all_cost)
+
+    def executable(self) -> Path:
+        if self._exe is None:
+            self._exe = harness_executable()
+        return self._exe
+
+    def reference(self, task: SearchTask) -> list[np.ndarray] | str:
+        """Outputs of the naive program on the harness inputs (cached per task), or why there are none."""
+        if task.key not in self._references:
+            self._references[task.key] = self._compute_reference(task)
+        return self._references[task.key]
+
+    def _compute_reference(self, task: SearchTask) -> list[np.ndarray] | str:
+        func = lower(State(task.dag), KERNEL_NAME)
+        so = compile_source(render_c(func, task.hw.simd_bytes), march=task.target.march)
+        with tempfile.TemporaryDirectory(prefix="tensorgen-ref-") as tmp:
+            out_path = os.path.join(tmp, "outputs.bin")
+            run = run_harness(self.executable(), str(so), KERNEL_NAME, arg_specs(task.dag),
+                              self.config(task, number=1, repeat=1), self.reference_timeout, out_path)
+            error = classify_run(run, self.reference_timeout, 1)
+            if error is not None:
+                return f"the naive reference program failed ({error[0].value}): {error[1]}"
+            return [a.copy() for a in read_outputs(task.dag, out_path)]

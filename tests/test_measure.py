@@ -1,0 +1,213 @@
+"""Measurement: broken candidates are classified correctly and never stop the next good one from being measured.
+
+Broken C is injected through the builder's `source_hook`; which breakage a candidate gets is named by its
+task's `desc`, so one batch can mix broken and good candidates.
+"""
+
+import logging
+import os
+import signal
+import statistics
+import time
+
+import numpy as np
+import pytest
+
+from tensorgen import ComputeDAG, State, te
+from tensorgen.measure import BuildResult, ErrorKind, MeasureInput, MeasureResult
+from tensorgen.measure.builder import KERNEL_NAME, LocalBuilder
+from tensorgen.measure.guard import ErrorGuard, TooManyErrors
+from tensorgen.measure.harness import HarnessConfig, arg_specs, harness_executable, run_harness
+from tensorgen.measure.runner import LocalRunner, compare_outputs
+from tensorgen.search.task import SearchTask
+from tensorgen.target import HardwareParams, Target
+
+AT_START = {
+    "segfault": "*(volatile int*)0 = 0;",
+    "abort": "abort();",
+    "hang": "for (volatile int spin = 1; spin;) {}",
+    "syntax": "this is not C;",
+}
+AT_END = {"nan": "C[0] = NAN;", "wrong": "C[5] += 1000.0f;"}
+
+
+def inject(inp: MeasureInput, source: str) -> str:
+    """The builder's source hook: break the candidate as its task's desc says."""
+    what = inp.task.desc
+    if what in AT_START:
+        head = source.index(f"void {KERNEL_NAME}(")
+        brace = source.index("{\n", head) + 2
+        return source[:brace] + f"  {AT_START[what]}\n" + source[brace:]
+    if what in AT_END:
+        tail = "}\n\nvoid tensorgen_set_num_threads"
+        return source.replace(tail, f"  {AT_END[what]}\n{tail}")
+    if what == "kill-worker":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if what == "slow-build":
+        time.sleep(30)
+    return source
+
+
+def matmul_dag(n: int) -> ComputeDAG:
+    A = te.placeholder((n, n), name="A")
+    B = te.placeholder((n, n), name="B")
+    k = te.reduce_axis(n, "k")
+    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return ComputeDAG([A, B, C])
+
+
+def task(n: int = 64, desc: str = "") -> SearchTask:
+    return SearchTask(matmul_dag(n), Target.parse("cpu"), HardwareParams(cores=2), desc)
+
+
+def tiled(t: SearchTask) -> MeasureInput:
+    s = State(t.dag)
+    s.split("C", "i", [8])
+    s.split("C", "j", [8])
+    s.reorder("C", ["i_0", "j_0", "k", "i_1", "j_1"])
+    s.parallel("C", "i_0")
+    s.vectorize("C", "j_1")
+    return MeasureInput(t, s)
+
+
+def unfilled(t: SearchTask) -> MeasureInput:
+    s = State(t.dag)
+    s.split("C", "i", [None])
+    return MeasureInput(t, s)
+
+
+@pytest.fixture(scope="module")
+def builder():
+    with LocalBuilder(timeout=10.0, source_hook=inject) as b:
+        yield b
+
+
+def measure(builder: LocalBuilder, runner: LocalRunner, inputs: list[MeasureInput]) -> list[MeasureResult]:
+    return runner.run(inputs, builder.build(inputs))
+
+
+def assert_good(res: MeasureResult, repeat: int = 3) -> None:
+    assert res.ok, (res.error_kind, res.error_msg)
+    assert len(res.costs) == repeat and all(c > 0 for c in res.costs)
+    assert res.all_cost > 0
+
+
+def test_build_errors_keep_their_kind_and_input_order(builder):
+    inputs = [tiled(task()), unfilled(task()), tiled(task(32)), tiled(task(desc="syntax")), tiled(task(48))]
+    builds = builder.build(inputs)
+    assert [b.error_kind for b in builds] == [ErrorKind.NONE, ErrorKind.INSTANTIATION, ErrorKind.NONE,
+                                              ErrorKind.COMPILE_ERROR, ErrorKind.NONE]
+    assert "unfilled split" in builds[1].error_msg
+    assert "error" in builds[3].error_msg and "this is not C" in builds[3].source
+    results = LocalRunner(check_correctness=True).run(inputs, builds)  # each result checked against its own task
+    assert [r.error_kind for r in results] == [b.error_kind for b in builds]
+    assert results[3].error_msg == builds[3].error_msg
+    for r in (results[0], results[2], results[4]):
+        assert_good(r)
+
+
+@pytest.mark.parametrize("what, signame", [("segfault", "SIGSEGV"), ("abort", "SIGABRT")])
+def test_crash_is_runtime_error_and_next_is_measured(builder, what, signame):
+    results = measure(builder, LocalRunner(timeout=3.0), [tiled(task(desc=what)), tiled(task())])
+    assert results[0].error_kind == ErrorKind.RUNTIME_ERROR and signame in results[0].error_msg
+    assert_good(results[1])
+
+
+def test_infinite_loop_is_run_timeout_and_next_is_measured(builder):
+    start = time.perf_counter()
+    results = measure(builder, LocalRunner(timeout=2.0), [tiled(task(desc="hang")), tiled(task())])
+    assert results[0].error_kind == ErrorKind.RUN_TIMEOUT, results[0].error_msg
+    assert results[0].all_cost >= 2.0
+    assert_good(results[1])
+    assert time.perf_counter() - start < 10
+
+
+@pytest.mark.parametrize("what", ["nan", "wrong"])
+def test_wrong_answers_are_caught(builder, what):
+    runner = LocalRunner(check_correctness=True)
+    results = measure(builder, runner, [tiled(task(desc=what)), tiled(task())])
+    assert results[0].error_kind == ErrorKind.WRONG_ANSWER, results[0].error_msg
+    assert ("NaN" in results[0].error_msg) == (what == "nan")
+    assert_good(results[1])
+    # without the check the broken kernel is just timed
+    assert_good(LocalRunner().run([tiled(task(desc=what))], builder.build([tiled(task(desc=what))]))[0])
+
+
+def test_build_worker_death_is_reported_and_next_builds():
+    with LocalBuilder(n_parallel=1, source_hook=inject) as b:
+        builds = b.build([tiled(task(desc="kill-worker")), tiled(task())])
+    assert builds[0].error_kind == ErrorKind.UNKNOWN and "SIGKILL" in builds[0].error_msg
+    assert builds[1].error_kind == ErrorKind.NONE
+
+
+def test_build_timeout_kills_the_worker():
+    with LocalBuilder(n_parallel=2, timeout=0.5, source_hook=inject) as b:
+        builds = b.build([tiled(task(desc="slow-build")), tiled(task())])
+        assert builds[0].error_kind == ErrorKind.COMPILE_TIMEOUT, builds[0].error_msg
+        assert builds[1].error_kind == ErrorKind.NONE
+        assert b.build([tiled(task(40))])[0].error_kind == ErrorKind.NONE  # the killed worker is replaced
+
+
+def test_number_repeat_and_min_repeat_ms(builder):
+    inp = tiled(task())
+    (build,) = builder.build([inp])
+    (res,) = LocalRunner(number=2, repeat=5).run([inp], [build])
+    assert_good(res, repeat=5)
+    exe = harness_executable()
+    specs = arg_specs(inp.task.dag)
+    fixed = run_harness(exe, build.path, KERNEL_NAME, specs, HarnessConfig(number=4, repeat=2, threads=2), 10.0)
+    assert fixed.numbers == (4, 4)
+    grown = run_harness(exe, build.path, KERNEL_NAME, specs,
+                        HarnessConfig(number=1, repeat=3, min_repeat_ms=20, threads=2), 10.0)
+    assert len(grown.costs) == 3
+    assert all(n * c >= 0.020 for n, c in zip(grown.numbers, grown.costs))
+    (res,) = LocalRunner(number=1, repeat=3, min_repeat_ms=20).run([inp], [build])
+    assert_good(res) and res.all_cost >= 3 * 0.020
+
+
+def test_cache_flush_and_cooldown(builder):
+    inp = tiled(task())
+    runner = LocalRunner(repeat=3, enable_cpu_cache_flush=True, cooldown_interval=0.05)
+    (res,) = runner.run([inp], builder.build([inp]))
+    assert_good(res)
+    assert res.all_cost >= 2 * 0.05
+
+
+def test_timing_noise(builder):
+    inp = tiled(task(512))
+    (build,) = builder.build([inp])
+    assert build.error_kind == ErrorKind.NONE, build.error_msg
+    results = LocalRunner().run([inp] * 10, [build] * 10)
+    means = [r.median_cost for r in results]
+    cv = statistics.stdev(means) / statistics.mean(means)
+    gflops = 2 * 512**3 / statistics.median(means) / 1e9
+    print(f"\nmatmul 512 tiled, 10 measurements: CV = {cv:.4f}, median {statistics.median(means) * 1e3:.3f} ms "
+          f"({gflops:.1f} GFLOP/s)")
+    assert cv < 0.5
+
+
+def test_compare_outputs():
+    ref = [np.array([1.0, -100.0, 3.0], np.float32)]
+    assert compare_outputs([ref[0] + 0.05], ref, ["C"], 1e-3) is None  # 0.05 < 1e-3 * 100
+    assert "off by more" in compare_outputs([ref[0] + np.float32([0, 0, 0.2])], ref, ["C"], 1e-3)
+    assert "NaN" in compare_outputs([np.float32([1, np.nan, 3])], ref, ["C"], 1e-3)
+    assert "off by more" in compare_outputs([np.float32([1, np.inf, 3])], ref, ["C"], 1e-3)
+
+
+def test_guard_logs_first_errors_then_summaries(caplog):
+    guard = ErrorGuard(log_first=3, summary_every=5, max_consecutive=20)
+    bad = [BuildResult(None, "", ErrorKind.COMPILE_ERROR, "boom")] * 7 + [
+        MeasureResult((), ErrorKind.RUN_TIMEOUT, "slow")] * 3
+    with caplog.at_level(logging.WARNING, logger="tensorgen.measure"):
+        for r in bad:
+            guard.observe(r)
+        guard.observe(MeasureResult((1.0,)))
+    msgs = [r.getMessage() for r in caplog.records]
+    assert sum("boom" in m for m in msgs) == 3 and not any("slow" in m for m in msgs)
+    assert "5 consecutive errors: 5 compile_error so far" in msgs
+    assert "10 consecutive errors: 7 compile_error, 3 run_timeout so far" in msgs
+    assert msgs[-1] == "10 consecutive errors: 7 compile_error, 3 run_timeout, ended by a success"
+    assert guard.consecutive == 0 and guard.total_errors == 10
+    with pytest.raises(TooManyErrors, match="20 consecutive"):
+        for _ in range(20):
+            guard.observe(bad[0])
