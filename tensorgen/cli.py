@@ -32,8 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub.add_parser("ops", help="list the operator benchmark suite (Ansor Appendix C)").set_defaults(fn=_ops)
     from tensorgen import hw_cli
+    from tensorgen.records import cli as db_cli
 
     hw_cli.register(sub)
+    db_cli.register(sub)
     args = parser.parse_args(argv)
     try:
         return args.fn(args)

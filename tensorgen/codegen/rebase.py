@@ -28,6 +28,10 @@ def _statements(s: Stmt):
         yield from _statements(c)
 
 
+def allocates(s: Stmt) -> bool:
+    return any(isinstance(x, Allocate) for x in _statements(s))
+
+
 def encloses_micro_kernel(loop: For) -> bool:
     """A serial loop directly around unrolled/vectorized loops, with no other serial loop between."""
     if loop.kind != "serial":

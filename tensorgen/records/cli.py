@@ -1,0 +1,141 @@
+"""`tensorgen db ...`: inspect, export and import tuning databases from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from typing import Any
+
+from tensorgen.records.database import SQLiteDatabase, canonical_target
+from tensorgen.records.jsonl import export, import_
+from tensorgen.records.record import Record, RecordsError
+
+DEFAULT_DB = "tuning.db"
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add the `db` command group to a `tensorgen` argument parser's subparsers."""
+    db = subparsers.add_parser("db", help="inspect, export and import tuning records")
+    sub = db.add_subparsers(dest="db_command", required=True)
+
+    def with_db(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--db", default=DEFAULT_DB, help=f"the tuning database (default {DEFAULT_DB})")
+        return p
+
+    stats = with_db(sub.add_parser("stats", help="workloads with record counts, best cost and errors by kind"))
+    stats.add_argument("--json", metavar="F", help="also write the statistics to this JSON file")
+    stats.set_defaults(fn=_stats)
+
+    best = with_db(sub.add_parser("best", help="the best program of a workload as Python steps, with its speed"))
+    best.add_argument("workload_key", help="a workload key (or a unique prefix of one)")
+    best.add_argument("--target", help="only this target (default: every target the workload was tuned for)")
+    best.add_argument("--json", metavar="F", help="also write the result to this JSON file")
+    best.set_defaults(fn=_best)
+
+    exp = with_db(sub.add_parser("export", help="write records as JSON lines"))
+    exp.add_argument("file", help="the JSON-lines file to write")
+    exp.add_argument("--workload", metavar="KEY", help="only this workload")
+    exp.set_defaults(fn=_export)
+
+    imp = with_db(sub.add_parser("import", help="add the records of a JSON-lines file (creates the database)"))
+    imp.add_argument("file", help="the JSON-lines file to read")
+    imp.set_defaults(fn=_import)
+    return db
+
+
+def open_existing(path: str) -> SQLiteDatabase:
+    """Open a database that must already exist: reading must not create an empty file by accident."""
+    if not os.path.isfile(path):
+        raise RecordsError(f"tuning database {path!r} does not exist (pass --db FILE)")
+    return SQLiteDatabase(path)
+
+
+def _write_json(path: str | None, data: Any) -> None:
+    if path:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2)
+
+
+def _gflops(record: Record | None) -> float | None:
+    if record is None or not math.isfinite(record.cost) or record.cost <= 0:
+        return None
+    return record.compute_dag.flop_count / record.cost / 1e9
+
+
+def _fmt_ms(cost: float | None) -> str:
+    return "-" if cost is None else f"{cost * 1e3:.4f}"
+
+
+def _stats(args: argparse.Namespace) -> int:
+    with open_existing(args.db) as db:
+        rows = []
+        for key, target, count in db.workloads():
+            best = db.best(key, target)
+            errors = db.error_counts(key, target)
+            rows.append({
+                "workload_key": key, "target": target, "records": count, "ok": errors.pop("none", 0),
+                "best_cost": best.cost if best else None, "best_gflops": _gflops(best), "errors": errors,
+            })
+    print(f"{args.db}: {len(rows)} workload(s), {sum(r['records'] for r in rows)} record(s)")
+    if rows:
+        print(f"{'workload':24s}  {'target':24s}  {'records':>7s}  {'ok':>6s}  {'best ms':>10s}  "
+              f"{'GFLOP/s':>8s}  errors")
+    for r in rows:
+        gf = "-" if r["best_gflops"] is None else f"{r['best_gflops']:.2f}"
+        errs = " ".join(f"{k}={n}" for k, n in sorted(r["errors"].items())) or "-"
+        print(f"{r['workload_key']:24s}  {r['target']:24s}  {r['records']:7d}  {r['ok']:6d}  "
+              f"{_fmt_ms(r['best_cost']):>10s}  {gf:>8s}  {errs}")
+    _write_json(args.json, {"db": args.db, "workloads": rows})
+    return 0
+
+
+def _best(args: argparse.Namespace) -> int:
+    with open_existing(args.db) as db:
+        known = db.workloads()
+        keys = sorted({k for k, _, _ in known if k.startswith(args.workload_key)})
+        if len(keys) != 1:
+            what = "no workload" if not keys else f"{len(keys)} workloads ({', '.join(keys)}) match"
+            raise RecordsError(f"{what} {args.workload_key!r} in {args.db}; `tensorgen db stats` lists them")
+        key = keys[0]
+        targets = [t for k, t, _ in known if k == key]
+        if args.target is not None:
+            wanted = canonical_target(args.target)
+            if wanted not in targets:
+                raise RecordsError(f"workload {key} has no records for target {wanted!r}; it has: {', '.join(targets)}")
+            targets = [wanted]
+        out, status = [], 0
+        for target in targets:
+            record = db.best(key, target)
+            if record is None:
+                errors = db.error_counts(key, target)
+                print(f"workload {key} on {target}: no successful measurement "
+                      f"({', '.join(f'{k}={n}' for k, n in sorted(errors.items()))})")
+                status = 1
+                continue
+            program = str(record.state())
+            gflops = _gflops(record)
+            print(f"workload {key} on {target}: {record.cost * 1e3:.4f} ms, {gflops:.2f} GFLOP/s "
+                  f"({record.compute_dag.flop_count:.4g} FLOP), measured by tensorgen {record.version}")
+            print(program)
+            out.append({"workload_key": key, "target": target, "cost": record.cost, "gflops": gflops,
+                        "flop_count": record.compute_dag.flop_count, "steps": record.steps, "program": program})
+    _write_json(args.json, out)
+    return status
+
+
+def _export(args: argparse.Namespace) -> int:
+    with open_existing(args.db) as db:
+        n = export(db, args.file, args.workload)
+    print(f"exported {n} record(s) to {args.file}")
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    if not os.path.isfile(args.file):
+        raise RecordsError(f"no such file {args.file!r}")
+    with SQLiteDatabase(args.db) as db:
+        report = import_(db, args.file)
+    print(f"{args.file} -> {args.db}: {report}")
+    return 0

@@ -1,0 +1,172 @@
+"""One measured program: the workload (embedded), the target, the steps and what measuring them gave."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from tensorgen import __version__
+from tensorgen.dag import ComputeDAG
+from tensorgen.errors import TensorgenError
+from tensorgen.measure.types import ErrorKind, MeasureResult
+from tensorgen.schedule.state import State
+from tensorgen.schedule.steps import Step
+from tensorgen.search.task import SearchTask
+from tensorgen.target import HardwareParams, Target
+from tensorgen.te.serialize import dag_from_json, dag_to_json, decode_float, encode_float
+
+RECORD_FORMAT = 1
+
+
+class RecordsError(TensorgenError, ValueError):
+    """A record or record store is unusable: malformed data, a missing database file, ..."""
+
+
+class RecordFormatError(RecordsError):
+    """Records written by a newer tensorgen (a higher format version) that this one cannot read."""
+
+
+def steps_hash(steps: list | str) -> str:
+    """Identity of a step list, independent of JSON spacing (the database dedupes measured states on it)."""
+    data = json.loads(steps) if isinstance(steps, str) else steps
+    return hashlib.sha256(json.dumps(data, separators=(",", ":")).encode()).hexdigest()[:32]
+
+
+def result_to_json(result: MeasureResult) -> dict:
+    return {
+        "costs": [encode_float(c) for c in result.costs],
+        "error_kind": ErrorKind(result.error_kind).value,
+        "error_msg": result.error_msg,
+        "all_cost": encode_float(result.all_cost),
+        "timestamp": result.timestamp,
+    }
+
+
+def result_from_json(data: dict) -> MeasureResult:
+    try:
+        kind = ErrorKind(data.get("error_kind", "none"))
+    except ValueError:
+        kind = ErrorKind.UNKNOWN  # a kind added later still reads as a failure
+    return MeasureResult(
+        tuple(decode_float(c) for c in data["costs"]),
+        kind,
+        str(data.get("error_msg", "")),
+        decode_float(data.get("all_cost", 0.0)),
+        float(data.get("timestamp", 0.0)),
+    )
+
+
+@dataclass(frozen=True)
+class Record:
+    """A measured State with everything needed to replay it elsewhere.
+
+    `dag` is `dag_to_json` data, `steps` is `json.loads(state.to_json())`, `target` is the canonical
+    target string and `hw` the HardwareParams dict the measurement ran under.
+    """
+
+    workload_key: str
+    target: str
+    dag: dict = field(repr=False)
+    hw: dict = field(repr=False)
+    steps: list = field(repr=False)
+    result: MeasureResult
+    version: str = __version__
+    format: int = RECORD_FORMAT
+
+    @classmethod
+    def from_measure(cls, task: SearchTask, state: State, result: MeasureResult) -> Record:
+        if state.dag.workload_key != task.workload_key:
+            raise RecordsError(
+                f"state is for workload {state.dag.workload_key}, but the task is workload {task.workload_key}"
+            )
+        return cls(task.workload_key, str(task.target), dag_to_json(task.dag), task.hw.to_dict(),
+                   json.loads(state.to_json()), result)
+
+    # ---- derived ----------------------------------------------------------------------------
+
+    @property
+    def ok(self) -> bool:
+        return self.result.ok
+
+    @property
+    def cost(self) -> float:
+        """Median seconds per run; inf for a failed measurement."""
+        return self.result.median_cost
+
+    @property
+    def error_kind(self) -> str:
+        return ErrorKind(self.result.error_kind).value
+
+    @property
+    def steps_json(self) -> str:
+        return json.dumps(self.steps, separators=(",", ":"))
+
+    @property
+    def steps_hash(self) -> str:
+        return steps_hash(self.steps)
+
+    @cached_property
+    def compute_dag(self) -> ComputeDAG:
+        """The embedded DAG, rebuilt once per record."""
+        return dag_from_json(self.dag)
+
+    def state(self, dag: ComputeDAG | None = None) -> State:
+        """The measured program, replayed on `dag` (default: the embedded one)."""
+        dag = dag if dag is not None else self.compute_dag
+        if dag.workload_key != self.workload_key:
+            raise RecordsError(f"record is for workload {self.workload_key}, not {dag.workload_key}")
+        return State.replay(dag, [Step.from_json(s) for s in self.steps])
+
+    def task(self) -> SearchTask:
+        return SearchTask(self.compute_dag, Target.parse(self.target), HardwareParams.from_dict(self.hw))
+
+    # ---- JSON lines ---------------------------------------------------------------------------
+
+    def to_dict(self, include_dag: bool = True) -> dict:
+        out: dict[str, Any] = {
+            "format": self.format, "version": self.version, "workload_key": self.workload_key,
+            "target": self.target, "hw": self.hw, "steps": self.steps, "result": result_to_json(self.result),
+        }
+        if include_dag:
+            out["dag"] = self.dag
+        return out
+
+    def to_json_line(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"), allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, data: Any, dag: dict | None = None) -> Record:
+        """Raises RecordFormatError for a newer format, RecordsError for anything malformed."""
+        if not isinstance(data, dict):
+            raise RecordsError(f"a record is a JSON object, got {type(data).__name__}")
+        fmt = data.get("format")
+        if not isinstance(fmt, int) or isinstance(fmt, bool):
+            raise RecordsError(f"record has no integer 'format' field (got {fmt!r})")
+        if fmt > RECORD_FORMAT:
+            raise RecordFormatError(
+                f"record format version {fmt} is newer than this tensorgen {__version__} reads "
+                f"(format {RECORD_FORMAT}); upgrade tensorgen to read it"
+            )
+        try:
+            record = cls(
+                str(data["workload_key"]), str(data["target"]), data["dag"] if dag is None else dag,
+                dict(data["hw"]), list(data["steps"]), result_from_json(data["result"]),
+                str(data.get("version", "")), fmt,
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            what = f"missing field {err}" if isinstance(err, KeyError) else f"{type(err).__name__}: {err}"
+            raise RecordsError(f"malformed record ({what})") from None
+        if not isinstance(record.dag, dict) or not all(isinstance(s, list) for s in record.steps):
+            raise RecordsError("malformed record ('dag' must be an object and 'steps' a list of steps)")
+        return record
+
+    @classmethod
+    def from_json_line(cls, line: str) -> Record:
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise RecordsError(f"not valid JSON ({err})") from None
+        return cls.from_dict(data)
