@@ -7,16 +7,16 @@ from tensorgen import State, build, te
 
 def _conv():
     x = te.placeholder((1, 5, 6, 3), name="X")
-    w = te.placeholder((3, 3, 3, 4), name="W")
+    wt = te.placeholder((3, 3, 3, 4), name="W")
     pad = te.compute(
         (1, 7, 8, 3),
-        lambda n, h, w_, c: te.select(te.all_of(h >= 1, h < 6, w_ >= 1, w_ < 7), x[n, h - 1, w_ - 1, c], 0.0),
+        lambda n, h, w, c: te.select(te.all_of(h >= 1, h < 6, w >= 1, w < 7), x[n, h - 1, w - 1, c], 0.0),
         name="pad",
     )
     rh, rw, rc = te.reduce_axis(3, "rh"), te.reduce_axis(3, "rw"), te.reduce_axis(3, "rc")
-    y = te.compute((1, 5, 6, 4), lambda n, h, w_, co: te.sum(pad[n, h + rh, w_ + rw, rc] * w[rh, rw, rc, co],
+    y = te.compute((1, 5, 6, 4), lambda n, h, w, co: te.sum(pad[n, h + rh, w + rw, rc] * wt[rh, rw, rc, co],
                                                              axis=[rh, rw, rc]), name="conv")
-    return x, w, y
+    return x, wt, y
 
 
 def test_unrolled_loop_around_local_arrays_gcc12_ivopts():
