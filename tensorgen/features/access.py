@@ -1,0 +1,137 @@
+"""Memory-access analysis of one statement: per-loop strides of flat indices and footprint estimates.
+
+Flat indices are linear in the loop variables after lowering's simplification, so the stride of an
+access wrt a loop is its coefficient in `linear(index)`. Non-affine atoms (`f // 16` from fused
+loops) get the *average* slope over the loop's range, evaluated with the other variables at zero.
+
+Unique elements touched by one access under a set of loops (the footprint) is approximated as
+`min(sum_j |c_j| * (e_j - 1) + 1, prod_{j: c_j != 0} e_j)`: the span of the index when strides
+overlap (convolution windows, c=1 on two loops) and the point count when they do not (tiles).
+Both are exact for a single loop and for non-overlapping row-major tiles; the span overcounts
+strided tiles with gaps, the product undercounts nothing. Results are capped by the buffer size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorgen.loopir.nodes import Buffer
+from tensorgen.loopir.simplify import linear
+from tensorgen.te.expr import BinOp, Const, Expr, Var, walk
+
+
+@dataclass
+class Access:
+    """One load or store of a statement: its buffer, write flag and per-loop coefficient vector."""
+
+    buffer: Buffer
+    write: bool
+    coef: np.ndarray  # |stride| in elements wrt each enclosing loop, outer to inner
+    offset: int
+
+
+def coefficients(index: Expr, loop_vars: list[Var], extents: np.ndarray) -> tuple[np.ndarray, int]:
+    """|d index / d loop_var| for each loop (in elements) and the constant part of `index`."""
+    terms, c = linear(index)
+    pos = {id(v): k for k, v in enumerate(loop_vars)}
+    coef = np.zeros(len(loop_vars))
+    for atom, a in terms.items():
+        k = pos.get(id(atom))
+        if k is not None:
+            coef[k] += abs(a)
+            continue
+        for v in {id(n): n for n in walk(atom) if isinstance(n, Var)}.values():
+            j = pos.get(id(v))
+            if j is None or extents[j] <= 1:
+                continue
+            hi = _eval(atom, {id(v): int(extents[j]) - 1})
+            lo = _eval(atom, {})
+            if hi is not None and lo is not None:
+                coef[j] += abs(a * (hi - lo)) / (extents[j] - 1)
+    return coef, c
+
+
+def _eval(e: Expr, env: dict[int, int]) -> int | None:
+    """Integer value of index expression `e`; loop variables not in `env` are 0."""
+    if isinstance(e, Var):
+        return env.get(id(e), 0)
+    if isinstance(e, Const):
+        return int(e.value)
+    if isinstance(e, BinOp):
+        a, b = _eval(e.a, env), _eval(e.b, env)
+        if a is None or b is None:
+            return None
+        if e.op in ("floordiv", "floormod") and b == 0:
+            return None
+        fn = {"add": a.__add__, "sub": a.__sub__, "mul": a.__mul__, "floordiv": a.__floordiv__,
+              "floormod": a.__mod__, "min": lambda x: min(a, x), "max": lambda x: max(a, x)}.get(e.op)
+        return None if fn is None else fn(b)
+    return None
+
+
+def footprints(coef: np.ndarray, extents: np.ndarray) -> np.ndarray:
+    """Unique elements touched under loops k..n-1, for k = 0..n (entry n: the statement alone = 1)."""
+    n = len(extents)
+    span = np.ones(n + 1)
+    prod = np.ones(n + 1)
+    if n:
+        span[:n] = np.cumsum((coef * (extents - 1))[::-1])[::-1] + 1
+        prod[:n] = np.cumprod(np.where(coef > 0, extents, 1)[::-1])[::-1]
+    return np.minimum(span, prod)
+
+
+@dataclass
+class BufferStats:
+    """What one statement does to one buffer, before log scaling."""
+
+    buffer: Buffer
+    reads: int
+    writes: int
+    bytes: float
+    unique: np.ndarray  # unique bytes under loops k.., k = 0..n
+    lines: float
+    unique_lines: float
+    stride: float
+    coefs: list[np.ndarray]
+
+
+def buffer_stats(accesses: list[Access], extents: np.ndarray, trip: float, line_bytes: int) -> list[BufferStats]:
+    """Group a statement's accesses by buffer and estimate bytes, footprint, cache lines and stride."""
+    groups: dict[str, list[Access]] = {}
+    for a in accesses:
+        groups.setdefault(a.buffer.name, []).append(a)
+    out = []
+    for accs in groups.values():
+        buf = accs[0].buffer
+        eb = buf.nbytes / max(buf.size, 1)
+        fps = [footprints(a.coef, extents) for a in accs]
+        same = all(np.array_equal(a.coef, accs[0].coef) for a in accs)
+        if same:  # shifted copies of one pattern (stencils, read-modify-write): one footprint plus the shift
+            offs = [a.offset for a in accs]
+            elems = np.minimum(fps[0] + (max(offs) - min(offs)), np.sum(fps, axis=0))
+        else:
+            elems = np.sum(fps, axis=0)
+        elems = np.minimum(elems, buf.size)
+        lines = stride = 0.0
+        smin = np.inf
+        for a in accs:
+            nz = np.nonzero(a.coef)[0]
+            if len(nz):
+                j = nz[-1]  # innermost loop that moves the access
+                s = float(a.coef[j])
+                inner_same = float(math.prod(extents[j + 1:]))  # loops that re-hit the same element
+                lines += trip / inner_same * min(1.0, s * eb / line_bytes)
+                smin = min(smin, float(a.coef[nz].min()))
+                stride = max(stride, s)
+            else:
+                lines += 1.0
+        # dense footprints share lines (elements per line = line / (smallest stride * elem bytes))
+        unique_lines = 1.0 if smin == np.inf else max(1.0, elems[0] * min(line_bytes, smin * eb) / line_bytes)
+        out.append(BufferStats(
+            buf, sum(not a.write for a in accs), sum(a.write for a in accs), len(accs) * trip * eb,
+            elems * eb, lines, unique_lines, stride, [a.coef for a in accs],
+        ))
+    return out

@@ -1,0 +1,147 @@
+"""Ansor per-statement features: layout, known values on tiny programs, and the caching extractor."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from tensorgen import te
+from tensorgen.dag import ComputeDAG
+from tensorgen.features import N_FEATURES, NAMES, FeatureExtractor, statement_features
+from tensorgen.features.layout import INDEX, ONE_HOT
+from tensorgen.schedule import State
+from tensorgen.schedule.lower import lower
+from tensorgen.target import HardwareParams
+
+HW = HardwareParams(cores=2, cache_line_bytes=64)
+
+
+def lg(x: float) -> float:
+    return float(np.log2(1 + x))
+
+
+def add16() -> ComputeDAG:
+    a = te.placeholder((16, 16), name="A")
+    b = te.placeholder((16, 16), name="B")
+    c = te.compute((16, 16), lambda i, j: a[i, j] + b[i, j], name="C")
+    return ComputeDAG([a, b, c])
+
+
+def gmm(n: int) -> ComputeDAG:
+    a = te.placeholder((n, n), name="A")
+    b = te.placeholder((n, n), name="B")
+    k = te.reduce_axis(n, "k")
+    c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    return ComputeDAG([a, b, c])
+
+
+def tiled(n: int, ti: int = 8, tj: int = 16) -> State:
+    s = State(gmm(n))
+    s.split("C", "i", [ti]).split("C", "j", [tj]).reorder("C", ["i_0", "j_0", "k", "i_1", "j_1"])
+    return s.parallel("C", "i_0").unroll("C", "i_1").vectorize("C", "j_1")
+
+
+def feats(state: State) -> np.ndarray:
+    return statement_features(lower(state), HW)
+
+
+def buffer_row(row: np.ndarray, name_bytes: float, write: bool) -> dict[str, float]:
+    """The B<k> slot with this access type and bytes (slots are ranked by bytes, ties by name)."""
+    kind = "write" if write else "read"
+    for b in range(5):
+        if row[INDEX[f"B{b}.acc_type.{kind}"]] == 1 and row[INDEX[f"B{b}.bytes"]] == pytest.approx(name_bytes):
+            return {n.split(".", 1)[1]: row[i] for n, i in INDEX.items() if n.startswith(f"B{b}.")}
+    raise AssertionError("no such buffer slot")
+
+
+def test_layout():
+    assert N_FEATURES == 164 == len(NAMES) == len(set(NAMES))
+    f = feats(State(add16()))
+    assert f.shape == (1, N_FEATURES) and f.dtype == np.float64
+    assert set(np.unique(f[:, ONE_HOT])) <= {0.0, 1.0}
+
+
+def test_elementwise_add_counts_and_buffers():
+    (row,) = feats(State(add16()))
+    assert row[INDEX["float_addsub"]] == pytest.approx(lg(256))
+    assert row[INDEX["float_mul"]] == 0 and row[INDEX["float_mad"]] == 0
+    assert row[INDEX["outer_prod"]] == pytest.approx(lg(256)) and row[INDEX["num_loops"]] == pytest.approx(lg(2))
+    for kind in ("vec", "unroll", "parallel"):
+        assert row[INDEX[f"{kind}_type.none"]] == 1 and row[INDEX[f"{kind}_len"]] == 0
+    w = buffer_row(row, lg(1024), write=True)  # 256 floats written once each
+    assert w["unique_bytes"] == pytest.approx(lg(1024)) and w["lines"] == pytest.approx(lg(16))
+    assert w["unique_lines"] == pytest.approx(lg(16)) and w["stride"] == pytest.approx(lg(1))
+    assert w["reuse_type.no_reuse"] == 1
+    r = buffer_row(row, lg(1024), write=False)
+    assert sum(row[INDEX[f"B{b}.acc_type.read"]] for b in range(5)) == 2
+    assert r["unique_bytes"] == pytest.approx(lg(1024))
+    # 256 flops over 3 KiB: intensity 1/12 at the full nest
+    assert row[INDEX["arith_intensity_curve_9"]] == pytest.approx(lg(256 / 3072))
+    assert row[INDEX["alloc_size"]] == 0  # the output is an argument, not allocated
+
+
+def test_vectorize_and_parallel_features():
+    s = State(add16()).parallel("C", "i").vectorize("C", "j")
+    (row,) = feats(s)
+    assert row[INDEX["vec_len"]] == pytest.approx(lg(16)) and row[INDEX["vec_num"]] == pytest.approx(lg(1))
+    assert row[INDEX["vec_type.inner_spatial"]] == 1
+    assert row[INDEX["parallel_len"]] == pytest.approx(lg(16)) and row[INDEX["parallel_type.outer_spatial"]] == 1
+    assert row[INDEX["unroll_type.none"]] == 1
+    assert row[INDEX["float_addsub"]] == pytest.approx(lg(256))  # op counts do not depend on annotations
+
+
+def test_gmm_reduction_reuse_and_tiling():
+    naive = feats(State(gmm(64)))
+    assert naive.shape == (2, N_FEATURES)  # init and update
+    upd = naive[1]
+    assert upd[INDEX["float_mad"]] == pytest.approx(lg(64**3)) and upd[INDEX["float_mul"]] == pytest.approx(lg(64**3))
+    c = {n.split(".", 1)[1]: upd[i] for n, i in INDEX.items() if n.startswith("B0.")}
+    assert c["acc_type.readwrite"] == 1 and c["reuse_type.loop_multiple_read"] == 1
+    assert c["reuse_ct"] == pytest.approx(lg(64)) and c["unique_bytes"] == pytest.approx(lg(64 * 64 * 4))
+    t = feats(tiled(64))
+    assert t.shape == naive.shape and not np.allclose(t, naive)
+    assert t[1, INDEX["vec_len"]] == pytest.approx(lg(16)) and t[1, INDEX["unroll_len"]] == pytest.approx(lg(8))
+    assert t[1, INDEX["parallel_len"]] == pytest.approx(lg(8))
+    # same arithmetic, different memory behaviour: the curve is monotone and reaches the same end point
+    assert t[1, INDEX["arith_intensity_curve_9"]] == pytest.approx(upd[INDEX["arith_intensity_curve_9"]])
+
+
+def test_local_allocation():
+    s = State(gmm(64)).cache_write("C", "local")
+    s.split("C", "i", [8]).split("C", "j", [8]).reorder("C", ["i_0", "j_0", "i_1", "j_1"])
+    s.compute_at("C_local", "C", "j_0")
+    f = feats(s)
+    assert f.shape == (3, N_FEATURES)
+    assert f[0, INDEX["alloc_size"]] == pytest.approx(lg(8 * 8 * 4))
+    assert f[0, INDEX["alloc_outer_prod"]] == pytest.approx(lg(64))
+    assert f[2, INDEX["alloc_size"]] == 0  # the copy-out writes the argument C
+
+
+def test_auto_unroll_from_state():
+    s = tiled(64).pragma("C", "i_0", "auto_unroll_max_step$64")
+    (f,) = FeatureExtractor(HW).extract([s])
+    assert np.all(f[:, INDEX["auto_unroll_max_step"]] == pytest.approx(lg(64)))
+
+
+def test_deterministic():
+    a, b = feats(tiled(128)), feats(tiled(128))
+    assert np.array_equal(a, b)
+    assert np.isfinite(a).all() and (a >= 0).all()
+
+
+def test_extractor_cache_and_failures():
+    ex = FeatureExtractor(HW)
+    states = [tiled(256, ti, tj) for ti in (2, 4, 8) for tj in (4, 8, 16)]
+    first = ex.extract(states)
+    assert ex.stats["misses"] == len(states) and len(ex) == len(states)
+    t0 = time.perf_counter()
+    again = ex.extract([s.copy() for s in states])
+    assert time.perf_counter() - t0 < 0.05
+    assert ex.stats["hits"] == len(states)
+    assert all(x is y for x, y in zip(first, again))
+    assert len({x.tobytes() for x in first}) == len(states)  # different tilings, different features
+    bad = State(gmm(64)).split("C", "i", [None])  # an unfilled split does not lower
+    (f,) = ex.extract([bad])
+    assert f.shape == (0, N_FEATURES) and ex.stats["failures"] == 1
