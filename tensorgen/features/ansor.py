@@ -13,8 +13,7 @@ log2(1 + x). Deviations from TVM forced by this loop IR, all deliberate:
 - the arithmetic-intensity curve samples flops/unique-bytes at each loop level (innermost out),
   linearly interpolated against log2(flops) at 10 evenly spaced points up to the full nest.
 - footprints, cache lines and reuse use the approximations documented in `features.access`.
-- auto_unroll_max_step is not in the loop IR; pass `auto_unroll` ({stage name: step}, see
-  `FeatureExtractor`) or get a lower bound from the `unroll_hint` loops around the statement.
+- auto_unroll_max_step comes from the lowered function's `attrs["auto_unroll"]` ({stage name: step}).
 """
 
 from __future__ import annotations
@@ -47,7 +46,7 @@ from tensorgen.loopir.nodes import Allocate, BufLoad, For, If, PrimFunc, Seq, St
 from tensorgen.target import HardwareParams
 from tensorgen.te.expr import BinOp, Call, Cast, Cmp, Expr, Logic, Select, is_float
 
-__all__ = ["N_FEATURES", "NAMES", "statement_features", "program_features"]
+__all__ = ["N_FEATURES", "NAMES", "statement_features"]
 
 _OP_COL = {c: k for k, c in enumerate(OP_CATEGORIES)}
 _BIN_CAT = {"add": "addsub", "sub": "addsub", "mul": "mul", "div": "divmod", "floordiv": "divmod",
@@ -183,16 +182,9 @@ def _buffer_row(st: BufferStats, stats: list[BufferStats], extents: np.ndarray, 
     return row
 
 
-def _auto_unroll(ctx: _Context, auto_unroll: Mapping[str, int] | None) -> float:
-    if auto_unroll is not None:
-        return float(auto_unroll.get(ctx.store.buffer.name, 0))
-    hinted = [k for k, f in enumerate(ctx.loops) if f.unroll_hint]
-    return float(math.prod([f.extent for f in ctx.loops[hinted[0]:]])) if hinted else 0.0
-
-
-def statement_features(func: PrimFunc, hw: HardwareParams, auto_unroll: Mapping[str, int] | None = None,
-                       log: bool = True) -> np.ndarray:
+def statement_features(func: PrimFunc, hw: HardwareParams, log: bool = True) -> np.ndarray:
     """(n_statements, N_FEATURES) features of every Store of `func`, in program order."""
+    auto_unroll = func.attrs.get("auto_unroll", {})
     ctxs = _collect(func.body)
     rows = np.zeros((len(ctxs), N_FEATURES))
     # statements touching each buffer under each loop: the serial-reuse counter (TVM's for_touch_regions_)
@@ -211,7 +203,7 @@ def statement_features(func: PrimFunc, hw: HardwareParams, auto_unroll: Mapping[
 
 
 def _row(ctx: _Context, ops: np.ndarray, loads: list[BufLoad], hw: HardwareParams,
-         auto_unroll: Mapping[str, int] | None, under: dict[tuple[int, str], int]) -> np.ndarray:
+         auto_unroll: Mapping[str, int], under: dict[tuple[int, str], int]) -> np.ndarray:
     row = np.zeros(N_FEATURES)
     loops = ctx.loops
     loop_vars = [f.var for f in loops]
@@ -242,10 +234,5 @@ def _row(ctx: _Context, ops: np.ndarray, loads: list[BufLoad], hw: HardwareParam
         buf = ctx.store.buffer
         row[OFF_ALLOC:OFF_ALLOC + 4] = buf.nbytes, buf.size * ctx.alloc_outer, ctx.alloc_outer, \
             trip / max(ctx.alloc_outer, 1.0)
-    row[OFF_OTHER:OFF_OTHER + 3] = trip, len(loops), _auto_unroll(ctx, auto_unroll)
+    row[OFF_OTHER:OFF_OTHER + 3] = trip, len(loops), float(auto_unroll.get(ctx.store.buffer.name, 0))
     return row
-
-
-def program_features(func: PrimFunc, hw: HardwareParams, auto_unroll: Mapping[str, int] | None = None) -> np.ndarray:
-    """Alias of `statement_features` (the paper sums per-statement scores into a program score)."""
-    return statement_features(func, hw, auto_unroll)

@@ -78,8 +78,7 @@ class FeatureExtractor:
         else:
             t1 = time.perf_counter()
             self.stats["lower_s"] += t1 - t0
-            unroll = {s.name: s.auto_unroll_max_step for s in state.stages}
-            feats = statement_features(func, self.hw, unroll)
+            feats = statement_features(func, self.hw)
             self.stats["features_s"] += time.perf_counter() - t1
         feats.setflags(write=False)
         return feats

@@ -71,7 +71,8 @@ class _Lowerer:
         for buf in reversed(globals_):
             body = Allocate(buf, body)
         fname = name or "_".join(t.name for t in dag.outputs) + "_kernel"
-        return PrimFunc(fname, tuple(args), body, {"n_outputs": len(dag.outputs)})
+        unroll = {s.name: s.auto_unroll_max_step for s in self.state.stages if s.auto_unroll_max_step}
+        return PrimFunc(fname, tuple(args), body, {"n_outputs": len(dag.outputs), "auto_unroll": unroll})
 
     # ---- expressions ---------------------------------------------------------------------
 
