@@ -1,0 +1,252 @@
+"""Random annotation (Ansor §4.2): complete sketches into programs = the initial population.
+
+A sample picks a sketch uniformly, replays its steps with every unfilled split filled by a uniformly
+chosen perfect tiling, then (in Ansor's order) randomly moves flexible stages (root / inline /
+compute_at), parallelizes the outer space loops of root stages, picks an auto-unroll depth for
+stages with reductions, and vectorizes short innermost space loops. Each candidate is lowered and
+dropped if lowering fails, so every returned State is a complete, valid program.
+
+All randomness comes from the numpy Generator passed in: same seed, same population.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from tensorgen.errors import LoweringError, ScheduleError
+from tensorgen.schedule.lower import lower
+from tensorgen.schedule.state import State
+from tensorgen.schedule.steps import RfactorStep, SplitStep, Step
+from tensorgen.search.rules import has_data_reuse, is_output, is_tiled
+from tensorgen.search.task import SearchTask
+from tensorgen.te.expr import Reduce
+
+
+@dataclass
+class AnnotationPolicy:
+    """The knobs of random annotation (Ansor's defaults); `memo` caches factorizations per policy."""
+
+    max_innermost: int = 64
+    max_vectorize: int = 16
+    unroll_steps: tuple[int, ...] = (0, 16, 64, 512)
+    parallel_per_core: int = 16  # stop fusing outer loops beyond cores * this
+    memo: dict[tuple[int, int, int, bool], list[tuple[int, ...]]] = field(default_factory=dict, repr=False)
+
+    def factorizations(self, extent: int, n: int, inner_to_outer: bool = True) -> list[tuple[int, ...]]:
+        """All n-tuples of split lengths that tile `extent` perfectly, innermost loop <= max_innermost."""
+        key = (extent, n, self.max_innermost, inner_to_outer)
+        if key not in self.memo:
+            out = []
+            for lengths in _divisor_tuples(extent, n):
+                inner = lengths[-1] if inner_to_outer else extent // math.prod(lengths)
+                if inner <= self.max_innermost:
+                    out.append(lengths)
+            self.memo[key] = out
+        return self.memo[key]
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _divisor_tuples(extent: int, n: int) -> list[tuple[int, ...]]:
+    if n == 0:
+        return [()]
+    return [(d, *rest) for d in _divisors(extent) for rest in _divisor_tuples(extent // d, n - 1)]
+
+
+# ---------------------------------------------------------------------------------------------
+# filling tile sizes
+
+
+def tunable_splits(steps: Sequence[Step]) -> set[int]:
+    """Ids of the split steps whose lengths annotation samples: unfilled ones, and the placeholder
+    split right before an rfactor of one of its parts (see rules.AddRfactor)."""
+    out = {n for n, s in enumerate(steps) if isinstance(s, SplitStep) and None in s.lengths}
+    for n in range(len(steps) - 1):
+        s, nxt = steps[n], steps[n + 1]
+        if isinstance(s, SplitStep) and isinstance(nxt, RfactorStep) and nxt.stage_id == s.stage_id:
+            out.add(n)
+    return out
+
+
+def fill_tile_sizes(sketch: State, rng: np.random.Generator, policy: AnnotationPolicy) -> State:
+    """Replay the sketch with sampled lengths; follow splits read them from the filled steps."""
+    state = State(sketch.dag)
+    tunable = tunable_splits(sketch.steps)
+    for n, step in enumerate(sketch.steps):
+        if n in tunable:
+            extent = state.stages[step.stage_id].iters[step.iter_id].extent
+            if extent is None:
+                raise ScheduleError(f"split step {n}: the iterator's extent is still unknown")
+            choices = policy.factorizations(extent, len(step.lengths), step.inner_to_outer)
+            step = replace(step, extent=extent, lengths=choices[int(rng.integers(len(choices)))])
+        state.apply(step)
+    return state
+
+
+# ---------------------------------------------------------------------------------------------
+# annotations
+
+
+def _attach_points(state: State) -> set[tuple[str, str]]:
+    return {s.attach for s in state.stages if s.attach}
+
+
+def location_candidates(state: State, i: int) -> list[str]:
+    """Iterators of stage i's single consumer to compute it at (Ansor's GetComputeLocationCandidates):
+    outer space loops, through the reduction tiles of a tiled consumer, never into its inner tiles."""
+    consumers = state.effective_consumers(state.stages[i].name)
+    if len(consumers) != 1:
+        return []
+    target = state.stage(consumers[0])
+    tiled = is_tiled(state, state.stage_id(target.name))
+    attached_elsewhere = target.location == "at"
+    points = _attach_points(state)
+    out, seen_reduce = [], False
+    for it in target.iters:
+        if it.kind == "reduce":
+            seen_reduce = True
+            if not tiled:
+                break
+        elif seen_reduce or it.annotation == "unroll":
+            break
+        if it.extent == 1 or (attached_elsewhere and it.kind == "spatial" and it.name.endswith("_0")):
+            continue
+        out.append(it.name)
+        if (target.name, it.name) in points:
+            break
+    return out
+
+
+def change_compute_location(state: State, rng: np.random.Generator) -> None:
+    """Move each untiled, non-output stage to root, inline (no reduction) or one of its candidates."""
+    for i in range(len(state.stages) - 1, -1, -1):
+        st = state.stages[i]
+        if st.is_placeholder or st.location == "inline" or is_output(state, i):
+            continue
+        if is_tiled(state, i) or has_data_reuse(state, i):
+            continue
+        where = location_candidates(state, i)
+        choice = int(rng.integers(len(where) + 2))
+        try:
+            if choice == 0 and st.location != "root":
+                state.compute_root(i)
+            elif choice == 1 and not isinstance(st.tensor.body, Reduce):
+                state.compute_inline(i)
+            elif choice >= 2:
+                state.compute_at(i, state.stage_id(state.effective_consumers(st.name)[0]), where[choice - 2])
+        except ScheduleError:
+            pass  # leaves the state as it was
+
+
+def annotate_parallel(state: State, cores: int, rng: np.random.Generator, policy: AnnotationPolicy) -> None:
+    """Fuse a random prefix of each root stage's outer space loops (at least enough for every core
+    where possible, at most up to cores * parallel_per_core or an attach point) and parallelize it."""
+    for i, st in enumerate(state.stages):
+        if st.is_placeholder or st.location != "root":
+            continue
+        points = _attach_points(state)
+        prefix, degree = [], 1
+        for it in st.iters:
+            if it.kind != "spatial" or it.annotation != "none" or it.extent is None:
+                break
+            prefix.append(it)
+            degree *= it.extent
+            if degree > cores * policy.parallel_per_core or (st.name, it.name) in points:
+                break
+        if not prefix:
+            continue
+        extents = np.cumprod([it.extent for it in prefix])
+        lo = next((k + 1 for k, e in enumerate(extents) if e >= cores), len(prefix))
+        k = int(rng.integers(lo, len(prefix) + 1))
+        if extents[k - 1] == 1:
+            continue  # nothing to share out
+        names = [it.name for it in prefix[:k]]
+        if len(names) > 1:
+            state.fuse(i, names)
+            state.parallel(i, state.stages[i].iters[0].name)
+        else:
+            state.parallel(i, names[0])
+
+
+def annotate_unroll(state: State, rng: np.random.Generator, policy: AnnotationPolicy) -> None:
+    """auto_unroll_max_step on the outermost loop of every stage with a reduction (Ansor's InitUnroll)."""
+    for i, st in enumerate(state.stages):
+        if st.is_placeholder or st.location == "inline" or not any(it.kind == "reduce" for it in st.iters):
+            continue
+        value = policy.unroll_steps[int(rng.integers(len(policy.unroll_steps)))]
+        state.pragma(i, st.iters[0].name, f"auto_unroll_max_step${value}")
+
+
+def annotate_vectorize(state: State, rng: np.random.Generator, policy: AnnotationPolicy) -> None:
+    """Vectorize the innermost space loop (or, in untiled stages, a random run of innermost loops
+    fused) when it is unannotated, not an attach point and at most max_vectorize long."""
+    points = _attach_points(state)
+    for i, st in enumerate(state.stages):
+        if st.is_placeholder or st.location == "inline":
+            continue
+        run, length = 0, 1
+        for it in reversed(st.iters):
+            if (st.name, it.name) in points or it.kind != "spatial" or it.annotation != "none":
+                break
+            if it.extent is None or (is_tiled(state, i) and run > 0):
+                break
+            length *= it.extent
+            if length > policy.max_vectorize:
+                break
+            run += 1
+        if run == 0:
+            continue
+        run = int(rng.integers(1, run + 1))
+        names = [it.name for it in st.iters[len(st.iters) - run:]]
+        if run > 1:
+            state.fuse(i, names)
+        state.vectorize(i, state.stages[i].iters[-1].name)
+
+
+def sample_state(task: SearchTask, sketch: State, rng: np.random.Generator,
+                 policy: AnnotationPolicy | None = None) -> State:
+    """One random complete program from `sketch` (may raise ScheduleError/LoweringError if invalid)."""
+    policy = policy or AnnotationPolicy()
+    state = fill_tile_sizes(sketch, rng, policy)
+    change_compute_location(state, rng)
+    annotate_parallel(state, task.hw.cores, rng, policy)
+    annotate_unroll(state, rng, policy)
+    annotate_vectorize(state, rng, policy)
+    return state
+
+
+def is_valid(state: State) -> bool:
+    """The state lowers to a complete loop program."""
+    try:
+        lower(state)
+    except (LoweringError, ScheduleError):
+        return False
+    return True
+
+
+def sample_initial_population(task: SearchTask, sketches: Sequence[State], n: int, rng: np.random.Generator,
+                              policy: AnnotationPolicy | None = None, max_tries: int | None = None) -> list[State]:
+    """`n` valid random programs from uniformly picked sketches (fewer only if `max_tries`, default
+    10 * n, samples are mostly invalid). Duplicates are kept: the population is a multiset."""
+    if not sketches:
+        raise ValueError("sample_initial_population: no sketches to sample from")
+    policy = policy or AnnotationPolicy()
+    out: list[State] = []
+    tries = 0
+    limit = 10 * n if max_tries is None else max_tries
+    while len(out) < n and tries < limit:
+        tries += 1
+        sketch = sketches[int(rng.integers(len(sketches)))]
+        try:
+            state = sample_state(task, sketch, rng, policy)
+        except ScheduleError:
+            continue
+        if is_valid(state):
+            out.append(state)
+    return out

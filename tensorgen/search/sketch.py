@@ -1,0 +1,73 @@
+"""Sketch generation (Ansor §4.1): derive program structures by applying rules from output to input.
+
+The derivation state is (S, i): a State and the index of the stage being worked on. Starting from
+the naive program and the last stage, every rule of the ordered table is asked in turn; each that
+applies turns (S, i) into successors (S', i' <= i), and one that answers APPLY_AND_SKIP_REST stops
+the rest of the table for that state. States with i < 0 are finished sketches. Tile sizes are left
+unfilled (None) for random annotation (`tensorgen.search.annotate`) to sample.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+from tensorgen.errors import ScheduleError
+from tensorgen.schedule.state import State
+from tensorgen.search.rules import DEFAULT_RULES, Cond, Derivation, SketchRule
+from tensorgen.search.task import SearchTask
+
+
+def derive(task: SearchTask, state: State, i: int, rules: Sequence[SketchRule]) -> list[Derivation]:
+    """The successors of one derivation state under `rules` (inlined stages are passed over).
+
+    A rule whose application raises ScheduleError contributes nothing: a rule may be offered a
+    stage it cannot transform (e.g. a user rule meeting a stage an earlier rule already changed).
+    """
+    if state.stages[i].location == "inline":
+        return [(state, i - 1)]
+    out: list[Derivation] = []
+    for rule in rules:
+        cond = rule.condition(task, state, i)
+        if cond is Cond.SKIP:
+            continue
+        try:
+            succ = rule.apply(task, state, i)
+        except ScheduleError:
+            succ = []
+        if any(j > i for _, j in succ):
+            raise ValueError(f"rule {rule.name} moved the derivation forward from stage {i}; i must not increase")
+        out.extend(succ)
+        if cond is Cond.APPLY_AND_SKIP_REST:
+            break
+    return out
+
+
+def generate_sketches(task: SearchTask, rules: Sequence[SketchRule] | None = None,
+                      max_sketches: int = 1000) -> list[State]:
+    """All sketches of `task.dag` under `rules` (default: the DEFAULT_RULES table, read at call time),
+    deduplicated by their step list and in derivation order.
+
+    A rule returning (S, i) with the same i must make progress on its own (like cache_write, which
+    moves the work to a new stage); `max_sketches` bounds a runaway user rule.
+    """
+    rules = list(DEFAULT_RULES if rules is None else rules)
+    start = State(task.dag)
+    queue: deque[Derivation] = deque([(start, len(start.stages) - 1)])
+    sketches: dict[str, State] = {}
+    expanded = 0
+    while queue:
+        state, i = queue.popleft()
+        if i < 0:
+            sketches.setdefault(state.to_json(), state)
+            continue
+        expanded += 1
+        if expanded > max_sketches * 100 or len(sketches) > max_sketches:
+            raise RuntimeError(f"sketch derivation did not terminate within {max_sketches} sketches; check the rules")
+        queue.extend(derive(task, state, i, rules))
+    return list(sketches.values())
+
+
+def print_sketches(sketches: Sequence[State]) -> str:
+    """The sketches as numbered Python programs (unfilled lengths print as None)."""
+    return "\n\n".join(f"# sketch {n}\n{s}" for n, s in enumerate(sketches))

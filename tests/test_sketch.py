@@ -1,0 +1,195 @@
+"""Sketch generation (Ansor §4.1) and random annotation (§4.2) on GMM, conv2d + ReLU and NRM.
+
+Every sampled program is compiled, run and compared against NumPy or the naive program.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorgen.build import build
+from tensorgen.dag import ComputeDAG
+from tensorgen.errors import LoweringError
+from tensorgen.schedule.lower import lower
+from tensorgen.schedule.state import State
+from tensorgen.schedule.steps import CacheWriteStep, ComputeAtStep, ComputeInlineStep, RfactorStep, SplitStep
+from tensorgen.search.annotate import AnnotationPolicy, sample_initial_population
+from tensorgen.search.rules import (
+    DEFAULT_RULES,
+    Cond,
+    SketchRule,
+    has_data_reuse,
+    is_tiled,
+    multi_level_tiling,
+    register_rule,
+    unregister_rule,
+)
+from tensorgen.search.sketch import generate_sketches
+from tensorgen.search.task import SearchTask
+from tensorgen.target import HardwareParams, Target
+from tensorgen.te import ops
+
+
+def make_task(inputs, outputs, cores: int = 4) -> SearchTask:
+    return SearchTask(ComputeDAG(list(inputs) + list(outputs)), Target.parse("cpu"), HardwareParams(cores=cores))
+
+
+def gmm(n=64):
+    return make_task(*ops.make_gmm(n, n, n))
+
+
+def c2d_relu():
+    ins, (conv,) = ops.make_c2d(8, 8, 16, 16, 3, 1, 1)
+    return make_task(ins, [ops.relu(conv)])
+
+
+def nrm():
+    return make_task(*ops.make_nrm(256, 256))
+
+
+def kinds(state: State) -> list[type]:
+    return [type(s) for s in state.steps]
+
+
+# ---------------------------------------------------------------------------------------------
+# sketches
+
+
+def test_gmm_sketches():
+    sketches = generate_sketches(gmm())
+    assert 2 <= len(sketches) < 10
+    plain = [s for s in sketches if CacheWriteStep not in kinds(s)]
+    cached = [s for s in sketches if CacheWriteStep in kinds(s)]
+    assert len(plain) == 1 and len(cached) == 2  # cache stage fused at tile level 1 and 2
+    (s,) = plain
+    assert [it.name for it in s.stage("batch_matmul").iters] == [
+        "b_0", "i_0", "j_0", "b_1", "i_1", "j_1", "k_0", "b_2", "i_2", "j_2", "k_1", "b_3", "i_3", "j_3"]
+    assert {c.stage("batch_matmul_local").attach for c in cached} == {("batch_matmul", "j_0"),
+                                                                        ("batch_matmul", "j_1")}
+    for sk in sketches:  # sketches are incomplete programs until annotated
+        assert any(isinstance(st, SplitStep) and None in st.lengths for st in sk.steps)
+        with pytest.raises(LoweringError):
+            lower(sk)
+    assert len({s.to_json() for s in sketches}) == len(sketches)
+
+
+def test_conv2d_relu_sketches():
+    sketches = generate_sketches(c2d_relu())
+    assert 3 <= len(sketches) < 10
+    for s in sketches:  # pad has a select: not strictly inlinable, so it stays a stage
+        assert s.stage("pad").location == "root"
+        assert ComputeInlineStep not in kinds(s)
+        assert is_tiled(s, s.stage_id("conv2d"))
+    fused = {s.stage("conv2d").attach for s in sketches if s.stage("conv2d").location == "at"}
+    assert fused == {("relu", "i3_0"), ("relu", "i3_1")}  # fusion into relu at two tile levels
+    assert any(s.stage("conv2d").location == "root" for s in sketches)
+
+
+def test_nrm_sketches_have_rfactor():
+    sketches = generate_sketches(nrm())
+    rf = [s for s in sketches if RfactorStep in kinds(s)]
+    assert len(rf) == 2 and len(sketches) == 3
+    assert all("norm_sumsq_rf" in [st.name for st in s.stages] for s in rf)
+    assert generate_sketches(nrm()) == sketches  # deterministic
+
+
+class TwoLevelTiling(SketchRule):
+    """A user rule: "SRS" tiling instead of Ansor's CPU structure, and no cache stage."""
+
+    name = "two_level_tiling"
+
+    def condition(self, task, state, i):
+        ok = has_data_reuse(state, i) and not is_tiled(state, i)
+        return Cond.APPLY_AND_SKIP_REST if ok else Cond.SKIP
+
+    def apply(self, task, state, i):
+        return [(multi_level_tiling(state, i, "SRS")[0], i - 1)]
+
+
+def test_custom_rule_changes_sketches():
+    task = gmm()
+    before = generate_sketches(task)
+    rules = list(DEFAULT_RULES)
+    register_rule(TwoLevelTiling(), before="add_cache_write", rules=rules)
+    custom = generate_sketches(task, rules)
+    assert len(custom) == 1 and custom != before
+    assert [it.name for it in custom[0].stage("batch_matmul").iters] == ["b_0", "i_0", "j_0", "k", "b_1", "i_1", "j_1"]
+    pop = sample_initial_population(task, custom, 3, np.random.default_rng(0))
+    assert len(pop) == 3
+
+    register_rule(TwoLevelTiling(), before="add_cache_write")  # the global table
+    try:
+        assert generate_sketches(task) == custom
+    finally:
+        unregister_rule("two_level_tiling")
+    assert generate_sketches(task) == before
+
+
+# ---------------------------------------------------------------------------------------------
+# random annotation
+
+
+def _check_population(task: SearchTask, pop: list[State], expected: list[np.ndarray], inputs) -> None:
+    for s in pop:
+        assert State.from_json(task.dag, s.to_json()) == s
+        got = build(s).run(*inputs)
+        for g, want in zip(got, expected):
+            np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-4, err_msg=str(s))
+
+
+def _annotations(s: State) -> set[str]:
+    return {st.annotation for st in s.steps if hasattr(st, "annotation")}
+
+
+@pytest.mark.parametrize("name", ["gmm", "c2d_relu", "nrm"])
+def test_random_annotation_builds_and_matches(name):
+    task = {"gmm": gmm, "c2d_relu": c2d_relu, "nrm": nrm}[name]()
+    sketches = generate_sketches(task)
+    pop = sample_initial_population(task, sketches, 20, np.random.default_rng(7))
+    assert len(pop) == 20
+    rng = np.random.default_rng(0)
+    inputs = [rng.random(t.shape, dtype=np.float32) for t in task.dag.inputs]
+    if name == "gmm":
+        expected = [inputs[0] @ inputs[1]]
+    elif name == "nrm":
+        expected = [np.sqrt((inputs[0].astype(np.float64) ** 2).sum(axis=(1, 2)))]
+    else:
+        expected = build(State(task.dag)).run(*inputs)
+    _check_population(task, pop, expected, inputs)
+    for s in pop:
+        assert all(None not in st.lengths for st in s.steps if isinstance(st, SplitStep))
+    if name != "nrm":  # NRM's naive and rfactor-for-vectorization sketches have a batch of 1 to share out
+        assert sum("parallel" in _annotations(s) for s in pop) >= 15
+    assert sum("vectorize" in _annotations(s) for s in pop) >= 10
+    assert len({s.to_json() for s in pop}) >= 10
+
+
+def test_sampling_is_reproducible_and_seed_dependent():
+    task = c2d_relu()
+    sketches = generate_sketches(task)
+    a = sample_initial_population(task, sketches, 10, np.random.default_rng(123))
+    b = sample_initial_population(task, sketches, 10, np.random.default_rng(123))
+    c = sample_initial_population(task, sketches, 10, np.random.default_rng(124))
+    assert [s.to_json() for s in a] == [s.to_json() for s in b]
+    assert [s.to_json() for s in a] != [s.to_json() for s in c]
+
+
+def test_tile_sizes_are_perfect_and_bounded():
+    task = gmm(96)
+    policy = AnnotationPolicy(max_innermost=8)
+    pop = sample_initial_population(task, generate_sketches(task), 20, np.random.default_rng(3), policy)
+    for s in pop:
+        for st in s.steps:
+            if isinstance(st, SplitStep):
+                assert st.extent % np.prod(st.lengths) == 0 and st.lengths[-1] <= 8
+    assert len(policy.factorizations(12, 2)) == 17  # (a, b) with a * b | 12 and b <= 8
+    assert all(12 % (a * b) == 0 and b <= 8 for a, b in policy.factorizations(12, 2))
+
+
+def test_padding_location_varies():
+    task = c2d_relu()
+    pop = sample_initial_population(task, generate_sketches(task), 30, np.random.default_rng(5))
+    where = {s.stage("pad").location for s in pop}
+    assert "at" in where and len(where) >= 2
+    assert any(isinstance(st, ComputeAtStep) and s.stages[st.stage_id].name == "pad" for s in pop for st in s.steps)
