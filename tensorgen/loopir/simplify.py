@@ -13,20 +13,35 @@ Ranges = dict[Var, tuple[int, int]]  # inclusive [lo, hi] of each loop variable
 Linear = tuple[dict[Expr, int], int]  # {atom: coefficient}, constant
 
 
-def linear(e: Expr) -> Linear:
-    """`e` as a sum of coefficient * atom + constant; non-affine parts become atoms."""
+def linear(e: Expr, memo: dict | None = None) -> Linear:
+    """`e` as a sum of coefficient * atom + constant; non-affine parts become atoms.
+
+    `memo` (id -> (node, result); the node is kept so its id stays unique) makes repeated calls on
+    nested subtrees linear instead of quadratic; results from it are shared, callers must not mutate.
+    """
+    if memo is not None:
+        hit = memo.get(id(e))
+        if hit is not None:
+            return hit[1]
+        out = _linear(e, memo)
+        memo[id(e)] = (e, out)
+        return out
+    return _linear(e, None)
+
+
+def _linear(e: Expr, memo: dict | None) -> Linear:
     if isinstance(e, Const) and is_int(e.dtype):
         return {}, int(e.value)
     if isinstance(e, BinOp) and is_int(e.dtype):
         if e.op in ("add", "sub"):
-            (ta, ca), (tb, cb) = linear(e.a), linear(e.b)
+            (ta, ca), (tb, cb) = linear(e.a, memo), linear(e.b, memo)
             sign = 1 if e.op == "add" else -1
             terms = dict(ta)
             for k, v in tb.items():
                 terms[k] = terms.get(k, 0) + sign * v
             return {k: v for k, v in terms.items() if v}, ca + sign * cb
         if e.op == "mul":
-            (ta, ca), (tb, cb) = linear(e.a), linear(e.b)
+            (ta, ca), (tb, cb) = linear(e.a, memo), linear(e.b, memo)
             if not tb:
                 return ({k: v * cb for k, v in ta.items() if v * cb}, ca * cb)
             if not ta:
@@ -113,16 +128,19 @@ def prove(cond: Expr, ranges: Ranges) -> bool | None:
 def simplify(e: Expr, ranges: Ranges | None = None) -> Expr:
     """Canonicalize integer arithmetic and drop divisions/modulos that the ranges make trivial."""
     ranges = ranges or {}
-    return transform(e, lambda n: _simplify_node(n, ranges))
+    memo: dict = {}
+    return transform(e, lambda n: _simplify_node(n, ranges, memo))
 
 
-def _simplify_node(n: Expr, ranges: Ranges) -> Expr | None:
+def _simplify_node(n: Expr, ranges: Ranges, memo: dict) -> Expr | None:
     if isinstance(n, BinOp) and is_int(n.dtype):
         if n.op in ("floordiv", "floormod") and isinstance(n.b, Const) and n.b.value > 0:
             return _divmod(n.op, n.a, int(n.b.value), ranges)
         if n.op in ("add", "sub", "mul"):
-            terms, c = linear(n)
-            return from_linear(terms, c, n.dtype)
+            terms, c = linear(n, memo)
+            out = from_linear(terms, c, n.dtype)
+            memo[id(out)] = (out, (terms, c))
+            return out
         if n.op in ("min", "max"):
             a, b = bound(n.a, ranges), bound(n.b, ranges)
             if a and b:

@@ -6,6 +6,7 @@ and equality tests inside expressions are written `eq(a, b)` / `ne(a, b)`.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
@@ -52,6 +53,11 @@ def promote(a: str, b: str) -> str:
     return a if order.index(a) > order.index(b) else b
 
 
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
 class Expr:
     """Base of all expression nodes: operator overloading and generic traversal."""
 
@@ -81,7 +87,7 @@ class Expr:
                     changes[name] = new
         if not changes:
             return self
-        kw = {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+        kw = {name: getattr(self, name) for name in _field_names(type(self))}
         kw.update(changes)
         return type(self)(**kw)
 
