@@ -22,7 +22,7 @@ def derive(stage: Stage, root_extents: dict[str, int], leaf_values: dict[str, Ex
     Root extents differ from the tensor shape when bound inference shrinks a stage computed at a
     consumer's loop; the split factors stay, the outer extents shrink.
     """
-    from tensorgen.schedule.steps import split_extents
+    from tensorgen.schedule.steps import split_extents, split_radices
 
     extents: dict[str, int | None] = dict(root_extents)
     for rel in stage.relations:
@@ -39,11 +39,12 @@ def derive(stage: Stage, root_extents: dict[str, int], leaf_values: dict[str, Ex
         if isinstance(rel, Split):
             value: Expr | None = None
             reach, stride = 0, 1
-            for child in reversed(rel.children):
+            radices = split_radices(extents[rel.parent], rel.lengths, rel.inner_to_outer)
+            for child, radix in zip(reversed(rel.children), reversed(radices)):
                 term = values[child] if stride == 1 else values[child] * stride
                 value = term if value is None else term + value
                 reach += (covered[child] - 1) * stride
-                stride *= extents[child]
+                stride *= radix
             values[rel.parent] = value
             covered[rel.parent] = reach + 1
         else:

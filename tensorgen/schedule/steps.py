@@ -92,11 +92,26 @@ def _names(state: State, stage_id: int, iter_id: int) -> tuple[str, str]:
 # loop transformations
 
 
-def split_extents(extent: int | None, lengths: tuple[int | None, ...], inner_to_outer: bool) -> list[int | None]:
-    """Extents of the loops a split makes, outermost first; the free part is ceil-divided."""
+def split_radices(extent: int | None, lengths: tuple[int | None, ...], inner_to_outer: bool) -> list[int | None]:
+    """Place values of a split's loops, outermost first (the free part is ceil-divided): a loop advances
+    the parent by the product of the radices inside it."""
     known = None not in lengths and extent is not None
     rest = math.ceil(extent / math.prod(lengths)) if known else None
     return [rest, *lengths] if inner_to_outer else [*lengths, rest]
+
+
+def split_extents(extent: int | None, lengths: tuple[int | None, ...], inner_to_outer: bool) -> list[int | None]:
+    """Loop extents of a split, outermost first: the radices, except that a loop never runs past what
+    the parent needs — a stage computed inside a consumer's inner tile covers less than the product
+    of its split factors, and its outer tile loops then shrink to 1 instead of running guarded."""
+    radices = split_radices(extent, lengths, inner_to_outer)
+    if None in radices or not inner_to_outer:
+        return radices
+    out, stride = [], 1
+    for r in reversed(radices):
+        out.append(min(r, math.ceil(extent / stride)))
+        stride *= r
+    return out[::-1]
 
 
 @register_step

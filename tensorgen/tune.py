@@ -1,0 +1,286 @@
+"""tune(): search one task — propose, build, run, record, learn — until the trial budget is spent.
+
+The loop owns no state of its own beyond counters: what was measured lives in the database (every
+record is committed as it arrives, so an interrupted run loses nothing and the next call resumes),
+what was learned lives in the policy, and anything a user wants to see happens in callbacks.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tensorgen.dag import ComputeDAG
+from tensorgen.errors import TensorgenError
+from tensorgen.hardware import hardware_for
+from tensorgen.measure.builder import Builder, LocalBuilder
+from tensorgen.measure.runner import LocalRunner, Runner
+from tensorgen.measure.types import ErrorKind, MeasureInput, MeasureResult
+from tensorgen.records.database import Database, SQLiteDatabase
+from tensorgen.records.record import Record, steps_hash
+from tensorgen.schedule.state import State
+from tensorgen.search.policy import SearchPolicy
+from tensorgen.search.task import SearchTask
+from tensorgen.target import HardwareParams, Target
+from tensorgen.te.tensor import Tensor
+
+LOGGER = logging.getLogger("tensorgen.tune")
+
+POLICIES = ("ansor", "random")
+COST_MODELS = ("xgb", "random")
+
+
+class TuneError(TensorgenError, ValueError):
+    """tune() was called with arguments it cannot use (unknown policy, negative budget, ...)."""
+
+
+@dataclass(frozen=True)
+class TuneProgress:
+    """What a callback sees after the resume (`phase="resume"`) and after every measured batch."""
+
+    task: SearchTask
+    phase: str  # "resume" | "batch"
+    trials_done: int  # measured in this call
+    trials: int  # this call's budget
+    total_trials: int  # records of this workload + target, resumed ones included
+    best_cost: float  # seconds, inf until something succeeded
+    best_gflops: float
+    errors: int  # failed measurements in this call
+    elapsed_s: float
+    inputs: tuple[MeasureInput, ...] = ()  # the batch just measured
+    results: tuple[MeasureResult, ...] = ()
+
+
+Callback = Callable[[TuneProgress], None]
+
+
+@dataclass
+class TuneResult:
+    """The outcome of one tune() call. Times are wall-clock seconds of this call.
+
+    `search_overhead_s` is the time the search itself took (policy next_batch/update and replaying the
+    database on resume) — the part a better policy or cost model makes cheaper; database commits and
+    callbacks are counted in none of overhead, build or run.
+    """
+
+    task: SearchTask
+    best_state: State | None
+    best_cost: float
+    best_gflops: float
+    trials: int
+    total_trials: int
+    tuning_wall_s: float
+    search_overhead_s: float
+    build_s: float
+    run_s: float
+    errors: dict[str, int] = field(default_factory=dict)
+    interrupted: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly summary (no State; `best_steps` is its step list as JSON text)."""
+        return {
+            "workload_key": self.task.workload_key, "target": str(self.task.target), "desc": self.task.desc,
+            "best_seconds": self.best_cost if math.isfinite(self.best_cost) else None,
+            "best_gflops": self.best_gflops, "trials": self.trials, "total_trials": self.total_trials,
+            "tuning_wall_s": self.tuning_wall_s, "search_overhead_s": self.search_overhead_s,
+            "build_s": self.build_s, "run_s": self.run_s, "errors": dict(self.errors),
+            "interrupted": self.interrupted,
+            "best_steps": self.best_state.to_json() if self.best_state is not None else None,
+        }
+
+
+def make_task(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], target: str | Target = "cpu",
+              hw: HardwareParams | None = None, desc: str = "") -> SearchTask:
+    """A SearchTask from a task (returned as is), a ComputeDAG, or the tensors of one."""
+    if isinstance(task_or_dag, SearchTask):
+        return task_or_dag
+    dag = task_or_dag if isinstance(task_or_dag, ComputeDAG) else ComputeDAG(task_or_dag)
+    target = Target.parse(target)
+    return SearchTask(dag, target, hw if hw is not None else hardware_for(target), desc)
+
+
+def make_policy(task: SearchTask, policy: str | SearchPolicy, cost_model: Any = "xgb", seed: int = 0) -> SearchPolicy:
+    """The policy a name stands for ("ansor": SketchPolicy with the named cost model; "random")."""
+    if not isinstance(policy, str):
+        return policy
+    name = policy.lower()
+    if name == "random":
+        from tensorgen.search.random_policy import RandomPolicy
+
+        return RandomPolicy(task, seed=seed)
+    if name == "ansor":
+        try:
+            from tensorgen.search.sketch_policy import SketchPolicy
+        except ModuleNotFoundError as err:
+            if err.name != "tensorgen.search.sketch_policy":
+                raise
+            raise TuneError("policy 'ansor' needs tensorgen.search.sketch_policy, which this installation "
+                            "lacks; use policy='random'") from None
+        return SketchPolicy(task, cost_model=make_cost_model(cost_model, seed), seed=seed)
+    raise TuneError(f"unknown search policy {policy!r}; choose one of {', '.join(POLICIES)} or pass a SearchPolicy")
+
+
+def make_cost_model(cost_model: Any, seed: int = 0) -> Any:
+    """The cost model a name stands for ("xgb": XGBModel, "random": RandomModel); instances pass through."""
+    if not isinstance(cost_model, str):
+        return cost_model
+    if cost_model.lower() == "xgb":
+        from tensorgen.costmodel.xgb import XGBModel
+
+        return XGBModel(seed=seed)
+    if cost_model.lower() == "random":
+        from tensorgen.costmodel.base import RandomModel
+
+        return RandomModel(seed=seed)
+    raise TuneError(f"unknown cost model {cost_model!r}; choose one of {', '.join(COST_MODELS)} or pass a CostModel")
+
+
+@dataclass
+class _Tally:
+    """Counters of one tune() call; the best program over resumed and new measurements."""
+
+    task: SearchTask
+    trials: int
+    start: float = field(default_factory=time.perf_counter)
+    done: int = 0
+    total: int = 0
+    best_cost: float = math.inf
+    best_state: State | None = None
+    errors: Counter = field(default_factory=Counter)
+    policy_s: float = 0.0
+    build_s: float = 0.0
+    run_s: float = 0.0
+
+    def observe(self, state: State | None, result: MeasureResult) -> None:
+        self.total += 1
+        cost = result.median_cost
+        if result.ok and state is not None and math.isfinite(cost) and cost < self.best_cost:
+            self.best_cost, self.best_state = cost, state
+
+    @property
+    def best_gflops(self) -> float:
+        return self.task.dag.flop_count / self.best_cost / 1e9 if 0 < self.best_cost < math.inf else 0.0
+
+    def progress(self, phase: str, inputs: Sequence[MeasureInput] = (),
+                 results: Sequence[MeasureResult] = ()) -> TuneProgress:
+        return TuneProgress(self.task, phase, self.done, self.trials, self.total, self.best_cost, self.best_gflops,
+                            sum(self.errors.values()), time.perf_counter() - self.start, tuple(inputs),
+                            tuple(results))
+
+
+def _open_db(db: str | Path | Database | None) -> Database:
+    if db is None:
+        return SQLiteDatabase.in_memory()
+    return SQLiteDatabase(db) if isinstance(db, (str, Path)) else db
+
+
+def _resume(task: SearchTask, db: Database, policy: SearchPolicy, tally: _Tally) -> set[str]:
+    """Feed the database's records of this task to the policy; return the measured step hashes."""
+    measured: set[str] = set()
+    inputs, results = [], []
+    for record in db.records(task.workload_key, str(task.target)):
+        measured.add(record.steps_hash)
+        try:
+            state = record.state(task.dag)
+        except TensorgenError as err:  # a record a newer or broken version wrote: count it, don't learn from it
+            LOGGER.warning("cannot replay a stored record of %s: %s", task, err)
+            tally.observe(None, record.result)
+            continue
+        tally.observe(state, record.result)
+        inputs.append(MeasureInput(task, state))
+        results.append(record.result)
+    if inputs:
+        policy.update(inputs, results)
+    return measured
+
+
+def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trials: int = 64, *,
+         db: str | Path | Database | None = None, policy: str | SearchPolicy = "ansor", cost_model: Any = "xgb",
+         builder: Builder | None = None, runner: Runner | None = None, target: str | Target = "cpu",
+         hw: HardwareParams | None = None, batch_size: int = 64, seed: int = 0, callbacks: Sequence[Callback] = (),
+         build_timeout: float = 15.0, run_timeout: float = 10.0) -> TuneResult:
+    """Measure up to `trials` new programs of one task and return the best program known for it.
+
+    `trials` is this call's budget: records already in `db` for this workload + target are replayed
+    into the policy first (and counted in `total_trials`, and considered for the best), then `trials`
+    more are measured, fewer only if the policy runs out of new programs or the run is interrupted.
+    A state already in the database is never measured again. `db` is a path, a Database, or None
+    (in memory, gone after the call). `policy` is "ansor" (SketchPolicy with `cost_model`), "random",
+    or a SearchPolicy instance (give it a fresh one: tune feeds it the database's records).
+    `target`/`hw` are used only when `task_or_dag` is not a SearchTask; `build_timeout`/`run_timeout`
+    (seconds per candidate) only for the default LocalBuilder/LocalRunner. Ctrl-C (KeyboardInterrupt,
+    also from a callback) stops the loop; what was measured is kept and returned (`interrupted=True`).
+    """
+    if trials < 0 or batch_size < 1:
+        raise TuneError(f"need trials >= 0 and batch_size >= 1, got trials={trials}, batch_size={batch_size}")
+    task = make_task(task_or_dag, target, hw)
+    tally = _Tally(task, trials)
+    search = make_policy(task, policy, cost_model, seed)  # before opening the db: a bad policy creates no file
+    database = _open_db(db)
+    own_builder = builder is None
+    builder = builder if builder is not None else LocalBuilder(timeout=build_timeout)
+    runner = runner if runner is not None else LocalRunner(timeout=run_timeout)
+    interrupted = False
+    try:
+        measured = _resume(task, database, search, tally)
+        tally.policy_s += time.perf_counter() - tally.start  # building the policy + replaying the db: search time
+        for cb in callbacks:
+            cb(tally.progress("resume"))
+        while tally.done < trials:
+            if not _round(task, search, builder, runner, database, measured, tally, batch_size, callbacks):
+                LOGGER.info("%s: the policy proposed no new program; stopping after %d trials", task, tally.done)
+                break
+    except KeyboardInterrupt:
+        interrupted = True
+        LOGGER.warning("%s: interrupted after %d trials; every measured record is in the database", task, tally.done)
+    finally:
+        if own_builder:
+            builder.close()  # type: ignore[union-attr]
+        if db is None or isinstance(db, (str, Path)):
+            database.close()  # type: ignore[union-attr]
+    return TuneResult(task, tally.best_state, tally.best_cost, tally.best_gflops, tally.done, tally.total,
+                      time.perf_counter() - tally.start, tally.policy_s, tally.build_s, tally.run_s,
+                      {k: n for k, n in sorted(tally.errors.items())}, interrupted)
+
+
+def _round(task: SearchTask, search: SearchPolicy, builder: Builder, runner: Runner, db: Database,
+           measured: set[str], tally: _Tally, batch_size: int, callbacks: Sequence[Callback]) -> bool:
+    """One batch: propose, build, run and commit one by one, learn, report. False: nothing new to measure."""
+    t0 = time.perf_counter()
+    proposed = search.next_batch(min(batch_size, tally.trials - tally.done))
+    tally.policy_s += time.perf_counter() - t0
+    states = []
+    for state in proposed:  # a policy that breaks its promise must not cost measurements
+        key = steps_hash(state.to_json())
+        if key not in measured:
+            measured.add(key)
+            states.append(state)
+    if not states:
+        return False
+    inputs = [MeasureInput(task, s) for s in states]
+    t0 = time.perf_counter()
+    built = builder.build(inputs)
+    tally.build_s += time.perf_counter() - t0
+    results = []
+    for inp, br in zip(inputs, built):
+        t0 = time.perf_counter()
+        (res,) = runner.run([inp], [br])
+        tally.run_s += time.perf_counter() - t0
+        db.commit_record(Record.from_measure(task, inp.state, res))
+        results.append(res)
+        tally.done += 1
+        tally.observe(inp.state, res)
+        if res.error_kind != ErrorKind.NONE:
+            tally.errors[ErrorKind(res.error_kind).value] += 1
+    t0 = time.perf_counter()
+    search.update(inputs, results)
+    tally.policy_s += time.perf_counter() - t0
+    for cb in callbacks:
+        cb(tally.progress("batch", inputs, results))
+    return True

@@ -1,0 +1,188 @@
+"""`tensorgen tune OP --shape ...` and `tensorgen show OP --shape ...`: tune a suite operator, show its best program."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from tensorgen.dag import ComputeDAG
+from tensorgen.errors import TensorgenError
+from tensorgen.records.cli import DEFAULT_DB, open_existing
+from tensorgen.target import Target
+from tensorgen.tune import POLICIES, TuneProgress, TuneResult
+
+RESUMED_NOTE = "resumed from the database"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `tune` and `show` commands to a `tensorgen` argument parser's subparsers."""
+
+    def workload(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("op", metavar="OP", help="a suite operator (see `tensorgen ops`), e.g. gmm, c2d, nrm")
+        p.add_argument("--shape", required=True, help="its shape config, comma separated, e.g. 1024,1024,1024")
+        p.add_argument("--batch", type=int, default=1, help="batch size of the operator (default 1)")
+        p.add_argument("--db", default=DEFAULT_DB, help=f"the tuning database (default {DEFAULT_DB})")
+        p.add_argument("--target", default="cpu", help="the target (default cpu), e.g. 'cpu -cores=2'")
+        return p
+
+    tune = workload(subparsers.add_parser("tune", help="search fast programs for a suite operator"))
+    tune.add_argument("--trials", type=int, default=256, help="programs to measure in this run (default 256)")
+    tune.add_argument("--policy", choices=POLICIES, default="ansor", help="search policy (default ansor)")
+    tune.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    tune.add_argument("--batch-size", type=int, default=64, help="programs measured per round (default 64)")
+    tune.add_argument("--json", metavar="FILE", help="also write the result to this JSON file")
+    tune.set_defaults(fn=_tune)
+    show = workload(subparsers.add_parser("show", help="print the best tuned program of a suite operator"))
+    show.set_defaults(fn=_show)
+
+
+# ---------------------------------------------------------------------------------------------
+# the workload named on the command line
+
+
+def _suite_entry(op: str) -> tuple[str, object, list[tuple[int, ...]]]:
+    from tensorgen.te.ops.suite import SUITE
+
+    names = {name.lower(): name for name in SUITE}
+    if op.lower() not in names:
+        raise TensorgenError(f"unknown operator {op!r}; the suite has {', '.join(SUITE)} (see `tensorgen ops`)")
+    name = names[op.lower()]
+    make, configs = SUITE[name]
+    return name, make, configs
+
+
+def parse_workload(op: str, shape: str, batch: int = 1) -> tuple[str, tuple[int, ...], ComputeDAG]:
+    """(suite name, shape config, DAG) for `OP --shape a,b,c`, with errors that show valid configs."""
+    name, make, configs = _suite_entry(op)
+    params = [p.name for p in inspect.signature(make).parameters.values() if p.default is inspect.Parameter.empty]
+    examples = "; ".join(",".join(map(str, c)) for c in configs)
+    usage = f"{name} takes {len(params)} shape values ({', '.join(params)}), e.g. --shape {examples.split(';')[0]}"
+    try:
+        config = tuple(int(v) for v in shape.replace(" ", "").split(","))
+    except ValueError:
+        raise TensorgenError(f"--shape {shape!r} is not a comma-separated list of integers; {usage} "
+                             f"(suite configs: {examples})") from None
+    if len(config) != len(params):
+        raise TensorgenError(f"--shape {shape!r} has {len(config)} values; {usage} (suite configs: {examples})")
+    if batch < 1 or any(v < 1 for v in config):
+        raise TensorgenError(f"--shape {shape!r} --batch {batch}: sizes must be positive")
+    inputs, outputs = make(*config, batch=batch)
+    return name, config, ComputeDAG(list(inputs) + list(outputs))
+
+
+def _desc(name: str, config: tuple[int, ...], batch: int) -> str:
+    return f"{name}({','.join(map(str, config))})" + (f" batch={batch}" if batch != 1 else "")
+
+
+# ---------------------------------------------------------------------------------------------
+# progress and summary
+
+
+@dataclass
+class ProgressLine:
+    """A tune() callback writing one status line: rewritten in place on a TTY, one line per batch otherwise."""
+
+    stream: TextIO = field(default_factory=lambda: sys.stderr)
+    tty: bool | None = None
+    _width: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        if self.tty is None:
+            self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+
+    def __call__(self, p: TuneProgress) -> None:
+        best = f"{p.best_gflops:.2f} GFLOP/s" if p.best_gflops > 0 else "-"
+        resumed = p.total_trials - p.trials_done
+        extra = f" (+{resumed} {RESUMED_NOTE})" if resumed else ""
+        line = (f"[tune {p.task.desc or p.task.workload_key}] {p.trials_done}/{p.trials} trials{extra}  "
+                f"best {best}  errors {p.errors}  {p.elapsed_s:.1f}s")
+        if self.tty:
+            self.stream.write("\r" + line.ljust(self._width))
+            self._width = len(line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """End the in-place line so later output starts on its own line."""
+        if self.tty and self._width:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._width = 0
+
+
+def summary_table(result: TuneResult, db: str) -> str:
+    """The result as aligned `key  value` rows."""
+    cost = result.best_cost
+    errors = ", ".join(f"{n} {k}" for k, n in result.errors.items()) or "none"
+    rows = [
+        ("workload", f"{result.task.desc} [{result.task.workload_key}]"),
+        ("target", str(result.task.target)),
+        ("trials", f"{result.trials} this run, {result.total_trials} in the database"
+                   + (" (interrupted)" if result.interrupted else "")),
+        ("best time", f"{cost * 1e3:.4f} ms" if math.isfinite(cost) else "- (no successful measurement)"),
+        ("best speed", f"{result.best_gflops:.2f} GFLOP/s" if result.best_gflops > 0 else "-"),
+        ("wall time", f"{result.tuning_wall_s:.1f} s"),
+        ("  build", f"{result.build_s:.1f} s"),
+        ("  run", f"{result.run_s:.1f} s"),
+        ("  search overhead", f"{result.search_overhead_s:.1f} s"),
+        ("errors (this run)", errors),
+        ("database", db),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# commands
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from tensorgen.tune import make_task, tune
+
+    name, config, dag = parse_workload(args.op, args.shape, args.batch)
+    task = make_task(dag, Target.parse(args.target), desc=_desc(name, config, args.batch))
+    progress = ProgressLine()
+    try:
+        result = tune(task, trials=args.trials, db=args.db, policy=args.policy, seed=args.seed,
+                      batch_size=args.batch_size, callbacks=[progress])
+    finally:
+        progress.close()
+    print(summary_table(result, args.db))
+    if args.json:
+        data = {**result.to_dict(), "op": name, "shape": list(config), "batch": args.batch, "policy": args.policy,
+                "seed": args.seed, "db": args.db}
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2)
+    return 130 if result.interrupted else 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from tensorgen.build import build
+    from tensorgen.hardware import hardware_for
+
+    name, config, dag = parse_workload(args.op, args.shape, args.batch)
+    target = Target.parse(args.target)
+    desc = _desc(name, config, args.batch)
+    with open_existing(args.db) as db:
+        record = db.best(dag.workload_key, str(target))
+        if record is None:
+            n = len(db.records(dag.workload_key, str(target)))
+            why = f"only {n} failed measurements" if n else "no records"
+            raise TensorgenError(f"{args.db} has {why} for {desc} on target '{target}'; "
+                                 f"tune it first: tensorgen tune {name.lower()} --shape {args.shape} --db {args.db}")
+    state = record.state(dag)
+    gflops = dag.flop_count / record.cost / 1e9
+    print(f"# best of {desc} on '{target}': {record.cost * 1e3:.4f} ms, {gflops:.2f} GFLOP/s "
+          f"[{dag.workload_key}]")
+    print("# schedule steps (Python)")
+    print(state)
+    print("\n# generated C")
+    hw = hardware_for(target)
+    print(build(state, simd_bytes=hw.simd_bytes, march=target.march).source)
+    return 0

@@ -1,0 +1,193 @@
+"""tune(): resumable, never re-measures, keeps records on interrupt; `tensorgen tune` / `show` on the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+
+import numpy as np
+import pytest
+
+from tensorgen.build import build
+from tensorgen.dag import ComputeDAG
+from tensorgen.errors import TensorgenError
+from tensorgen.measure import LocalBuilder, LocalRunner
+from tensorgen.records import SQLiteDatabase
+from tensorgen.search.random_policy import RandomPolicy
+from tensorgen.te.ops.suite import make_gmm
+from tensorgen.tune import TuneError, TuneProgress, make_task, tune
+from tensorgen.tune_cli import ProgressLine, register
+
+FAST = dict(policy="random", batch_size=8, build_timeout=20.0, run_timeout=5.0)
+
+
+def gmm_dag(n: int = 64) -> ComputeDAG:
+    inputs, outputs = make_gmm(n, n, n)
+    return ComputeDAG(inputs + outputs)
+
+
+@pytest.fixture(scope="module")
+def task():
+    return make_task(gmm_dag())
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory, task):
+    """16 random trials, then 8 more on the same database."""
+    path = tmp_path_factory.mktemp("tune") / "t.db"
+    events: list[TuneProgress] = []
+    first = tune(task, trials=16, db=path, callbacks=[events.append], **FAST)
+    second = tune(task, trials=8, db=path, **FAST)
+    return path, first, second, events
+
+
+def distinct_steps(path) -> tuple[int, int]:
+    with sqlite3.connect(path) as conn:
+        return conn.execute("SELECT COUNT(*), COUNT(DISTINCT steps_hash) FROM records").fetchone()
+
+
+def test_best_program_matches_numpy(tuned, task):
+    _, first, _, _ = tuned
+    assert first.trials == 16 and first.total_trials == 16 and not first.interrupted
+    assert first.best_state is not None and first.best_gflops > 0
+    assert first.best_gflops == pytest.approx(task.dag.flop_count / first.best_cost / 1e9)
+    rng = np.random.default_rng(0)
+    a, b = (rng.random((1, 64, 64), dtype=np.float32) for _ in range(2))
+    (c,) = build(first.best_state).run(a, b)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_records_committed_and_progress_reported(tuned, task):
+    path, first, _, events = tuned
+    with SQLiteDatabase(path) as db:
+        assert len(db.records(task.workload_key, "cpu")) == 24
+    assert [e.phase for e in events] == ["resume", "batch", "batch"]
+    assert [e.trials_done for e in events] == [0, 8, 16]
+    assert all(len(e.inputs) == 8 for e in events[1:]) and events[-1].best_gflops == first.best_gflops
+
+
+def test_resume_counts_and_never_remeasures(tuned):
+    path, first, second, _ = tuned
+    assert second.trials == 8 and second.total_trials == 24
+    assert second.best_cost <= first.best_cost  # resumed records count for the best
+    assert distinct_steps(path) == (24, 24)
+
+
+def test_times_add_up(tuned):
+    for r in tuned[1:3]:
+        parts = (r.search_overhead_s, r.build_s, r.run_s)
+        assert all(t >= 0 for t in parts) and r.build_s > 0 and r.run_s > 0
+        assert sum(parts) <= r.tuning_wall_s
+
+
+def test_policy_instance_and_interrupt_keep_records(tmp_path, task):
+    path = tmp_path / "i.db"
+    seen = []
+
+    def stop(p: TuneProgress) -> None:
+        seen.append(p.trials_done)
+        if p.trials_done >= 4:
+            raise KeyboardInterrupt
+
+    with LocalBuilder(timeout=20.0) as builder:
+        result = tune(task, trials=12, db=path, policy=RandomPolicy(task, seed=3), batch_size=4, builder=builder,
+                      runner=LocalRunner(timeout=5.0, number=1, repeat=1), callbacks=[stop])
+    assert result.interrupted and result.trials == 4 and seen == [0, 4]
+    assert distinct_steps(path) == (4, 4)
+
+
+def test_policy_that_repeats_itself_costs_nothing(task):
+    class Stuck:
+        """Proposes the same program forever: tune must measure it once and stop."""
+
+        def __init__(self) -> None:
+            self.state = RandomPolicy(task, seed=1).next_batch(1)[0]
+
+        def next_batch(self, n):
+            return [self.state] * n
+
+        def update(self, inputs, results):
+            pass
+
+    result = tune(task, trials=8, policy=Stuck(), batch_size=4, run_timeout=5.0)
+    assert result.trials == 1 and result.total_trials == 1
+
+
+def test_random_policy_is_seeded_and_never_repeats(task):
+    a, b = RandomPolicy(task, seed=7), RandomPolicy(task, seed=7)
+    first = [s.to_json() for s in a.next_batch(10)]
+    assert first == [s.to_json() for s in b.next_batch(10)]
+    assert len(set(first)) == len(first)
+    assert not set(first) & {s.to_json() for s in a.next_batch(10)}
+
+
+def test_bad_arguments():
+    with pytest.raises(TuneError, match="unknown search policy"):
+        tune(gmm_dag(8), trials=1, policy="nope")
+    with pytest.raises(TuneError, match="trials"):
+        tune(gmm_dag(8), trials=-1, policy="random")
+
+
+# ---------------------------------------------------------------------------------------------
+# command line
+
+
+def cli(argv: list[str]) -> int:
+    """`tensorgen` with the tune/show commands registered, errors as in tensorgen.cli.main."""
+    parser = argparse.ArgumentParser(prog="tensorgen")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return args.fn(args)
+    except TensorgenError as err:
+        print(f"tensorgen: error: {err}")
+        return 2
+
+
+def test_cli_tune_json_and_show(tmp_path, capsys):
+    db, out = str(tmp_path / "c.db"), tmp_path / "r.json"
+    assert cli(["tune", "GMM", "--shape", "64,64,64", "--trials", "8", "--policy", "random", "--db", db,
+                "--json", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "8/8 trials" in captured.err and "GFLOP/s" in captured.out
+    data = json.loads(out.read_text())
+    assert data["trials"] == 8 and data["best_gflops"] > 0 and data["best_seconds"] > 0
+    assert {"tuning_wall_s", "search_overhead_s"} <= data.keys()
+    assert cli(["show", "gmm", "--shape", "64,64,64", "--db", db]) == 0
+    shown = capsys.readouterr().out
+    assert "s.split(" in shown and "void " in shown and "GFLOP/s" in shown
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["tune", "nosuchop", "--shape", "1,2"], "unknown operator 'nosuchop'"),
+    (["tune", "gmm", "--shape", "64,64"], "GMM takes 3 shape values (n, m, k)"),
+    (["tune", "gmm", "--shape", "64,x,64"], "not a comma-separated list of integers"),
+    (["show", "nrm", "--shape", "8,8"], "has no records for NRM(8,8)"),
+])
+def test_cli_errors_exit_2(tmp_path, capsys, argv, message):
+    db = tmp_path / "e.db"
+    SQLiteDatabase(db).close()
+    assert cli([*argv, "--db", str(db)]) == 2
+    assert message in capsys.readouterr().out
+
+
+def test_progress_line_rewrites_on_a_tty(task):
+    class Stream:
+        def __init__(self):
+            self.text = ""
+
+        def write(self, s):
+            self.text += s
+
+        def flush(self):
+            pass
+
+    p = TuneProgress(task, "batch", 8, 16, 24, 1e-3, 0.5, 1, 1.0)
+    tty, log = ProgressLine(Stream(), tty=True), ProgressLine(Stream(), tty=False)
+    for line in (tty, log):
+        line(p)
+        line(p)
+        line.close()
+    assert tty.stream.text.count("\r") == 2 and tty.stream.text.endswith("\n")
+    assert log.stream.text.count("\n") == 2 and "8/16 trials (+16 resumed" in log.stream.text
