@@ -1,4 +1,4 @@
-"""Persistent Python worker processes (`python -m tensorgen.measure.worker`) that run picklable calls.
+"""Persistent Python worker processes (running `tensorgen.measure.worker.main`) that run picklable calls.
 
 Why not multiprocessing: fork is unsafe once the parent holds OpenMP or other threads, and spawn re-imports
 the caller's `__main__`, which breaks every script without an `if __name__ == "__main__"` guard. A worker
@@ -90,7 +90,7 @@ class PopenWorker:
     def start(self) -> None:
         # the parent's sys.path, so functions it can import (tensorgen itself, test hooks) unpickle here too
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "tensorgen.measure.worker"],
+        self.proc = subprocess.Popen([sys.executable, "-c", "from tensorgen.measure.worker import main; main()"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
 
     def call(self, fn: Callable, args: Sequence, timeout: float | None) -> Any:
@@ -198,6 +198,3 @@ class WorkerPool:
         for w in self._all:
             w.close()
 
-
-if __name__ == "__main__":
-    main()
