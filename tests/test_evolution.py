@@ -1,0 +1,229 @@
+"""Evolutionary search (Ansor §5.1): mutation rules, node-based crossover, the evolution loop, SketchPolicy.
+
+Mutated and crossed programs must stay valid programs of the same computation, so every result is
+lowered and a sample of them is compiled and compared against the naive program.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tensorgen.build import build
+from tensorgen.costmodel import RandomModel
+from tensorgen.dag import ComputeDAG
+from tensorgen.features.extractor import FeatureExtractor
+from tensorgen.features.layout import INDEX
+from tensorgen.measure.types import ErrorKind, MeasureInput, MeasureResult
+from tensorgen.schedule.state import State
+from tensorgen.schedule.steps import ComputeAtStep, PragmaStep, SplitStep
+from tensorgen.search.annotate import is_valid, sample_initial_population
+from tensorgen.search.evolution import EvolutionarySearch, crossover, match_sketch, step_owners
+from tensorgen.search.mutations import (
+    DEFAULT_MUTATIONS,
+    ComputeLocationMutation,
+    ParallelMutation,
+    PragmaMutation,
+    TileSizeMutation,
+    mutate,
+)
+from tensorgen.search.policy import state_key
+from tensorgen.search.sketch import generate_sketches
+from tensorgen.search.sketch_policy import SketchPolicy
+from tensorgen.search.task import SearchTask
+from tensorgen.target import HardwareParams, Target
+from tensorgen.te import ops
+
+
+def make_task(inputs, outputs, cores: int = 4) -> SearchTask:
+    return SearchTask(ComputeDAG(list(inputs) + list(outputs)), Target.parse("cpu"), HardwareParams(cores=cores))
+
+
+def gmm(n: int = 64) -> SearchTask:
+    return make_task(*ops.make_gmm(n, n, n))
+
+
+def c2d_relu() -> SearchTask:
+    ins, (conv,) = ops.make_c2d(8, 8, 16, 16, 3, 1, 1)
+    return make_task(ins, [ops.relu(conv)])
+
+
+TASKS = {"gmm": gmm, "c2d_relu": c2d_relu}
+_CACHE: dict[str, tuple[SearchTask, list[State], list[State]]] = {}
+
+
+def setup(name: str) -> tuple[SearchTask, list[State], list[State]]:
+    """(task, sketches, a 24-state random population), shared by the tests of one module run."""
+    if name not in _CACHE:
+        task = TASKS[name]()
+        sketches = generate_sketches(task)
+        _CACHE[name] = task, sketches, sample_initial_population(task, sketches, 24, np.random.default_rng(11))
+    return _CACHE[name]
+
+
+def check_same_program(task: SearchTask, states: list[State]) -> None:
+    rng = np.random.default_rng(0)
+    inputs = [rng.random(t.shape, dtype=np.float32) for t in task.dag.inputs]
+    expected = build(State(task.dag)).run(*inputs)
+    for s in states:
+        for got, want in zip(build(s).run(*inputs), expected):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=str(s))
+
+
+class VecModel:
+    """Synthetic cost model: longer vectorized innermost loops are better (sum of log vector lengths)."""
+
+    def update(self, features, throughputs, groups=None) -> None:
+        pass
+
+    def predict(self, features) -> np.ndarray:
+        return np.array([float(f[:, INDEX["vec_len"]].sum()) if len(f) else 0.0 for f in features])
+
+
+# ---------------------------------------------------------------------------------------------
+# mutations
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+@pytest.mark.parametrize("rule", DEFAULT_MUTATIONS, ids=lambda r: r.name)
+def test_mutation_keeps_programs_valid(name, rule):
+    task, _, pop = setup(name)
+    rng = np.random.default_rng(1)
+    pairs = [(m, s) for s in pop if rule.applicable(task, s) and (m := rule.apply(task, s, rng)) is not None]
+    if name == "gmm" and isinstance(rule, ComputeLocationMutation):
+        assert not pairs  # GMM has no flexible stage
+        return
+    assert len(pairs) >= len(pop) // 2, f"{rule.name} failed too often on {name}"
+    assert all(is_valid(m) and m.steps != s.steps for m, s in pairs)
+    check_same_program(task, [m for m, _ in pairs[:2]])
+
+
+def test_tile_size_mutation_keeps_products_and_bounds():
+    task, _, pop = setup("c2d_relu")
+    rule, rng = TileSizeMutation(), np.random.default_rng(2)
+    changed = 0
+    for s in pop:
+        m = rule.apply(task, s, rng)
+        assert m is not None
+        for old, new in zip(s.steps, m.steps):
+            assert type(old) is type(new)
+            if isinstance(new, SplitStep):
+                assert new.extent % math.prod(new.lengths) == 0 and new.lengths[-1] <= rule.policy.max_innermost
+                changed += old.lengths != new.lengths
+        assert sum(isinstance(a, SplitStep) and a != b for a, b in zip(s.steps, m.steps)) == 1
+    assert changed == len(pop)
+
+
+def test_parallel_pragma_and_location_mutations_change_their_decision():
+    task, _, pop = setup("c2d_relu")
+    rng = np.random.default_rng(3)
+    for s in pop[:8]:
+        m = PragmaMutation().apply(task, s, rng)
+        assert [st.pragma for st in m.steps if isinstance(st, PragmaStep)] != \
+            [st.pragma for st in s.steps if isinstance(st, PragmaStep)]
+        p = ParallelMutation().apply(task, s, rng)
+        if p is not None:  # the parallel loop covers a different set of loops
+            assert [it.extent for st in p.stages for it in st.iters if it.annotation == "parallel"] != \
+                [it.extent for st in s.stages for it in st.iters if it.annotation == "parallel"]
+        c = ComputeLocationMutation().apply(task, s, rng)
+        if c is not None:
+            assert (c.stage("pad").location, c.stage("pad").attach) != (s.stage("pad").location, s.stage("pad").attach)
+
+
+def test_mutate_picks_applicable_rules_by_weight():
+    task, _, pop = setup("gmm")
+    rng = np.random.default_rng(4)
+    names = [mutate(task, pop[n % len(pop)], rng)[1].name for n in range(200)]
+    assert "compute_location" not in names  # not applicable to GMM
+    assert names.count("tile_size") > 150 and len(set(names)) >= 2
+
+
+# ---------------------------------------------------------------------------------------------
+# crossover
+
+
+def test_crossover_mixes_parents_and_stays_valid():
+    task, sketches, pop = setup("c2d_relu")
+    rng = np.random.default_rng(5)
+    children = []
+    for a in pop:
+        for b in pop:
+            k = match_sketch(a, sketches)
+            if a is b or k is None or k != match_sketch(b, sketches) or a.steps == b.steps:
+                continue
+            c = crossover(task, a, b, len(sketches[k].steps), step_owners(sketches[k]), rng)
+            if c is not None and is_valid(c):
+                children.append((c, a, b))
+    assert len(children) >= 20
+    mixed = [(c, a, b) for c, a, b in children if c.steps not in (a.steps, b.steps)]
+    assert len(mixed) >= len(children) // 3
+    for c, a, b in mixed:  # every step comes from one of the parents
+        assert set(c.steps) <= set(a.steps) | set(b.steps)
+    check_same_program(task, [c for c, _, _ in mixed[:2]])
+
+
+# ---------------------------------------------------------------------------------------------
+# evolution
+
+
+@pytest.mark.parametrize("crossover_prob", [0.0, 0.2])
+def test_evolution_improves_predicted_fitness(crossover_prob):
+    task, sketches, pop = setup("gmm")
+    es = EvolutionarySearch(task, VecModel(), FeatureExtractor(task.hw), np.random.default_rng(6), population=96,
+                            generations=3, crossover_prob=crossover_prob, sketches=sketches)
+    best = es.search(pop, 8)
+    init_scores = np.sort(es.score(pop))[::-1][:8]
+    scores = es.score(best)
+    assert len(best) == 8 and len({s.steps for s in best}) == 8
+    assert list(scores) == sorted(scores, reverse=True)
+    assert scores.mean() > init_scores.mean() + 1.0
+    assert es.history[-1].best_k_mean >= es.history[0].best_k_mean
+    assert sum(h.mutated for h in es.history) > 0
+    assert (sum(h.crossed for h in es.history) > 0) == (crossover_prob > 0)
+    excluded = es.search(pop, 8, exclude={state_key(s) for s in best})
+    assert not {s.steps for s in excluded} & {s.steps for s in best}
+
+
+# ---------------------------------------------------------------------------------------------
+# SketchPolicy
+
+
+def fake_results(states: list[State], rng: np.random.Generator) -> list[MeasureResult]:
+    return [MeasureResult((float(rng.uniform(1e-4, 1e-3)),)) if n % 5 else
+            MeasureResult((), ErrorKind.RUNTIME_ERROR, "boom") for n, s in enumerate(states)]
+
+
+def run_policy(seed: int, rounds: int = 3) -> list[list[str]]:
+    task = gmm(32)
+    policy = SketchPolicy(task, RandomModel(seed), seed=seed, population=48, generations=2, init_population=24)
+    rng = np.random.default_rng(seed)
+    batches = []
+    for _ in range(rounds):
+        batch = policy.next_batch(8)
+        batches.append([state_key(s) for s in batch])
+        policy.update([MeasureInput(task, s) for s in batch], fake_results(batch, rng))
+    return batches
+
+
+def test_sketch_policy_never_repeats_and_is_deterministic():
+    a = run_policy(0)
+    keys = [k for b in a for k in b]
+    assert [len(b) for b in a] == [8, 8, 8] and len(set(keys)) == len(keys)
+    assert run_policy(0) == a
+    assert run_policy(1) != a
+
+
+def test_sketch_policy_excludes_measured_states_and_seeds_from_the_best():
+    task = gmm(32)
+    policy = SketchPolicy(task, RandomModel(0), population=32, generations=1, init_population=16)
+    earlier = sample_initial_population(task, policy.sketches, 12, np.random.default_rng(9))
+    costs = [MeasureResult((1e-3 / (n + 1),)) for n in range(len(earlier))]
+    policy.update([MeasureInput(task, s) for s in earlier], costs)  # as a resumed tuner replays its database
+    assert policy.best_measured(1)[0] is earlier[-1]
+    batch = policy.next_batch(10)
+    assert len(batch) == 10
+    assert not {state_key(s) for s in batch} & {state_key(s) for s in earlier}
+    assert all(is_valid(s) for s in batch)
+    assert any(isinstance(st, ComputeAtStep) or isinstance(st, SplitStep) for s in batch for st in s.steps)
