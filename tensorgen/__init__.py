@@ -17,8 +17,9 @@ from tensorgen.errors import (  # noqa: E402
     TensorgenError,
 )
 from tensorgen.schedule import State  # noqa: E402
+from tensorgen.tune import TuneResult, tune  # noqa: E402
 
 __all__ = [
     "CompileError", "CompiledFunction", "ComputeDAG", "LoweringError", "RuntimeCallError", "ScheduleError",
-    "State", "TensorExprError", "TensorgenError", "__version__", "build",
+    "State", "TensorExprError", "TensorgenError", "TuneResult", "__version__", "build", "tune",
 ]
