@@ -125,11 +125,20 @@ def prove(cond: Expr, ranges: Ranges) -> bool | None:
     return None
 
 
-def simplify(e: Expr, ranges: Ranges | None = None) -> Expr:
+class SimplifyCache:
+    """Results shared across `simplify` calls over one growing `ranges` (as in one lowering): a node's
+    variables already have their ranges when it is first simplified, so its result never changes."""
+
+    def __init__(self) -> None:
+        self.nodes: dict = {}
+        self.linear: dict = {}
+
+
+def simplify(e: Expr, ranges: Ranges | None = None, cache: SimplifyCache | None = None) -> Expr:
     """Canonicalize integer arithmetic and drop divisions/modulos that the ranges make trivial."""
     ranges = ranges or {}
-    memo: dict = {}
-    return transform(e, lambda n: _simplify_node(n, ranges, memo))
+    cache = cache or SimplifyCache()
+    return transform(e, lambda n: _simplify_node(n, ranges, cache.linear), cache.nodes)
 
 
 def _simplify_node(n: Expr, ranges: Ranges, memo: dict) -> Expr | None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from tensorgen.errors import LoweringError
 from tensorgen.loopir.nodes import Allocate, Buffer, BufLoad, For, If, PrimFunc, Stmt, Store, row_major, seq
-from tensorgen.loopir.simplify import Ranges, bound, prove, simplify
+from tensorgen.loopir.simplify import Ranges, SimplifyCache, bound, prove, simplify
 from tensorgen.schedule.bound import Interval, interval, union
 from tensorgen.schedule.relations import derive
 from tensorgen.schedule.stage import GPU_ANNOTATIONS, Stage
@@ -37,6 +37,7 @@ class _Lowerer:
         self.state = state
         self.stages = {s.name: s for s in state.stages}
         self.ranges: Ranges = {}
+        self.cache = SimplifyCache()
         self.placed: dict[str, _Placed] = {}
         self.attached: dict[tuple[str, str], list[str]] = {}
         for s in state.stages:
@@ -107,7 +108,7 @@ class _Lowerer:
         index = terms[0] if terms else const(0)
         for t in terms[1:]:
             index = index + t
-        return simplify(index, self.ranges)
+        return simplify(index, self.ranges, self.cache)
 
     # ---- loop nests ----------------------------------------------------------------------
 
@@ -129,9 +130,9 @@ class _Lowerer:
                 leaf[it.name] = var
         d = derive(s, root_ext, leaf)
         mins = self.placed[s.name].mins
-        local = [simplify(d.values[n], self.ranges) for n in s.root_names[: t.ndim]]
-        values = [simplify(m + v, self.ranges) for m, v in zip(mins, local)]
-        red_values = [simplify(d.values[n], self.ranges) for n in s.root_names[t.ndim:]]
+        local = [simplify(d.values[n], self.ranges, self.cache) for n in s.root_names[: t.ndim]]
+        values = [simplify(m + v, self.ranges, self.cache) for m, v in zip(mins, local)]
+        red_values = [simplify(d.values[n], self.ranges, self.cache) for n in s.root_names[t.ndim:]]
         mapping = dict(zip(t.axes, values)) | dict(zip(red_axes, red_values))
         spatial_guards = self._guards(s, local, values, d, root_ext)
         red_guards = [v < a.extent for n, v, a in zip(s.root_names[t.ndim:], red_values, red_axes)
@@ -222,7 +223,7 @@ class _Lowerer:
             merged = union(parts) if parts and None not in parts else None
             if merged is None or merged[1] >= full:  # covers it all anyway
                 merged = (const(0), full)
-            region.append((simplify(merged[0], self.ranges), merged[1]))
+            region.append((simplify(merged[0], self.ranges, self.cache), merged[1]))
         return region
 
     def _attached_nest(self, name: str) -> tuple[Buffer, Stmt]:

@@ -416,18 +416,23 @@ def walk(expr: Expr) -> Iterator[Expr]:
         stack.extend(node.children())
 
 
-def transform(expr: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
-    """Rebuild bottom-up; `fn(node)` may return a replacement (or None to keep the rebuilt node)."""
-    memo: dict[int, Expr] = {}
+def transform(expr: Expr, fn: Callable[[Expr], Expr | None], memo: dict | None = None) -> Expr:
+    """Rebuild bottom-up; `fn(node)` may return a replacement (or None to keep the rebuilt node).
+
+    `memo` (id -> (node, result); the node is kept alive so its id stays unique) may be shared by
+    calls that apply the same `fn`, so common subtrees are rewritten once.
+    """
+    memo = {} if memo is None else memo
 
     def visit(node: Expr) -> Expr:
-        key = id(node)
-        if key in memo:
-            return memo[key]
+        hit = memo.get(id(node))
+        if hit is not None:
+            return hit[1]
         rebuilt = node.with_children(visit)
         out = fn(rebuilt)
-        memo[key] = rebuilt if out is None else out
-        return memo[key]
+        out = rebuilt if out is None else out
+        memo[id(node)] = (node, out)
+        return out
 
     return visit(expr)
 
