@@ -214,7 +214,8 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
     (in memory, gone after the call). `policy` is "ansor" (SketchPolicy with `cost_model`), "random",
     or a SearchPolicy instance (give it a fresh one: tune feeds it the database's records).
     `target`/`hw` are used only when `task_or_dag` is not a SearchTask; `build_timeout`/`run_timeout`
-    (seconds per candidate) only for the default LocalBuilder/LocalRunner. Ctrl-C (KeyboardInterrupt,
+    (seconds per candidate) only for the default LocalBuilder/LocalRunner; once a best is known the default
+    runner's timeout shrinks to what a candidate SLOW_FACTOR times slower would need. Ctrl-C (KeyboardInterrupt,
     also from a callback) stops the loop; what was measured is kept and returned (`interrupted=True`).
     """
     if trials < 0 or batch_size < 1:
@@ -225,6 +226,7 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
     database = _open_db(db)
     own_builder = builder is None
     builder = builder if builder is not None else LocalBuilder(timeout=build_timeout)
+    own_runner = runner is None
     runner = runner if runner is not None else LocalRunner(timeout=run_timeout)
     interrupted = False
     try:
@@ -233,6 +235,8 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
         for cb in callbacks:
             cb(tally.progress("resume"))
         while tally.done < trials:
+            if own_runner:
+                runner.timeout = slow_candidate_timeout(run_timeout, tally.best_cost, runner)  # type: ignore[union-attr]
             if not _round(task, search, builder, runner, database, measured, tally, batch_size, callbacks):
                 LOGGER.info("%s: the policy proposed no new program; stopping after %d trials", task, tally.done)
                 break
@@ -247,6 +251,19 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
     return TuneResult(task, tally.best_state, tally.best_cost, tally.best_gflops, tally.done, tally.total,
                       time.perf_counter() - tally.start, tally.policy_s, tally.build_s, tally.run_s,
                       {k: n for k, n in sorted(tally.errors.items())}, interrupted)
+
+
+SLOW_FACTOR = 20.0
+
+
+def slow_candidate_timeout(limit: float, best_cost: float, runner: LocalRunner) -> float:
+    """Run timeout once a best is known: a candidate SLOW_FACTOR times slower than it is not worth
+    timing to the end (it is recorded as run_timeout), which keeps bad random samples from eating the
+    tuning time."""
+    if not math.isfinite(best_cost):
+        return limit
+    calls = 1 + runner.number * runner.repeat
+    return min(limit, max(1.0, SLOW_FACTOR * best_cost * calls))
 
 
 def _round(task: SearchTask, search: SearchPolicy, builder: Builder, runner: Runner, db: Database,

@@ -191,3 +191,14 @@ def test_progress_line_rewrites_on_a_tty(task):
         line.close()
     assert tty.stream.text.count("\r") == 2 and tty.stream.text.endswith("\n")
     assert log.stream.text.count("\n") == 2 and "8/16 trials (+16 resumed" in log.stream.text
+
+
+def test_slow_candidate_timeout_follows_the_best():
+    from tensorgen.measure import LocalRunner
+    from tensorgen.tune import SLOW_FACTOR, slow_candidate_timeout
+
+    runner = LocalRunner(number=3, repeat=3)
+    assert slow_candidate_timeout(10.0, float("inf"), runner) == 10.0
+    assert slow_candidate_timeout(10.0, 1e-4, runner) == 1.0  # floor
+    assert slow_candidate_timeout(10.0, 0.01, runner) == SLOW_FACTOR * 0.01 * 10
+    assert slow_candidate_timeout(10.0, 1.0, runner) == 10.0  # never above the user's limit
