@@ -35,9 +35,9 @@ class ComputeDAG:
         given = [tensors] if isinstance(tensors, Tensor) else list(tensors)
         if not given or not all(isinstance(t, Tensor) for t in given):
             raise TensorExprError("ComputeDAG needs a tensor or a list of tensors")
-        order = _topological(given)
-        order = _uniquify_names(order)
-        renamed = {id(old): new for old, new in zip(_topological(given), order)}
+        original = _topological(given)
+        order = _uniquify_names(original)
+        renamed = {id(old): new for old, new in zip(original, order)}
         self.tensors: tuple[Tensor, ...] = tuple(order)
         outs = [renamed[id(t)] for t in given if not t.is_placeholder]
         read = {id(a.tensor) for t in order if not t.is_placeholder for a in _accesses(t)}
@@ -49,6 +49,14 @@ class ComputeDAG:
         self.inputs: tuple[Tensor, ...] = tuple(ins)
         self.outputs: tuple[Tensor, ...] = tuple(outs)
         self.by_name: dict[str, Tensor] = {t.name: t for t in order}
+
+    @classmethod
+    def from_parts(cls, tensors: Sequence[Tensor], inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> ComputeDAG:
+        """A DAG with exactly this tensor and argument order (deserialization); the caller checks it."""
+        dag = cls.__new__(cls)
+        dag.tensors, dag.inputs, dag.outputs = tuple(tensors), tuple(inputs), tuple(outputs)
+        dag.by_name = {t.name: t for t in dag.tensors}
+        return dag
 
     # ---- structure -------------------------------------------------------------------------
 

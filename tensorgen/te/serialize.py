@@ -291,20 +291,11 @@ def dag_from_json(data: dict) -> ComputeDAG:
 
 
 def _assemble(tensors: list[Tensor], inputs: list[Tensor], outputs: list[Tensor]) -> ComputeDAG:
-    """A ComputeDAG with exactly this order of tensors, inputs and outputs.
-
-    The constructor derives the order from the list it is given; inputs-then-outputs reproduces the
-    usual case. When the original was built from another list, the derived order differs and is
-    overridden here (ComputeDAG has no constructor taking the order itself).
-    """
+    """A ComputeDAG with exactly this order of tensors, inputs and outputs, after checking it."""
     if not outputs or any(t.is_placeholder for t in outputs) or any(not t.is_placeholder for t in inputs):
         raise DagFormatError("serialized DAG: inputs must be placeholders and outputs computed tensors")
     if len({t.name for t in tensors}) != len(tensors):
         raise DagFormatError("serialized DAG: tensor names are not unique")
-    dag = ComputeDAG(inputs + outputs)
-    if [id(t) for t in dag.tensors] != [id(t) for t in tensors]:
-        if {id(t) for t in dag.tensors} != {id(t) for t in tensors}:
-            raise DagFormatError("serialized DAG lists tensors that are not reachable from its outputs")
-        dag.tensors, dag.by_name = tuple(tensors), {t.name: t for t in tensors}
-    dag.inputs, dag.outputs = tuple(inputs), tuple(outputs)
-    return dag
+    if {id(t) for t in ComputeDAG(inputs + outputs).tensors} != {id(t) for t in tensors}:
+        raise DagFormatError("serialized DAG lists tensors that are not reachable from its outputs")
+    return ComputeDAG.from_parts(tensors, inputs, outputs)
