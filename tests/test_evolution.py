@@ -10,10 +10,10 @@ import math
 
 import numpy as np
 import pytest
+from search_tasks import c2d_relu, gmm
 
 from tensorgen.build import build
 from tensorgen.costmodel import RandomModel
-from tensorgen.dag import ComputeDAG
 from tensorgen.features.extractor import FeatureExtractor
 from tensorgen.features.layout import INDEX
 from tensorgen.measure.types import ErrorKind, MeasureInput, MeasureResult
@@ -33,22 +33,6 @@ from tensorgen.search.policy import state_key
 from tensorgen.search.sketch import generate_sketches
 from tensorgen.search.sketch_policy import SketchPolicy
 from tensorgen.search.task import SearchTask
-from tensorgen.target import HardwareParams, Target
-from tensorgen.te import ops
-
-
-def make_task(inputs, outputs, cores: int = 4) -> SearchTask:
-    return SearchTask(ComputeDAG(list(inputs) + list(outputs)), Target.parse("cpu"), HardwareParams(cores=cores))
-
-
-def gmm(n: int = 64) -> SearchTask:
-    return make_task(*ops.make_gmm(n, n, n))
-
-
-def c2d_relu() -> SearchTask:
-    ins, (conv,) = ops.make_c2d(8, 8, 16, 16, 3, 1, 1)
-    return make_task(ins, [ops.relu(conv)])
-
 
 TASKS = {"gmm": gmm, "c2d_relu": c2d_relu}
 _CACHE: dict[str, tuple[SearchTask, list[State], list[State]]] = {}

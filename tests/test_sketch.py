@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from search_tasks import c2d_relu, gmm, nrm
 
 from tensorgen.build import build
-from tensorgen.dag import ComputeDAG
 from tensorgen.errors import LoweringError
 from tensorgen.schedule.lower import lower
 from tensorgen.schedule.state import State
@@ -27,25 +27,6 @@ from tensorgen.search.rules import (
 )
 from tensorgen.search.sketch import generate_sketches
 from tensorgen.search.task import SearchTask
-from tensorgen.target import HardwareParams, Target
-from tensorgen.te import ops
-
-
-def make_task(inputs, outputs, cores: int = 4) -> SearchTask:
-    return SearchTask(ComputeDAG(list(inputs) + list(outputs)), Target.parse("cpu"), HardwareParams(cores=cores))
-
-
-def gmm(n=64):
-    return make_task(*ops.make_gmm(n, n, n))
-
-
-def c2d_relu():
-    ins, (conv,) = ops.make_c2d(8, 8, 16, 16, 3, 1, 1)
-    return make_task(ins, [ops.relu(conv)])
-
-
-def nrm():
-    return make_task(*ops.make_nrm(256, 256))
 
 
 def kinds(state: State) -> list[type]:
