@@ -12,7 +12,7 @@ All randomness comes from the numpy Generator passed in: same seed, same populat
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -231,9 +231,11 @@ def is_valid(state: State) -> bool:
 
 
 def sample_initial_population(task: SearchTask, sketches: Sequence[State], n: int, rng: np.random.Generator,
-                              policy: AnnotationPolicy | None = None, max_tries: int | None = None) -> list[State]:
+                              policy: AnnotationPolicy | None = None, max_tries: int | None = None,
+                              validate: Callable[[State], bool] = is_valid) -> list[State]:
     """`n` valid random programs from uniformly picked sketches (fewer only if `max_tries`, default
-    10 * n, samples are mostly invalid). Duplicates are kept: the population is a multiset."""
+    10 * n, samples are mostly invalid). Duplicates are kept: the population is a multiset.
+    `validate` lets a caller that lowers anyway (the feature extractor) check validity in the same pass."""
     if not sketches:
         raise ValueError("sample_initial_population: no sketches to sample from")
     policy = policy or AnnotationPolicy()
@@ -247,6 +249,6 @@ def sample_initial_population(task: SearchTask, sketches: Sequence[State], n: in
             state = sample_state(task, sketch, rng, policy)
         except ScheduleError:
             continue
-        if is_valid(state):
+        if validate(state):
             out.append(state)
     return out

@@ -88,6 +88,10 @@ class SketchPolicy:
                 out.append(s)
                 added += 1
 
+    def _lowers(self, state: State) -> bool:
+        """Validity through the extractor: it lowers the state once and caches the features for prediction."""
+        return self.extractor.extract_one(state).shape[0] > 0
+
     def next_batch(self, n: int) -> list[State]:
         out: list[State] = []
         keys: set[str] = set()
@@ -96,7 +100,7 @@ class SketchPolicy:
             before = len(out)
             need = n - len(out)
             init = sample_initial_population(self.task, self.sketches, self.init_population, self.rng,
-                                             self.annotation)
+                                             self.annotation, validate=self._lowers)
             if not init:
                 idle += 1
                 continue
