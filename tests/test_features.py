@@ -10,6 +10,8 @@ import pytest
 from tensorgen import te
 from tensorgen.dag import ComputeDAG
 from tensorgen.features import N_FEATURES, NAMES, FeatureExtractor, statement_features
+from tensorgen.features.ansor import features_of
+from tensorgen.features.nest import NotAffine, state_statements
 from tensorgen.features.layout import INDEX, ONE_HOT
 from tensorgen.schedule import State
 from tensorgen.schedule.lower import lower
@@ -145,3 +147,43 @@ def test_extractor_cache_and_failures():
     bad = State(gmm(64)).split("C", "i", [None])  # an unfilled split does not lower
     (f,) = ex.extract([bad])
     assert f.shape == (0, N_FEATURES) and ex.stats["failures"] == 1
+
+
+INT_OPS = [i for i, n in enumerate(NAMES) if n.startswith("int_")]
+NOT_INT_OPS = [i for i in range(N_FEATURES) if i not in INT_OPS]
+
+
+@pytest.mark.parametrize("task_name", ["gmm", "c2d_relu", "c2d_cached"])
+def test_nest_statements_match_lowered_program(task_name):
+    """`features.nest` derives the loop nest arithmetically; apart from its count of index arithmetic its
+    features equal those of the lowered program, on random programs of every sketch."""
+    import search_tasks
+
+    from tensorgen.search.annotate import sample_initial_population
+    from tensorgen.search.sketch import generate_sketches
+
+    task = {"gmm": lambda: search_tasks.gmm(64), "c2d_relu": search_tasks.c2d_relu,
+            "c2d_cached": lambda: search_tasks.make_task(*te.ops.make_c2d(14, 14, 16, 32, 3, 1, 1))}[task_name]()
+    states = sample_initial_population(task, generate_sketches(task), 40, np.random.default_rng(3))
+    assert len(states) >= 20
+    for s in states:
+        ours = features_of(state_statements(s), task.hw)
+        lowered = statement_features(lower(s), task.hw)
+        assert ours.shape == lowered.shape
+        np.testing.assert_allclose(ours[:, NOT_INT_OPS], lowered[:, NOT_INT_OPS], atol=1e-9, err_msg=str(s))
+
+
+def test_extractor_lowers_what_nest_cannot_derive():
+    """rfactor of a fused reduction indexes with div/mod: the extractor falls back to lowering."""
+    import search_tasks
+
+    from tensorgen.search.annotate import sample_initial_population
+    from tensorgen.search.sketch import generate_sketches
+
+    task = search_tasks.nrm()
+    rf = [sk for sk in generate_sketches(task) if any(type(st).__name__ == "RfactorStep" for st in sk.steps)]
+    (s,) = sample_initial_population(task, rf, 1, np.random.default_rng(0))
+    with pytest.raises(NotAffine):
+        state_statements(s)
+    (f,) = FeatureExtractor(task.hw).extract([s])
+    np.testing.assert_array_equal(f, statement_features(lower(s), task.hw))

@@ -19,7 +19,6 @@ log2(1 + x). Deviations from TVM forced by this loop IR, all deliberate:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,32 +43,43 @@ from tensorgen.features.layout import (
 )
 from tensorgen.loopir.nodes import Allocate, BufLoad, For, If, PrimFunc, Seq, Stmt, Store
 from tensorgen.target import HardwareParams
-from tensorgen.te.expr import BinOp, Call, Cast, Cmp, Expr, Logic, Select, is_float
+from tensorgen.te.expr import BinOp, Call, Cast, Cmp, Expr, Load, Logic, Select, is_float
 
-__all__ = ["N_FEATURES", "NAMES", "statement_features"]
+__all__ = ["N_FEATURES", "NAMES", "Statement", "features_of", "ir_statements", "statement_features"]
 
-_OP_COL = {c: k for k, c in enumerate(OP_CATEGORIES)}
+OP_COLUMN = {c: k for k, c in enumerate(OP_CATEGORIES)}
 _BIN_CAT = {"add": "addsub", "sub": "addsub", "mul": "mul", "div": "divmod", "floordiv": "divmod",
             "floormod": "divmod", "min": "maxmin", "max": "maxmin"}
 _N_OPS = 2 * len(OP_CATEGORIES) + 3  # float, int, then bool / select / cast
 
 
 @dataclass
-class _Context:
-    """A statement with everything around it that the features need."""
+class Statement:
+    """What the features need of one statement, however it was found (lowered IR or `features.nest`)."""
 
-    store: Store
-    loops: tuple[For, ...]
-    conds: tuple[Expr, ...]
-    alloc_outer: float | None  # executions of the Allocate of the store's buffer (None: an argument)
+    ids: tuple  # identity of each enclosing loop, outer to inner: statements under one loop share it
+    extents: np.ndarray
+    kinds: tuple[str, ...]  # serial | parallel | vectorize | unroll
+    accesses: list[Access]  # the store first
+    ops: np.ndarray  # operations per execution, by category (`_N_OPS` columns)
+    alloc_outer: float | None  # executions of the store buffer's allocation (None: an argument)
+    unroll: int  # auto_unroll_max_step of the stage
 
 
-def _collect(body: Stmt) -> list[_Context]:
-    out: list[_Context] = []
+def ir_statements(func: PrimFunc) -> list[Statement]:
+    """Every Store of a lowered function with its loops, guards and accesses, in program order."""
+    auto_unroll = func.attrs.get("auto_unroll", {})
+    out: list[Statement] = []
 
     def visit(s: Stmt, loops: tuple[For, ...], conds: tuple[Expr, ...], allocs: dict[str, float]) -> None:
         if isinstance(s, Store):
-            out.append(_Context(s, loops, conds, allocs.get(s.buffer.name)))
+            ops, loads = count_ops([s.value, s.index, *conds])
+            loop_vars = [f.var for f in loops]
+            extents = np.array([f.extent for f in loops], dtype=float)
+            accesses = [Access(s.buffer, True, *coefficients(s.index, loop_vars, extents))]
+            accesses += [Access(ld.buffer, False, *coefficients(ld.index, loop_vars, extents)) for ld in loads]
+            out.append(Statement(tuple(id(f) for f in loops), extents, tuple(f.kind for f in loops), accesses,
+                                 ops, allocs.get(s.buffer.name), auto_unroll.get(s.buffer.name, 0)))
         elif isinstance(s, For):
             visit(s.body, loops + (s,), conds, allocs)
         elif isinstance(s, Seq):
@@ -82,12 +92,15 @@ def _collect(body: Stmt) -> list[_Context]:
         elif isinstance(s, Allocate):
             visit(s.body, loops, conds, {**allocs, s.buffer.name: float(math.prod([f.extent for f in loops]))})
 
-    visit(body, (), (), {})
+    visit(func.body, (), (), {})
     return out
 
 
-def _count_ops(exprs: list[Expr]) -> tuple[np.ndarray, list[BufLoad]]:
-    """Operations per execution by category, and the distinct loads met on the way."""
+def count_ops(exprs: list[Expr]) -> tuple[np.ndarray, list[BufLoad | Load]]:
+    """Operations per execution by category, and the distinct loads met on the way.
+
+    Buffer loads count their flat index arithmetic; tensor loads (TE level) are leaves.
+    """
     counts = np.zeros(_N_OPS)
     loads: list[BufLoad] = []
     stack = list(exprs)
@@ -102,19 +115,21 @@ def _count_ops(exprs: list[Expr]) -> tuple[np.ndarray, list[BufLoad]]:
             if cat == "addsub" and (_is_mul(e.a) or _is_mul(e.b)):
                 cat = "mad"
             if cat is not None:
-                counts[_OP_COL[cat] + (0 if is_float(e.dtype) else len(OP_CATEGORIES))] += 1
+                counts[OP_COLUMN[cat] + (0 if is_float(e.dtype) else len(OP_CATEGORIES))] += 1
         elif isinstance(e, Cmp):
-            counts[_OP_COL["cmp"] + (0 if is_float(e.a.dtype) else len(OP_CATEGORIES))] += 1
+            counts[OP_COLUMN["cmp"] + (0 if is_float(e.a.dtype) else len(OP_CATEGORIES))] += 1
         elif isinstance(e, Call):
-            counts[_OP_COL["math_func"] + (0 if is_float(e.dtype) else len(OP_CATEGORIES))] += 1
+            counts[OP_COLUMN["math_func"] + (0 if is_float(e.dtype) else len(OP_CATEGORIES))] += 1
         elif isinstance(e, Logic):
             counts[-3] += 1
         elif isinstance(e, Select):
             counts[-2] += 1
         elif isinstance(e, Cast):
             counts[-1] += 1
-        elif isinstance(e, BufLoad):
+        elif isinstance(e, (BufLoad, Load)):
             loads.append(e)
+            if isinstance(e, Load):
+                continue
         stack.extend(e.children())
     return counts, loads
 
@@ -123,14 +138,14 @@ def _is_mul(e: Expr) -> bool:
     return isinstance(e, BinOp) and e.op == "mul"
 
 
-def _annotation(kind: str, loops: tuple[For, ...], spatial: np.ndarray) -> np.ndarray:
+def _annotation(kind: str, st: Statement, spatial: np.ndarray) -> np.ndarray:
     """num, prod, len of the innermost, and the one-hot position of `kind` loops around a statement."""
     out = np.zeros(3 + len(ANNOT_POS))
-    idx = [k for k, f in enumerate(loops) if f.kind == kind]
+    idx = [k for k, k_kind in enumerate(st.kinds) if k_kind == kind]
     if not idx:
         out[3] = 1.0
         return out
-    out[0], out[1], out[2] = len(idx), float(math.prod([loops[k].extent for k in idx])), loops[idx[-1]].extent
+    out[0], out[1], out[2] = len(idx), float(math.prod([st.extents[k] for k in idx])), st.extents[idx[-1]]
     pos = set()
     for k in idx:
         group = np.nonzero(spatial == spatial[k])[0]
@@ -184,55 +199,46 @@ def _buffer_row(st: BufferStats, stats: list[BufferStats], extents: np.ndarray, 
 
 def statement_features(func: PrimFunc, hw: HardwareParams, log: bool = True) -> np.ndarray:
     """(n_statements, N_FEATURES) features of every Store of `func`, in program order."""
-    auto_unroll = func.attrs.get("auto_unroll", {})
-    ctxs = _collect(func.body)
-    rows = np.zeros((len(ctxs), N_FEATURES))
+    return features_of(ir_statements(func), hw, log)
+
+
+def features_of(stmts: list[Statement], hw: HardwareParams, log: bool = True) -> np.ndarray:
+    """(n_statements, N_FEATURES) features of `stmts`, log-scaled unless `log` is False."""
+    rows = np.zeros((len(stmts), N_FEATURES))
     # statements touching each buffer under each loop: the serial-reuse counter (TVM's for_touch_regions_)
-    infos = []
-    under: dict[tuple[int, str], int] = {}
-    for ctx in ctxs:
-        ops, loads = _count_ops([ctx.store.value, ctx.store.index, *ctx.conds])
-        names = {ctx.store.buffer.name, *(ld.buffer.name for ld in loads)}
-        for f in ctx.loops:
+    under: dict[tuple, int] = {}
+    for st in stmts:
+        names = {a.buffer.name for a in st.accesses}
+        for lid in st.ids:
             for nm in names:
-                under[(id(f), nm)] = under.get((id(f), nm), 0) + 1
-        infos.append((ops, loads))
-    for r, (ctx, (ops, loads)) in enumerate(zip(ctxs, infos)):
-        rows[r] = _row(ctx, ops, loads, hw, auto_unroll, under)
+                under[(lid, nm)] = under.get((lid, nm), 0) + 1
+    for r, st in enumerate(stmts):
+        rows[r] = _row(st, hw, under)
     return log_scale(rows) if log else rows
 
 
-def _row(ctx: _Context, ops: np.ndarray, loads: list[BufLoad], hw: HardwareParams,
-         auto_unroll: Mapping[str, int], under: dict[tuple[int, str], int]) -> np.ndarray:
+def _row(st: Statement, hw: HardwareParams, under: dict[tuple, int]) -> np.ndarray:
     row = np.zeros(N_FEATURES)
-    loops = ctx.loops
-    loop_vars = [f.var for f in loops]
-    extents = np.array([f.extent for f in loops], dtype=float)
+    extents = st.extents
     trip = float(math.prod(extents))
-    row[:_N_OPS] = ops * trip
+    row[:_N_OPS] = st.ops * trip
+    spatial = st.accesses[0].coef > 0
+    row[OFF_VEC:OFF_VEC + 11] = _annotation("vectorize", st, spatial)
+    row[OFF_UNROLL:OFF_UNROLL + 11] = _annotation("unroll", st, spatial)
+    row[OFF_PARALLEL:OFF_PARALLEL + 11] = _annotation("parallel", st, spatial)
 
-    store_coef, store_off = coefficients(ctx.store.index, loop_vars, extents)
-    accesses = [Access(ctx.store.buffer, True, store_coef, store_off)]
-    for ld in loads:
-        accesses.append(Access(ld.buffer, False, *coefficients(ld.index, loop_vars, extents)))
-    spatial = store_coef > 0
-    row[OFF_VEC:OFF_VEC + 11] = _annotation("vectorize", loops, spatial)
-    row[OFF_UNROLL:OFF_UNROLL + 11] = _annotation("unroll", loops, spatial)
-    row[OFF_PARALLEL:OFF_PARALLEL + 11] = _annotation("parallel", loops, spatial)
-
-    stats = buffer_stats(accesses, extents, trip, hw.cache_line_bytes)
-    float_ops = float(ops[:len(OP_CATEGORIES)].sum())
+    stats = buffer_stats(st.accesses, extents, trip, hw.cache_line_bytes)
+    float_ops = float(st.ops[:len(OP_CATEGORIES)].sum())
     row[OFF_CURVE:OFF_CURVE + CURVE_POINTS] = _curve(float_ops, extents, stats)
 
     ranked = sorted(stats, key=lambda s: (-s.bytes, -s.unique[0], s.buffer.name))[:N_BUFFERS]
-    for b, st in enumerate(ranked):
-        nm = st.buffer.name
-        serial = [under.get((id(f), nm), 0) for f in loops]
-        row[OFF_BUF + b * BUF_WIDTH:OFF_BUF + (b + 1) * BUF_WIDTH] = _buffer_row(st, stats, extents, serial)
+    for b, bs in enumerate(ranked):
+        serial = [under.get((lid, bs.buffer.name), 0) for lid in st.ids]
+        row[OFF_BUF + b * BUF_WIDTH:OFF_BUF + (b + 1) * BUF_WIDTH] = _buffer_row(bs, stats, extents, serial)
 
-    if ctx.alloc_outer is not None:
-        buf = ctx.store.buffer
-        row[OFF_ALLOC:OFF_ALLOC + 4] = buf.nbytes, buf.size * ctx.alloc_outer, ctx.alloc_outer, \
-            trip / max(ctx.alloc_outer, 1.0)
-    row[OFF_OTHER:OFF_OTHER + 3] = trip, len(loops), float(auto_unroll.get(ctx.store.buffer.name, 0))
+    if st.alloc_outer is not None:
+        buf = st.accesses[0].buffer
+        row[OFF_ALLOC:OFF_ALLOC + 4] = buf.nbytes, buf.size * st.alloc_outer, st.alloc_outer, \
+            trip / max(st.alloc_outer, 1.0)
+    row[OFF_OTHER:OFF_OTHER + 3] = trip, len(extents), float(st.unroll)
     return row

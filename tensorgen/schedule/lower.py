@@ -23,6 +23,19 @@ def lower(state: State, name: str | None = None) -> PrimFunc:
     return _Lowerer(state).run(name)
 
 
+def check_complete(state: State) -> None:
+    """Raise LoweringError unless every split length is filled and no loop is bound to a GPU axis."""
+    for s in state.stages:
+        for it in s.iters:
+            if it.extent is None:
+                raise LoweringError(f"stage {s.name}: iterator {it.name} has an unfilled split length")
+            if it.annotation in GPU_ANNOTATIONS:
+                raise LoweringError(
+                    f"stage {s.name}: iterator {it.name} is bound to {it.annotation}; "
+                    "GPU bindings need a CUDA target"
+                )
+
+
 @dataclass
 class _Placed:
     """A stage being lowered: its buffer, the region it covers, and its root-axis values."""
@@ -43,15 +56,7 @@ class _Lowerer:
         for s in state.stages:
             if s.location == "at":
                 self.attached.setdefault(s.attach, []).append(s.name)
-        for s in state.stages:
-            for it in s.iters:
-                if it.extent is None:
-                    raise LoweringError(f"stage {s.name}: iterator {it.name} has an unfilled split length")
-                if it.annotation in GPU_ANNOTATIONS:
-                    raise LoweringError(
-                        f"stage {s.name}: iterator {it.name} is bound to {it.annotation}; "
-                        "GPU bindings need a CUDA target"
-                    )
+        check_complete(state)
 
     def run(self, name: str | None) -> PrimFunc:
         dag = self.state.dag
@@ -76,19 +81,6 @@ class _Lowerer:
         return PrimFunc(fname, tuple(args), body, {"n_outputs": len(dag.outputs), "auto_unroll": unroll})
 
     # ---- expressions ---------------------------------------------------------------------
-
-    def expand(self, e: Expr) -> Expr:
-        """Substitute inlined stages (recursively) into `e`."""
-
-        def inline(n: Expr) -> Expr | None:
-            if isinstance(n, Load):
-                st = self.stages.get(n.tensor.name)
-                if st is not None and st.location == "inline":
-                    t = st.tensor
-                    return self.expand(substitute(t.body, dict(zip(t.axes, n.indices))))
-            return None
-
-        return transform(e, inline)
 
     def to_buffers(self, e: Expr) -> Expr:
         """Tensor loads become flat buffer loads, offset into local regions."""
@@ -137,7 +129,7 @@ class _Lowerer:
         spatial_guards = self._guards(s, local, values, d, root_ext)
         red_guards = [v < a.extent for n, v, a in zip(s.root_names[t.ndim:], red_values, red_axes)
                       if d.covered[n] > a.extent]
-        expanded = self.expand(body)
+        expanded = expand_inlined(body, self.stages)
         self._place_attached(s, leaf, substitute(expanded, mapping))
         buf = self.placed[s.name].buffer
         store_at = self.flat(self.placed[s.name], values)
@@ -230,6 +222,20 @@ class _Lowerer:
         p = self.placed[name]
         region = [(m, n) for m, n in zip(p.mins, p.buffer.shape)]
         return p.buffer, self.nest(p.stage, region)
+
+
+def expand_inlined(e: Expr, stages: dict[str, Stage]) -> Expr:
+    """`e` with the bodies of inlined stages (recursively) substituted for their loads."""
+
+    def inline(n: Expr) -> Expr | None:
+        if isinstance(n, Load):
+            st = stages.get(n.tensor.name)
+            if st is not None and st.location == "inline":
+                t = st.tensor
+                return expand_inlined(substitute(t.body, dict(zip(t.axes, n.indices))), stages)
+        return None
+
+    return transform(e, inline)
 
 
 def _allocate(producers: list[tuple[Buffer, Stmt]], inner: Stmt) -> Stmt:
