@@ -211,3 +211,13 @@ def test_sketch_policy_excludes_measured_states_and_seeds_from_the_best():
     assert not {state_key(s) for s in batch} & {state_key(s) for s in earlier}
     assert all(is_valid(s) for s in batch)
     assert any(isinstance(st, ComputeAtStep) or isinstance(st, SplitStep) for s in batch for st in s.steps)
+
+
+def test_sketch_policy_shares_one_feature_cache():
+    """An empty extractor is falsy (len 0): it must still be the one the evolution uses."""
+    task = gmm()
+    ex = FeatureExtractor(task.hw)
+    policy = SketchPolicy(task, cost_model=RandomModel(0), extractor=ex, population=32, generations=1)
+    assert policy.extractor is ex and policy.evolution.extractor is ex
+    policy.next_batch(4)
+    assert ex.stats["hits"] > 0 and ex.stats["misses"] == len(ex)

@@ -11,8 +11,8 @@ from tensorgen import te
 from tensorgen.dag import ComputeDAG
 from tensorgen.features import N_FEATURES, NAMES, FeatureExtractor, statement_features
 from tensorgen.features.ansor import features_of
-from tensorgen.features.nest import NotAffine, state_statements
 from tensorgen.features.layout import INDEX, ONE_HOT
+from tensorgen.features.nest import NotAffine, state_statements
 from tensorgen.schedule import State
 from tensorgen.schedule.lower import lower
 from tensorgen.target import HardwareParams

@@ -13,7 +13,6 @@ strided tiles with gaps, the product undercounts nothing. Results are capped by 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,14 +71,15 @@ def _eval(e: Expr, env: dict[int, int]) -> int | None:
     return None
 
 
-def footprints(coef: np.ndarray, extents: np.ndarray) -> np.ndarray:
-    """Unique elements touched under loops k..n-1, for k = 0..n (entry n: the statement alone = 1)."""
+def footprints(coefs: np.ndarray, extents: np.ndarray) -> np.ndarray:
+    """Unique elements touched under loops k..n-1, for k = 0..n (entry n: the statement alone = 1),
+    one row per access of the (n_accesses, n) stride stack `coefs`."""
     n = len(extents)
-    span = np.ones(n + 1)
-    prod = np.ones(n + 1)
+    span = np.ones((len(coefs), n + 1))
+    prod = np.ones((len(coefs), n + 1))
     if n:
-        span[:n] = np.cumsum((coef * (extents - 1))[::-1])[::-1] + 1
-        prod[:n] = np.cumprod(np.where(coef > 0, extents, 1)[::-1])[::-1]
+        span[:, :n] = np.cumsum((coefs * (extents - 1))[:, ::-1], axis=1)[:, ::-1] + 1
+        prod[:, :n] = np.cumprod(np.where(coefs > 0, extents, 1)[:, ::-1], axis=1)[:, ::-1]
     return np.minimum(span, prod)
 
 
@@ -95,43 +95,48 @@ class BufferStats:
     lines: float
     unique_lines: float
     stride: float
-    coefs: list[np.ndarray]
+    coefs: np.ndarray  # (n_accesses, n) strides of its accesses
 
 
 def buffer_stats(accesses: list[Access], extents: np.ndarray, trip: float, line_bytes: int) -> list[BufferStats]:
-    """Group a statement's accesses by buffer and estimate bytes, footprint, cache lines and stride."""
-    groups: dict[str, list[Access]] = {}
-    for a in accesses:
-        groups.setdefault(a.buffer.name, []).append(a)
+    """Group a statement's accesses by buffer and estimate bytes, footprint, cache lines and stride.
+
+    Per-access quantities are computed for the whole statement at once (one (n_accesses, n) array),
+    then summed per buffer: this runs for every candidate the search scores.
+    """
+    n = len(extents)
+    coefs = np.array([a.coef for a in accesses]).reshape(len(accesses), n)
+    fps = footprints(coefs, extents)
+    nz = coefs != 0
+    moving = nz.any(axis=1)
+    # innermost loop that moves each access, and its stride
+    inner = n - 1 - np.argmax(nz[:, ::-1], axis=1) if n else np.zeros(len(accesses), dtype=int)
+    stride = np.where(moving, coefs[np.arange(len(accesses)), inner], 0.0) if n else np.zeros(len(accesses))
+    suffix = np.ones(n + 1)  # product of extents inside loop k (loops that re-hit the same element)
+    if n:
+        suffix[:n] = np.cumprod(extents[::-1])[::-1]
+    smallest = np.where(nz, coefs, np.inf).min(axis=1) if n else np.full(len(accesses), np.inf)
+    groups: dict[str, list[int]] = {}
+    for k, a in enumerate(accesses):
+        groups.setdefault(a.buffer.name, []).append(k)
     out = []
-    for accs in groups.values():
-        buf = accs[0].buffer
+    for idx in groups.values():
+        buf = accesses[idx[0]].buffer
         eb = buf.nbytes / max(buf.size, 1)
-        fps = [footprints(a.coef, extents) for a in accs]
-        same = all(np.array_equal(a.coef, accs[0].coef) for a in accs)
-        if same:  # shifted copies of one pattern (stencils, read-modify-write): one footprint plus the shift
-            offs = [a.offset for a in accs]
-            elems = np.minimum(fps[0] + (max(offs) - min(offs)), np.sum(fps, axis=0))
+        rows = coefs[idx]
+        if len(idx) == 1 or (rows == rows[0]).all():
+            # shifted copies of one pattern (stencils, read-modify-write): one footprint plus the shift
+            offs = [accesses[k].offset for k in idx]
+            elems = np.minimum(fps[idx[0]] + (max(offs) - min(offs)), fps[idx].sum(axis=0))
         else:
-            elems = np.sum(fps, axis=0)
+            elems = fps[idx].sum(axis=0)
         elems = np.minimum(elems, buf.size)
-        lines = stride = 0.0
-        smin = np.inf
-        for a in accs:
-            nz = np.nonzero(a.coef)[0]
-            if len(nz):
-                j = nz[-1]  # innermost loop that moves the access
-                s = float(a.coef[j])
-                inner_same = float(math.prod(extents[j + 1:]))  # loops that re-hit the same element
-                lines += trip / inner_same * min(1.0, s * eb / line_bytes)
-                smin = min(smin, float(a.coef[nz].min()))
-                stride = max(stride, s)
-            else:
-                lines += 1.0
+        per_line = np.minimum(1.0, stride[idx] * eb / line_bytes)
+        lines = float(np.where(moving[idx], trip / suffix[np.minimum(inner[idx] + 1, n)] * per_line, 1.0).sum())
+        smin = float(smallest[idx].min())
         # dense footprints share lines (elements per line = line / (smallest stride * elem bytes))
         unique_lines = 1.0 if smin == np.inf else max(1.0, elems[0] * min(line_bytes, smin * eb) / line_bytes)
-        out.append(BufferStats(
-            buf, sum(not a.write for a in accs), sum(a.write for a in accs), len(accs) * trip * eb,
-            elems * eb, lines, unique_lines, stride, [a.coef for a in accs],
-        ))
+        writes = sum(accesses[k].write for k in idx)
+        out.append(BufferStats(buf, len(idx) - writes, writes, len(idx) * trip * eb, elems * eb, lines,
+                               unique_lines, float(stride[idx].max()), rows))
     return out

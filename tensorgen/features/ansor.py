@@ -180,7 +180,7 @@ def _buffer_row(st: BufferStats, stats: list[BufferStats], extents: np.ndarray, 
     row[3:7] = st.bytes, st.unique[0], st.lines, st.unique_lines
     reuse, dis_iter, dis_bytes, ct = 2, 0.0, 0.0, 0.0
     for k in range(len(extents) - 1, -1, -1):
-        if extents[k] > 1 and any(c[k] == 0 for c in st.coefs):  # this loop revisits the same data
+        if extents[k] > 1 and (st.coefs[:, k] == 0).any():  # this loop revisits the same data
             reuse, ct = 0, float(extents[k])
         elif serial[k] > 1:  # several statements touch the buffer in the same loop body
             reuse, ct = 1, float(serial[k] - 1)

@@ -126,7 +126,7 @@ class EvolutionarySearch:
         if not (0 <= mutation_prob <= 1 and 0 <= crossover_prob <= 1):
             raise ValueError("mutation_prob and crossover_prob are probabilities in [0, 1]")
         self.task, self.cost_model = task, cost_model
-        self.extractor = extractor or FeatureExtractor(task.hw)
+        self.extractor = extractor if extractor is not None else FeatureExtractor(task.hw)
         self.rng = rng if rng is not None else np.random.default_rng(0)
         self.population, self.generations = population, generations
         self.mutation_prob, self.crossover_prob, self.elite_fraction = mutation_prob, crossover_prob, elite_fraction

@@ -54,7 +54,7 @@ class SketchPolicy:
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.cost_model = cost_model if cost_model is not None else default_cost_model(seed)
-        self.extractor = extractor or FeatureExtractor(task.hw)
+        self.extractor = extractor if extractor is not None else FeatureExtractor(task.hw)
         self.annotation = annotation or AnnotationPolicy()
         self.sketches = list(sketches) if sketches is not None else generate_sketches(task)
         self.eps_greedy, self.seed_fraction, self.patience = eps_greedy, seed_fraction, patience
