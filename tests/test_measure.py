@@ -165,6 +165,19 @@ def test_number_repeat_and_min_repeat_ms(builder):
     assert_good(res) and res.all_cost >= 3 * 0.020
 
 
+def test_give_up_times_slow_candidates_by_their_first_call(builder):
+    inp = tiled(task(256))
+    (build,) = builder.build([inp])
+    exe, specs = harness_executable(), arg_specs(inp.task.dag)
+    full = run_harness(exe, build.path, KERNEL_NAME, specs, HarnessConfig(number=50, repeat=3, threads=2), 30.0)
+    quick = run_harness(exe, build.path, KERNEL_NAME, specs,
+                        HarnessConfig(number=50, repeat=3, threads=2, give_up_seconds=1e-7), 30.0)
+    assert quick.numbers == (1, 1, 1) and len(set(quick.costs)) == 1  # the warm-up call, reported 3 times
+    assert full.numbers == (50, 50, 50) and quick.wall_seconds < full.wall_seconds
+    (res,) = LocalRunner(number=50, give_up_seconds=1e-7).run([inp], [build])
+    assert_good(res) and res.costs[0] == res.costs[1]
+
+
 def test_cache_flush_and_cooldown(builder):
     inp = tiled(task())
     runner = LocalRunner(repeat=3, enable_cpu_cache_flush=True, cooldown_interval=0.05)

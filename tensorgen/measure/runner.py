@@ -101,6 +101,7 @@ class LocalRunner:
     rtol: float = 1e-3
     seed: int = 1
     reference_timeout: float = 120.0
+    give_up_seconds: float = 0.0  # > 0: candidates whose first call takes longer are timed by that call alone
     guard: ErrorGuard | None = field(default_factory=ErrorGuard)
     _exe: Path | None = field(default=None, init=False, repr=False)
     _references: dict[str, list[np.ndarray] | str] = field(default_factory=dict, init=False, repr=False)
@@ -122,6 +123,7 @@ class LocalRunner:
             number=self.number if number is None else number, repeat=self.repeat if repeat is None else repeat,
             min_repeat_ms=self.min_repeat_ms if number is None else 0.0, flush_bytes=flush,
             cooldown_interval=self.cooldown_interval, threads=task.hw.cores, seed=self.seed,
+            give_up_seconds=self.give_up_seconds if number is None else 0.0,
         )
 
     def measure(self, inp: MeasureInput, br: BuildResult) -> MeasureResult:
