@@ -443,6 +443,26 @@ def _with_body(t: Tensor, axes: tuple[Var, ...], body) -> Tensor:
     return Tensor(t.shape, body.dtype, t.name, axes, body, t.tag, t.attrs)
 
 
+_CACHE_WRITES: dict[tuple[int, str], tuple[Tensor, Tensor, Tensor]] = {}
+
+
+def _cache_write_tensors(t: Tensor, name: str) -> tuple[Tensor, Tensor]:
+    """The cache tensor `name` computing `t`'s body, and `t` rewritten as a copy of it. Memoized per
+    (tensor, name) so that replaying a state rebuilds no tensors (and their stages are memoized too)."""
+    hit = _CACHE_WRITES.get((id(t), name))
+    if hit is not None and hit[0] is t:
+        return hit[1], hit[2]
+    cache_axes = _fresh_axes(t)
+    cache_body = substitute(t.body, dict(zip(t.axes, cache_axes)))
+    cache = Tensor(t.shape, t.dtype, name, cache_axes, cache_body, t.tag, dict(t.attrs))
+    axes = _fresh_axes(t)
+    copy = _with_body(t, axes, Load(cache, axes, t.dtype))
+    if len(_CACHE_WRITES) > 4096:
+        _CACHE_WRITES.clear()
+    _CACHE_WRITES[(id(t), name)] = (t, cache, copy)
+    return cache, copy
+
+
 @register_step
 @dataclass(frozen=True)
 class CacheWriteStep(Step):
@@ -456,12 +476,8 @@ class CacheWriteStep(Step):
         if st.relations or st.iters != make_stage(st.tensor).iters:
             raise ScheduleError(f"cache_write on {st.name}: apply it before transforming the stage's loops")
         t = st.tensor
-        cache_axes = _fresh_axes(t)
-        cache_body = substitute(t.body, dict(zip(t.axes, cache_axes)))
         name = _unique_stage_name(state, f"{t.name}_{self.scope}")
-        cache = Tensor(t.shape, t.dtype, name, cache_axes, cache_body, t.tag, dict(t.attrs))
-        axes = _fresh_axes(t)
-        copy = _with_body(t, axes, Load(cache, axes, t.dtype))
+        cache, copy = _cache_write_tensors(t, name)
         new_copy = make_stage(copy).with_(location=st.location, attach=st.attach)
         stages = state.stages[: self.stage_id] + (make_stage(cache), new_copy) + state.stages[self.stage_id + 1:]
         # producers computed inside the stage are now read by the cache stage, whose loops have the same names
