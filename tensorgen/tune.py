@@ -7,6 +7,7 @@ what was learned lives in the policy, and anything a user wants to see happens i
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import time
@@ -105,15 +106,24 @@ def make_task(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], 
     return SearchTask(dag, target, hw if hw is not None else hardware_for(target), desc)
 
 
-def make_policy(task: SearchTask, policy: str | SearchPolicy, cost_model: Any = "xgb", seed: int = 0) -> SearchPolicy:
-    """The policy a name stands for ("ansor": SketchPolicy with the named cost model; "random")."""
+def make_policy(task: SearchTask, policy: str | SearchPolicy, cost_model: Any = "xgb", seed: int = 0,
+                policy_options: dict[str, Any] | None = None) -> SearchPolicy:
+    """The policy a name stands for ("ansor": SketchPolicy with the named cost model; "random").
+
+    `policy_options` are keyword arguments for that policy's constructor (e.g. `generations=0`,
+    `population=512` or `sketches=[...]` for SketchPolicy; `sketches=` for RandomPolicy); they
+    cannot go with a policy instance.
+    """
+    options = dict(policy_options or {})
     if not isinstance(policy, str):
+        if options:
+            raise TuneError("policy_options apply to a policy named by a string, not to a SearchPolicy instance")
         return policy
     name = policy.lower()
     if name == "random":
         from tensorgen.search.random_policy import RandomPolicy
 
-        return RandomPolicy(task, seed=seed)
+        return _construct(RandomPolicy, name, task, seed=seed, **options)
     if name == "ansor":
         try:
             from tensorgen.search.sketch_policy import SketchPolicy
@@ -122,8 +132,52 @@ def make_policy(task: SearchTask, policy: str | SearchPolicy, cost_model: Any = 
                 raise
             raise TuneError("policy 'ansor' needs tensorgen.search.sketch_policy, which this installation "
                             "lacks; use policy='random'") from None
-        return SketchPolicy(task, cost_model=make_cost_model(cost_model, seed), seed=seed)
+        if "cost_model" in options:
+            raise TuneError("pass the cost model as tune(cost_model=...), not in policy_options")
+        return _construct(SketchPolicy, name, task, cost_model=make_cost_model(cost_model, seed), seed=seed,
+                          **options)
     raise TuneError(f"unknown search policy {policy!r}; choose one of {', '.join(POLICIES)} or pass a SearchPolicy")
+
+
+def _construct(cls: Any, name: str, task: SearchTask, **kwargs: Any) -> SearchPolicy:
+    """cls(task, **kwargs), with an unknown keyword reported as a TuneError naming the policy."""
+    params = inspect.signature(cls).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        unknown = sorted(set(kwargs) - set(params))
+        if unknown:
+            known = ", ".join(n for n in params if n not in ("self", "task"))
+            raise TuneError(f"policy {name!r} takes no option {', '.join(map(repr, unknown))}; its options: {known}")
+    return cls(task, **kwargs)
+
+
+# The search-space / search-strategy variants of Ansor's ablation (paper Figure 7).
+ABLATIONS = ("ansor", "no-fine-tuning", "limited-space", "random")
+
+
+def ablation_policy(name: str, task: SearchTask) -> tuple[str, dict[str, Any]]:
+    """(policy, policy_options) for tune() that make one of the ABLATIONS variants of Figure 7:
+
+    - "ansor": the full policy (all sketches, evolutionary fine-tuning, learned cost model);
+    - "no-fine-tuning": the same, with 0 generations of evolution: each batch is the random samples
+      of all sketches ranked by the cost model (random sampling only, no mutation or crossover);
+    - "limited-space": the full search over a template-like space: only the plain multi-level-tiling
+      sketch (rules AlwaysInline, MultiLevelTiling, SkipStage; no cache write, fusion or rfactor);
+    - "random": RandomPolicy (random annotations of all sketches, no cost model).
+    """
+    key = name.lower()
+    if key == "ansor":
+        return "ansor", {}
+    if key == "no-fine-tuning":
+        return "ansor", {"generations": 0}
+    if key == "limited-space":
+        from tensorgen.search.rules import AlwaysInline, MultiLevelTiling, SkipStage
+        from tensorgen.search.sketch import generate_sketches
+
+        sketches = generate_sketches(task, rules=[AlwaysInline(), MultiLevelTiling(), SkipStage()])
+        return "ansor", {"sketches": sketches}
+    if key == "random":
+        return "random", {}
+    raise TuneError(f"unknown ablation {name!r}; choose one of {', '.join(ABLATIONS)}")
 
 
 def make_cost_model(cost_model: Any, seed: int = 0) -> Any:
@@ -204,7 +258,8 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
          db: str | Path | Database | None = None, policy: str | SearchPolicy = "ansor", cost_model: Any = "xgb",
          builder: Builder | None = None, runner: Runner | None = None, target: str | Target = "cpu",
          hw: HardwareParams | None = None, batch_size: int = 64, seed: int = 0, callbacks: Sequence[Callback] = (),
-         build_timeout: float = 15.0, run_timeout: float = 10.0) -> TuneResult:
+         build_timeout: float = 15.0, run_timeout: float = 10.0,
+         policy_options: dict[str, Any] | None = None) -> TuneResult:
     """Measure up to `trials` new programs of one task and return the best program known for it.
 
     `trials` is this call's budget: records already in `db` for this workload + target are replayed
@@ -212,7 +267,9 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
     more are measured, fewer only if the policy runs out of new programs or the run is interrupted.
     A state already in the database is never measured again. `db` is a path, a Database, or None
     (in memory, gone after the call). `policy` is "ansor" (SketchPolicy with `cost_model`), "random",
-    or a SearchPolicy instance (give it a fresh one: tune feeds it the database's records).
+    or a SearchPolicy instance (give it a fresh one: tune feeds it the database's records);
+    `policy_options` are keyword arguments for the named policy's constructor (e.g.
+    `{"generations": 0}` or `{"sketches": [...]}` for "ansor"; see make_policy and ablation_policy).
     `target`/`hw` are used only when `task_or_dag` is not a SearchTask; `build_timeout`/`run_timeout`
     (seconds per candidate) only for the default LocalBuilder/LocalRunner; once a best is known the default
     runner's timeout shrinks to what a candidate SLOW_FACTOR times slower would need. Ctrl-C (KeyboardInterrupt,
@@ -222,7 +279,8 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
         raise TuneError(f"need trials >= 0 and batch_size >= 1, got trials={trials}, batch_size={batch_size}")
     task = make_task(task_or_dag, target, hw)
     tally = _Tally(task, trials)
-    search = make_policy(task, policy, cost_model, seed)  # before opening the db: a bad policy creates no file
+    # before opening the db: a bad policy (or policy option) creates no file
+    search = make_policy(task, policy, cost_model, seed, policy_options)
     database = _open_db(db)
     own_builder = builder is None
     builder = builder if builder is not None else LocalBuilder(timeout=build_timeout)

@@ -14,7 +14,7 @@ from tensorgen.dag import ComputeDAG
 from tensorgen.errors import TensorgenError
 from tensorgen.records.cli import DEFAULT_DB, open_existing
 from tensorgen.target import Target
-from tensorgen.tune import POLICIES, TuneProgress, TuneResult
+from tensorgen.tune import ABLATIONS, POLICIES, TuneProgress, TuneResult
 
 RESUMED_NOTE = "resumed from the database"
 
@@ -33,6 +33,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tune = workload(subparsers.add_parser("tune", help="search fast programs for a suite operator"))
     tune.add_argument("--trials", type=int, default=256, help="programs to measure in this run (default 256)")
     tune.add_argument("--policy", choices=POLICIES, default="ansor", help="search policy (default ansor)")
+    tune.add_argument("--ablation", choices=ABLATIONS, default=None,
+                      help="a search variant of the paper's ablation (Figure 7); overrides --policy: "
+                           "no-fine-tuning = evolution with 0 generations, limited-space = only the plain "
+                           "multi-level-tiling sketch, random = the random policy")
     tune.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     tune.add_argument("--batch-size", type=int, default=64, help="programs measured per round (default 64)")
     tune.add_argument("--json", metavar="FILE", help="also write the result to this JSON file")
@@ -69,9 +73,12 @@ def parse_workload(op: str, shape: str, batch: int = 1) -> tuple[str, tuple[int,
                              f"(suite configs: {examples})") from None
     if len(config) != len(params):
         raise TensorgenError(f"--shape {shape!r} has {len(config)} values; {usage} (suite configs: {examples})")
-    if batch < 1 or any(v < 1 for v in config):
-        raise TensorgenError(f"--shape {shape!r} --batch {batch}: sizes must be positive")
-    inputs, outputs = make(*config, batch=batch)
+    if batch < 1 or any(v < 0 for v in config):  # 0 is a valid padding; the operators reject empty sizes
+        raise TensorgenError(f"--shape {shape!r} --batch {batch}: the batch must be positive and no value negative")
+    try:
+        inputs, outputs = make(*config, batch=batch)
+    except TensorgenError as err:
+        raise TensorgenError(f"--shape {shape!r} --batch {batch}: {err} (suite configs: {examples})") from None
     return name, config, ComputeDAG(list(inputs) + list(outputs))
 
 
@@ -143,19 +150,23 @@ def summary_table(result: TuneResult, db: str) -> str:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from tensorgen.tune import make_task, tune
+    from tensorgen.tune import ablation_policy, make_task, tune
 
     name, config, dag = parse_workload(args.op, args.shape, args.batch)
     task = make_task(dag, Target.parse(args.target), desc=_desc(name, config, args.batch))
+    policy, options = args.policy, {}
+    if getattr(args, "ablation", None):
+        policy, options = ablation_policy(args.ablation, task)
     progress = ProgressLine()
     try:
-        result = tune(task, trials=args.trials, db=args.db, policy=args.policy, seed=args.seed,
-                      batch_size=args.batch_size, callbacks=[progress])
+        result = tune(task, trials=args.trials, db=args.db, policy=policy, seed=args.seed,
+                      batch_size=args.batch_size, callbacks=[progress], policy_options=options)
     finally:
         progress.close()
     print(summary_table(result, args.db))
     if args.json:
-        data = {**result.to_dict(), "op": name, "shape": list(config), "batch": args.batch, "policy": args.policy,
+        data = {**result.to_dict(), "op": name, "shape": list(config), "batch": args.batch, "policy": policy,
+                "ablation": getattr(args, "ablation", None),
                 "seed": args.seed, "db": args.db}
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=2)
