@@ -272,7 +272,9 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
     `{"generations": 0}` or `{"sketches": [...]}` for "ansor"; see make_policy and ablation_policy).
     `target`/`hw` are used only when `task_or_dag` is not a SearchTask; `build_timeout`/`run_timeout`
     (seconds per candidate) only for the default LocalBuilder/LocalRunner; once a best is known the default
-    runner's timeout shrinks to what a candidate SLOW_FACTOR times slower would need. Ctrl-C (KeyboardInterrupt,
+    runner's timeout shrinks to what a candidate SLOW_FACTOR times slower would need, a candidate
+    GIVE_UP_FACTOR times slower is timed by its first call alone, and every candidate's output is
+    checked against the naive program's (a wrong one is recorded as wrong_answer). Ctrl-C (KeyboardInterrupt,
     also from a callback) stops the loop; what was measured is kept and returned (`interrupted=True`).
     """
     if trials < 0 or batch_size < 1:
@@ -285,7 +287,7 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
     own_builder = builder is None
     builder = builder if builder is not None else LocalBuilder(timeout=build_timeout)
     own_runner = runner is None
-    runner = runner if runner is not None else LocalRunner(timeout=run_timeout)
+    runner = runner if runner is not None else LocalRunner(timeout=run_timeout, check_correctness=True)
     interrupted = False
     try:
         measured = _resume(task, database, search, tally)
@@ -295,6 +297,8 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
         while tally.done < trials:
             if own_runner:
                 runner.timeout = slow_candidate_timeout(run_timeout, tally.best_cost, runner)  # type: ignore[union-attr]
+                if math.isfinite(tally.best_cost):  # candidates GIVE_UP_FACTOR x slower: timed by one call
+                    runner.give_up_seconds = GIVE_UP_FACTOR * tally.best_cost  # type: ignore[union-attr]
             if not _round(task, search, builder, runner, database, measured, tally, batch_size, callbacks):
                 LOGGER.info("%s: the policy proposed no new program; stopping after %d trials", task, tally.done)
                 break
@@ -312,6 +316,7 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
 
 
 SLOW_FACTOR = 20.0
+GIVE_UP_FACTOR = 4.0
 
 
 def slow_candidate_timeout(limit: float, best_cost: float, runner: LocalRunner) -> float:
