@@ -37,6 +37,7 @@ from tensorgen.search.annotate import (
     annotate_parallel,
     annotate_unroll,
     annotate_vectorize,
+    divisors,
     location_candidates,
 )
 from tensorgen.search.rules import has_data_reuse, is_output, is_tiled
@@ -149,7 +150,7 @@ class TileSizeMutation(Mutation):
         full = [rest, *step.lengths] if step.inner_to_outer else [*step.lengths, rest]
         for _ in range(self.tries):
             src = _pick(rng, [k for k, v in enumerate(full) if v > 1])
-            factor = _pick(rng, [d for d in range(2, full[src] + 1) if full[src] % d == 0])
+            factor = _pick(rng, divisors(full[src])[1:])
             dst = _pick(rng, [k for k in range(len(full)) if k != src])
             new = list(full)
             new[src] //= factor

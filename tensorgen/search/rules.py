@@ -39,12 +39,22 @@ class Cond(enum.Enum):
 # predicates on a state's stage
 
 
+_RULE_MADE: dict[tuple[str, str, str, tuple[int, ...]], ComputeDAG] = {}
+
+
 def stage_analysis(state: State, i: int) -> ComputeDAG:
-    """A DAG on which the dag predicates can be asked about stage i (a fresh one for rule-made stages)."""
+    """A DAG on which the dag predicates can be asked about stage i (one of its own for rule-made
+    stages, memoized by what they compute: replay rebuilds their tensors for every state)."""
     st = state.stages[i]
     if state.dag.by_name.get(st.name) is st.tensor:
         return state.dag
-    return ComputeDAG(st.tensor)
+    key = (state.dag.workload_key, st.name, st.body_text, st.tensor.shape)
+    dag = _RULE_MADE.get(key)
+    if dag is None:
+        if len(_RULE_MADE) > 1024:
+            _RULE_MADE.clear()
+        dag = _RULE_MADE[key] = ComputeDAG(st.tensor)
+    return dag
 
 
 def is_compute(state: State, i: int) -> bool:
