@@ -1,4 +1,4 @@
-"""Ansor's per-statement program features (paper §5.2, Appendix B) computed from the loop IR.
+"""Ansor's per-statement program features (paper §5.2, Appendix B), many statements at once.
 
 One row per Store in program order (reduction init and update are separate statements, as in TVM).
 The column layout is `layout.NAMES` (164 columns, TVM feature.cc order); magnitudes are stored as
@@ -13,19 +13,20 @@ log2(1 + x). Deviations from TVM forced by this loop IR, all deliberate:
 - the arithmetic-intensity curve samples flops/unique-bytes at each loop level (innermost out),
   linearly interpolated against log2(flops) at 10 evenly spaced points up to the full nest.
 - footprints, cache lines and reuse use the approximations documented in `features.access`.
-- auto_unroll_max_step comes from the lowered function's `attrs["auto_unroll"]` ({stage name: step}).
+
+The search scores thousands of candidates per generation; computed one statement at a time the
+features cost ~40 small NumPy calls each. Statements of the same shape (loop count, accessed buffers
+in order) are stacked instead, and every quantity is one array operation over the stack.
+- auto_unroll_max_step is the statement's stage's.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 
-from tensorgen.features.access import Access, BufferStats, buffer_stats, coefficients
 from tensorgen.features.layout import (
-    ANNOT_POS,
     BUF_WIDTH,
     CURVE_POINTS,
     N_BUFFERS,
@@ -41,160 +42,15 @@ from tensorgen.features.layout import (
     OP_CATEGORIES,
     log_scale,
 )
-from tensorgen.loopir.nodes import Allocate, BufLoad, For, If, PrimFunc, Seq, Stmt, Store
+from tensorgen.features.statement import N_OPS, Statement, ir_statements
+from tensorgen.loopir.nodes import PrimFunc
 from tensorgen.target import HardwareParams
-from tensorgen.te.expr import BinOp, Call, Cast, Cmp, Expr, Load, Logic, Select, is_float
 
-__all__ = ["N_FEATURES", "NAMES", "Statement", "features_of", "ir_statements", "statement_features"]
-
-OP_COLUMN = {c: k for k, c in enumerate(OP_CATEGORIES)}
-_BIN_CAT = {"add": "addsub", "sub": "addsub", "mul": "mul", "div": "divmod", "floordiv": "divmod",
-            "floormod": "divmod", "min": "maxmin", "max": "maxmin"}
-_N_OPS = 2 * len(OP_CATEGORIES) + 3  # float, int, then bool / select / cast
+_KIND = {"serial": 0, "parallel": 1, "vectorize": 2, "unroll": 3}
+_ANNOTATED = ((_KIND["vectorize"], OFF_VEC), (_KIND["unroll"], OFF_UNROLL), (_KIND["parallel"], OFF_PARALLEL))
 
 
-@dataclass
-class Statement:
-    """What the features need of one statement, however it was found (lowered IR or `features.nest`)."""
-
-    ids: tuple  # identity of each enclosing loop, outer to inner: statements under one loop share it
-    extents: np.ndarray
-    kinds: tuple[str, ...]  # serial | parallel | vectorize | unroll
-    accesses: list[Access]  # the store first
-    ops: np.ndarray  # operations per execution, by category (`_N_OPS` columns)
-    alloc_outer: float | None  # executions of the store buffer's allocation (None: an argument)
-    unroll: int  # auto_unroll_max_step of the stage
-
-
-def ir_statements(func: PrimFunc) -> list[Statement]:
-    """Every Store of a lowered function with its loops, guards and accesses, in program order."""
-    auto_unroll = func.attrs.get("auto_unroll", {})
-    out: list[Statement] = []
-
-    def visit(s: Stmt, loops: tuple[For, ...], conds: tuple[Expr, ...], allocs: dict[str, float]) -> None:
-        if isinstance(s, Store):
-            ops, loads = count_ops([s.value, s.index, *conds])
-            loop_vars = [f.var for f in loops]
-            extents = np.array([f.extent for f in loops], dtype=float)
-            accesses = [Access(s.buffer, True, *coefficients(s.index, loop_vars, extents))]
-            accesses += [Access(ld.buffer, False, *coefficients(ld.index, loop_vars, extents)) for ld in loads]
-            out.append(Statement(tuple(id(f) for f in loops), extents, tuple(f.kind for f in loops), accesses,
-                                 ops, allocs.get(s.buffer.name), auto_unroll.get(s.buffer.name, 0)))
-        elif isinstance(s, For):
-            visit(s.body, loops + (s,), conds, allocs)
-        elif isinstance(s, Seq):
-            for x in s.stmts:
-                visit(x, loops, conds, allocs)
-        elif isinstance(s, If):
-            visit(s.then, loops, conds + (s.cond,), allocs)
-            if s.orelse is not None:
-                visit(s.orelse, loops, conds, allocs)
-        elif isinstance(s, Allocate):
-            visit(s.body, loops, conds, {**allocs, s.buffer.name: float(math.prod([f.extent for f in loops]))})
-
-    visit(func.body, (), (), {})
-    return out
-
-
-def count_ops(exprs: list[Expr]) -> tuple[np.ndarray, list[BufLoad | Load]]:
-    """Operations per execution by category, and the distinct loads met on the way.
-
-    Buffer loads count their flat index arithmetic; tensor loads (TE level) are leaves.
-    """
-    counts = np.zeros(_N_OPS)
-    loads: list[BufLoad] = []
-    stack = list(exprs)
-    seen: set[int] = set()
-    while stack:
-        e = stack.pop()
-        if id(e) in seen:  # shared subtrees (the store index reused by the accumulator load) count once: CSE
-            continue
-        seen.add(id(e))
-        if isinstance(e, BinOp):
-            cat = _BIN_CAT.get(e.op)
-            if cat == "addsub" and (_is_mul(e.a) or _is_mul(e.b)):
-                cat = "mad"
-            if cat is not None:
-                counts[OP_COLUMN[cat] + (0 if is_float(e.dtype) else len(OP_CATEGORIES))] += 1
-        elif isinstance(e, Cmp):
-            counts[OP_COLUMN["cmp"] + (0 if is_float(e.a.dtype) else len(OP_CATEGORIES))] += 1
-        elif isinstance(e, Call):
-            counts[OP_COLUMN["math_func"] + (0 if is_float(e.dtype) else len(OP_CATEGORIES))] += 1
-        elif isinstance(e, Logic):
-            counts[-3] += 1
-        elif isinstance(e, Select):
-            counts[-2] += 1
-        elif isinstance(e, Cast):
-            counts[-1] += 1
-        elif isinstance(e, (BufLoad, Load)):
-            loads.append(e)
-            if isinstance(e, Load):
-                continue
-        stack.extend(e.children())
-    return counts, loads
-
-
-def _is_mul(e: Expr) -> bool:
-    return isinstance(e, BinOp) and e.op == "mul"
-
-
-def _annotation(kind: str, st: Statement, spatial: np.ndarray) -> np.ndarray:
-    """num, prod, len of the innermost, and the one-hot position of `kind` loops around a statement."""
-    out = np.zeros(3 + len(ANNOT_POS))
-    idx = [k for k, k_kind in enumerate(st.kinds) if k_kind == kind]
-    if not idx:
-        out[3] = 1.0
-        return out
-    out[0], out[1], out[2] = len(idx), float(math.prod([st.extents[k] for k in idx])), st.extents[idx[-1]]
-    pos = set()
-    for k in idx:
-        group = np.nonzero(spatial == spatial[k])[0]
-        rank = "inner" if k == group[-1] else "outer" if k == group[0] else "middle"
-        pos.add(f"{rank}_{'spatial' if spatial[k] else 'reduce'}")
-    out[3 + ANNOT_POS.index(pos.pop() if len(pos) == 1 else "mixed")] = 1.0
-    return out
-
-
-def _curve(flops_per_exec: float, extents: np.ndarray, stats: list[BufferStats]) -> np.ndarray:
-    """Arithmetic intensity (flops / unique bytes) per loop level, sampled at 10 points of log2 flops."""
-    if flops_per_exec <= 0:
-        return np.zeros(CURVE_POINTS)
-    n = len(extents)
-    inner = np.ones(n + 1)  # executions under loops k.., innermost level last
-    if n:
-        inner[:n] = np.cumprod(extents[::-1])[::-1]
-    flops = (flops_per_exec * inner)[::-1]  # innermost (statement alone) first
-    nbytes = np.sum([s.unique for s in stats], axis=0)[::-1] if stats else np.ones(n + 1)
-    x, y = np.log2(flops), flops / np.maximum(nbytes, 1.0)
-    keep = np.concatenate([[True], np.diff(x) > 1e-9])
-    x, y = x[keep], y[keep]
-    targets = x[-1] * np.arange(1, CURVE_POINTS + 1) / CURVE_POINTS
-    return np.interp(targets, x, y)
-
-
-def _buffer_row(st: BufferStats, stats: list[BufferStats], extents: np.ndarray, serial: list[int]) -> np.ndarray:
-    """TVM's per-buffer record; reuse is found at the innermost loop that revisits data (serial[k]:
-    statements touching the buffer under loop k)."""
-    row = np.zeros(BUF_WIDTH)
-    row[0 if not st.writes else 1 if not st.reads else 2] = 1.0
-    row[3:7] = st.bytes, st.unique[0], st.lines, st.unique_lines
-    reuse, dis_iter, dis_bytes, ct = 2, 0.0, 0.0, 0.0
-    for k in range(len(extents) - 1, -1, -1):
-        if extents[k] > 1 and (st.coefs[:, k] == 0).any():  # this loop revisits the same data
-            reuse, ct = 0, float(extents[k])
-        elif serial[k] > 1:  # several statements touch the buffer in the same loop body
-            reuse, ct = 1, float(serial[k] - 1)
-        else:
-            continue
-        dis_iter = float(math.prod(extents[k + 1:]))
-        dis_bytes = float(sum(s.unique[k + 1] for s in stats))
-        break
-    row[7 + reuse] = 1.0
-    row[10:13] = dis_iter, dis_bytes, ct
-    div = ct if ct > 0.5 else 0.5  # no reuse: TVM's "multiply by 2"
-    row[13:17] = np.array([st.bytes, st.unique[0], st.lines, st.unique_lines]) / div
-    row[17] = st.stride
-    return row
+__all__ = ["N_FEATURES", "NAMES", "batch_features", "features_of", "statement_features"]
 
 
 def statement_features(func: PrimFunc, hw: HardwareParams, log: bool = True) -> np.ndarray:
@@ -202,43 +58,177 @@ def statement_features(func: PrimFunc, hw: HardwareParams, log: bool = True) -> 
     return features_of(ir_statements(func), hw, log)
 
 
-def features_of(stmts: list[Statement], hw: HardwareParams, log: bool = True) -> np.ndarray:
-    """(n_statements, N_FEATURES) features of `stmts`, log-scaled unless `log` is False."""
-    rows = np.zeros((len(stmts), N_FEATURES))
-    # statements touching each buffer under each loop: the serial-reuse counter (TVM's for_touch_regions_)
-    under: dict[tuple, int] = {}
-    for st in stmts:
-        names = {a.buffer.name for a in st.accesses}
-        for lid in st.ids:
-            for nm in names:
-                under[(lid, nm)] = under.get((lid, nm), 0) + 1
-    for r, st in enumerate(stmts):
-        rows[r] = _row(st, hw, under)
-    return log_scale(rows) if log else rows
+def features_of(stmts: Sequence[Statement], hw: HardwareParams, log: bool = True) -> np.ndarray:
+    """(n_statements, N_FEATURES) features of one program's statements, log-scaled unless `log` is False."""
+    return batch_features([stmts], hw, log)[0]
 
 
-def _row(st: Statement, hw: HardwareParams, under: dict[tuple, int]) -> np.ndarray:
-    row = np.zeros(N_FEATURES)
-    extents = st.extents
-    trip = float(math.prod(extents))
-    row[:_N_OPS] = st.ops * trip
-    spatial = st.accesses[0].coef > 0
-    row[OFF_VEC:OFF_VEC + 11] = _annotation("vectorize", st, spatial)
-    row[OFF_UNROLL:OFF_UNROLL + 11] = _annotation("unroll", st, spatial)
-    row[OFF_PARALLEL:OFF_PARALLEL + 11] = _annotation("parallel", st, spatial)
+def batch_features(programs: Sequence[Sequence[Statement]], hw: HardwareParams, log: bool = True) -> list[np.ndarray]:
+    """One (n_statements, N_FEATURES) array per program, rows in statement order."""
+    out = [np.zeros((len(p), N_FEATURES)) for p in programs]
+    groups: dict[tuple, list[tuple[int, int, Statement, list[list[int]]]]] = {}
+    for p, stmts in enumerate(programs):
+        # statements touching each buffer under each loop: the serial-reuse counter (TVM's for_touch_regions_)
+        under: dict[tuple, int] = {}
+        for st in stmts:
+            for nm in {a.buffer.name for a in st.accesses}:
+                for lid in st.ids:
+                    under[(lid, nm)] = under.get((lid, nm), 0) + 1
+        for s, st in enumerate(stmts):
+            names = tuple((a.buffer.name, a.write) for a in st.accesses)
+            serial = [[under.get((lid, nm), 0) for lid in st.ids] for nm in dict.fromkeys(n for n, _ in names)]
+            groups.setdefault((len(st.extents), names), []).append((p, s, st, serial))
+    for (n_loops, names), members in groups.items():
+        rows = _rows([m[2] for m in members], np.array([m[3] for m in members], dtype=float), n_loops, names,
+                     hw.cache_line_bytes)
+        if log:
+            log_scale(rows)
+        for (p, s, _, _), row in zip(members, rows):
+            out[p][s] = row
+    return out
 
-    stats = buffer_stats(st.accesses, extents, trip, hw.cache_line_bytes)
-    float_ops = float(st.ops[:len(OP_CATEGORIES)].sum())
-    row[OFF_CURVE:OFF_CURVE + CURVE_POINTS] = _curve(float_ops, extents, stats)
 
-    ranked = sorted(stats, key=lambda s: (-s.bytes, -s.unique[0], s.buffer.name))[:N_BUFFERS]
-    for b, bs in enumerate(ranked):
-        serial = [under.get((lid, bs.buffer.name), 0) for lid in st.ids]
-        row[OFF_BUF + b * BUF_WIDTH:OFF_BUF + (b + 1) * BUF_WIDTH] = _buffer_row(bs, stats, extents, serial)
+def _rows(stmts: list[Statement], serial: np.ndarray, n_loops: int, names: tuple, line: int) -> np.ndarray:
+    """Feature rows of statements of one shape; `serial` is (N, n_buffers, n_loops)."""
+    n, L, A = len(stmts), n_loops, len(names)
+    ext = np.array([st.extents for st in stmts], dtype=float).reshape(n, L)
+    coef = np.array([[a.coef for a in st.accesses] for st in stmts], dtype=float).reshape(n, A, L)
+    offset = np.array([[a.offset for a in st.accesses] for st in stmts], dtype=float).reshape(n, A)
+    size = np.array([[a.buffer.size for a in st.accesses] for st in stmts], dtype=float).reshape(n, A)
+    elem = np.array([[a.buffer.nbytes for a in st.accesses] for st in stmts], dtype=float).reshape(n, A)
+    elem /= np.maximum(size, 1.0)
+    ops = np.array([st.ops for st in stmts], dtype=float).reshape(n, N_OPS)
+    kind = np.array([[_KIND[k] for k in st.kinds] for st in stmts], dtype=int).reshape(n, L)
+    rows = np.zeros((n, N_FEATURES))
+    trip = ext.prod(axis=1)
+    at = np.arange(n)
+    rows[:, :N_OPS] = ops * trip[:, None]
 
-    if st.alloc_outer is not None:
-        buf = st.accesses[0].buffer
-        row[OFF_ALLOC:OFF_ALLOC + 4] = buf.nbytes, buf.size * st.alloc_outer, st.alloc_outer, \
-            trip / max(st.alloc_outer, 1.0)
-    row[OFF_OTHER:OFF_OTHER + 3] = trip, len(extents), float(st.unroll)
-    return row
+    # annotations: where the annotated loops sit among the statement's spatial / reduce loops
+    spatial = coef[:, 0, :] > 0
+    if L:
+        later_same = np.where(spatial, _after(spatial), _after(~spatial))
+        earlier_same = np.where(spatial, np.cumsum(spatial, 1) - spatial, np.cumsum(~spatial, 1) - ~spatial)
+        rank = np.where(later_same == 0, 0, np.where(earlier_same == 0, 2, 1))  # inner, middle, outer
+        code = rank + np.where(spatial, 0, 3)  # ANNOT_POS index - 1
+    for k, off in _ANNOTATED:
+        mask = kind == k
+        num = mask.sum(axis=1)
+        pos = np.zeros(n, dtype=int)
+        if L:
+            has = num > 0
+            innermost = L - 1 - np.argmax(mask[:, ::-1], axis=1)
+            rows[:, off] = num
+            rows[:, off + 1] = np.where(has, np.where(mask, ext, 1.0).prod(axis=1), 0.0)
+            rows[:, off + 2] = np.where(has, ext[at, innermost], 0.0)
+            lo, hi = np.where(mask, code, 99).min(axis=1), np.where(mask, code, -1).max(axis=1)
+            pos = np.where(has, np.where(lo == hi, 1 + lo, 7), 0)
+        rows[at, off + 3 + pos] = 1.0
+
+    # per access: footprints under each loop level, innermost moving loop and its stride
+    span = np.ones((n, A, L + 1))
+    points = np.ones((n, A, L + 1))
+    suffix = np.ones((n, L + 1))  # iterations of loops k.. (k = L: the statement alone)
+    moving = np.zeros((n, A), dtype=bool)
+    inner = np.zeros((n, A), dtype=int)
+    stride = np.zeros((n, A))
+    smallest = np.full((n, A), np.inf)
+    if L:
+        span[..., :L] = np.cumsum((coef * (ext - 1)[:, None, :])[..., ::-1], axis=-1)[..., ::-1] + 1
+        points[..., :L] = np.cumprod(np.where(coef > 0, ext[:, None, :], 1.0)[..., ::-1], axis=-1)[..., ::-1]
+        suffix[:, :L] = np.cumprod(ext[:, ::-1], axis=1)[:, ::-1]
+        nz = coef != 0
+        moving = nz.any(axis=-1)
+        inner = L - 1 - np.argmax(nz[..., ::-1], axis=-1)
+        stride = np.where(moving, np.take_along_axis(coef, inner[..., None], -1)[..., 0], 0.0)
+        smallest = np.where(nz, coef, np.inf).min(axis=-1)
+    footprint = np.minimum(span, points)
+    per_line = np.minimum(1.0, stride * elem / line)
+    lines_each = np.where(moving, trip[:, None] / suffix[at[:, None], np.minimum(inner + 1, L)] * per_line, 1.0)
+
+    # per buffer (accesses grouped by name, in order of first appearance)
+    bufs: dict[str, list[int]] = {}
+    for a, (nm, _) in enumerate(names):
+        bufs.setdefault(nm, []).append(a)
+    nb = len(bufs)
+    b_bytes, b_u0, b_lines, b_ulines, b_stride = (np.zeros((nb, n)) for _ in range(5))
+    b_unique = np.zeros((nb, n, L + 1))
+    b_revisit = np.zeros((nb, n, L), dtype=bool)  # a loop that leaves some access of the buffer in place
+    b_type = np.zeros(nb, dtype=int)
+    for g, idx in enumerate(bufs.values()):
+        c = coef[:, idx, :]
+        same = (c == c[:, :1, :]).all(axis=(1, 2))
+        shift = offset[:, idx].max(axis=1) - offset[:, idx].min(axis=1)
+        total = footprint[:, idx, :].sum(axis=1)
+        elems = np.where(same[:, None], np.minimum(footprint[:, idx[0], :] + shift[:, None], total), total)
+        elems = np.minimum(elems, size[:, idx[0], None])
+        eb = elem[:, idx[0]]
+        smin = smallest[:, idx].min(axis=1)
+        writes = sum(names[a][1] for a in idx)
+        b_type[g] = 0 if not writes else 1 if writes == len(idx) else 2
+        b_bytes[g] = len(idx) * trip * eb
+        b_unique[g] = elems * eb[:, None]
+        b_u0[g] = b_unique[g][:, 0]
+        b_lines[g] = lines_each[:, idx].sum(axis=1)
+        with np.errstate(invalid="ignore"):
+            b_ulines[g] = np.where(np.isinf(smin), 1.0,
+                                   np.maximum(1.0, elems[:, 0] * np.minimum(line, smin * eb) / line))
+        b_stride[g] = stride[:, idx].max(axis=1)
+        b_revisit[g] = (c == 0).any(axis=1) & (ext > 1)
+    unique_all = b_unique.sum(axis=0) if nb else np.ones((n, L + 1))
+
+    rows[:, OFF_CURVE:OFF_CURVE + CURVE_POINTS] = _curve(ops[:, :len(OP_CATEGORIES)].sum(axis=1), suffix, unique_all)
+
+    # the N_BUFFERS buffers with most bytes (then most unique bytes, then by name)
+    name_rank = np.argsort(np.argsort(list(bufs)))
+    order = np.lexsort((np.broadcast_to(name_rank[:, None], (nb, n)), -b_u0, -b_bytes), axis=0)
+    ser = serial.transpose(1, 0, 2)  # (nb, N, L)
+    for slot in range(min(nb, N_BUFFERS)):
+        g = order[slot]
+        base = OFF_BUF + slot * BUF_WIDTH
+        rows[at, base + b_type[g]] = 1.0
+        stats = np.stack([b_bytes[g, at], b_u0[g, at], b_lines[g, at], b_ulines[g, at]], axis=1)
+        rows[:, base + 3:base + 7] = stats
+        loop_reuse, serial_reuse = b_revisit[g, at], ser[g, at] > 1
+        either = loop_reuse | serial_reuse
+        found = either.any(axis=1)
+        k = L - 1 - np.argmax(either[:, ::-1], axis=1) if L else np.zeros(n, dtype=int)
+        by_loop = found & (loop_reuse[at, k] if L else False)
+        reuse = np.where(found, np.where(by_loop, 0, 1), 2)
+        ct = np.zeros(n)
+        if L:
+            ct = np.where(found, np.where(by_loop, ext[at, k], ser[g, at][at, k] - 1), 0.0)
+        rows[at, base + 7 + reuse] = 1.0
+        rows[:, base + 10] = np.where(found, suffix[at, np.minimum(k + 1, L)], 0.0)
+        rows[:, base + 11] = np.where(found, unique_all[at, np.minimum(k + 1, L)], 0.0)
+        rows[:, base + 12] = ct
+        rows[:, base + 13:base + 17] = stats / np.where(ct > 0.5, ct, 0.5)[:, None]
+        rows[:, base + 17] = b_stride[g, at]
+
+    alloc = np.array([np.nan if st.alloc_outer is None else st.alloc_outer for st in stmts])
+    has_alloc = ~np.isnan(alloc)
+    rows[has_alloc, OFF_ALLOC] = (elem[:, 0] * size[:, 0])[has_alloc]
+    rows[has_alloc, OFF_ALLOC + 1] = (size[:, 0] * alloc)[has_alloc]
+    rows[has_alloc, OFF_ALLOC + 2] = alloc[has_alloc]
+    rows[has_alloc, OFF_ALLOC + 3] = (trip / np.maximum(alloc, 1.0))[has_alloc]
+    rows[:, OFF_OTHER] = trip
+    rows[:, OFF_OTHER + 1] = L
+    rows[:, OFF_OTHER + 2] = [st.unroll for st in stmts]
+    return rows
+
+
+def _after(mask: np.ndarray) -> np.ndarray:
+    """How many later entries of each row are set."""
+    return np.cumsum(mask[:, ::-1], axis=1)[:, ::-1] - mask
+
+
+def _curve(flops_per_exec: np.ndarray, suffix: np.ndarray, unique: np.ndarray) -> np.ndarray:
+    """Arithmetic intensity (flops / unique bytes) per loop level, sampled at 10 points of log2 flops."""
+    out = np.zeros((len(suffix), CURVE_POINTS))
+    for r in np.nonzero(flops_per_exec > 0)[0]:
+        flops = (flops_per_exec[r] * suffix[r])[::-1]  # the statement alone first
+        x, y = np.log2(flops), flops / np.maximum(unique[r][::-1], 1.0)
+        keep = np.concatenate([[True], np.diff(x) > 1e-9])
+        x, y = x[keep], y[keep]
+        out[r] = np.interp(x[-1] * np.arange(1, CURVE_POINTS + 1) / CURVE_POINTS, x, y)
+    return out

@@ -18,9 +18,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from tensorgen.errors import TensorgenError
-from tensorgen.features.ansor import features_of, ir_statements
+from tensorgen.features.ansor import batch_features
 from tensorgen.features.layout import N_FEATURES
 from tensorgen.features.nest import NotAffine, state_statements
+from tensorgen.features.statement import ir_statements
 from tensorgen.schedule.lower import lower
 from tensorgen.schedule.state import State
 from tensorgen.target import HardwareParams
@@ -52,39 +53,53 @@ class FeatureExtractor:
         self._cache.clear()
 
     def extract(self, states: Sequence[State]) -> list[np.ndarray]:
-        out = []
+        """Features of every state; the misses of one call are computed together (one vectorized pass)."""
+        out: list[np.ndarray | None] = []
+        missing: dict[tuple, list[int]] = {}  # key -> positions in `out` (a batch may repeat a state)
         for state in states:
             key = state_key(state)
             feats = self._cache.get(key)
             if feats is not None:
                 self.stats["hits"] += 1
                 self._cache.move_to_end(key)
+            elif key in missing:
+                self.stats["hits"] += 1
+                missing[key].append(len(out))
             else:
-                self.stats["misses"] += 1
-                feats = self._compute(state)
-                self._cache[key] = feats
-                if len(self._cache) > self.capacity:
-                    self._cache.popitem(last=False)
+                missing[key] = [len(out)]
             out.append(feats)
-        return out
+        if missing:
+            computed = self._compute([states[pos[0]] for pos in missing.values()])
+            for (key, pos), feats in zip(missing.items(), computed):
+                self._cache[key] = feats
+                for p in pos:
+                    out[p] = feats
+            while len(self._cache) > self.capacity:
+                self._cache.popitem(last=False)
+        return out  # type: ignore[return-value]
 
     def extract_one(self, state: State) -> np.ndarray:
         return self.extract([state])[0]
 
-    def _compute(self, state: State) -> np.ndarray:
+    def _compute(self, states: Sequence[State]) -> list[np.ndarray]:
         t0 = time.perf_counter()
-        try:
+        self.stats["misses"] += len(states)
+        programs, valid = [], []
+        for state in states:
             try:
-                stmts = state_statements(state)
-            except NotAffine:
-                stmts = ir_statements(lower(state))
-        except TensorgenError:
-            self.stats["failures"] += 1
-            feats = np.zeros((0, N_FEATURES))
-        else:
-            t1 = time.perf_counter()
-            self.stats["lower_s"] += t1 - t0
-            feats = features_of(stmts, self.hw)
-            self.stats["features_s"] += time.perf_counter() - t1
-        feats.setflags(write=False)
-        return feats
+                try:
+                    programs.append(state_statements(state))
+                except NotAffine:
+                    programs.append(ir_statements(lower(state)))
+                valid.append(True)
+            except TensorgenError:
+                self.stats["failures"] += 1
+                programs.append([])
+                valid.append(False)
+        t1 = time.perf_counter()
+        self.stats["lower_s"] += t1 - t0
+        out = [f if ok else np.zeros((0, N_FEATURES)) for f, ok in zip(batch_features(programs, self.hw), valid)]
+        for f in out:
+            f.setflags(write=False)
+        self.stats["features_s"] += time.perf_counter() - t1
+        return out

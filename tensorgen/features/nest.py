@@ -21,7 +21,8 @@ import numpy as np
 
 from tensorgen.errors import TensorgenError
 from tensorgen.features.access import Access
-from tensorgen.features.ansor import OP_CATEGORIES, OP_COLUMN, Statement, count_ops
+from tensorgen.features.layout import OP_CATEGORIES
+from tensorgen.features.statement import OP_COLUMN, Statement, count_ops
 from tensorgen.loopir.nodes import Buffer, row_major
 from tensorgen.loopir.simplify import linear
 from tensorgen.schedule.lower import LOOP_KINDS, check_complete, expand_inlined

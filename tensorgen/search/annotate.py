@@ -236,23 +236,26 @@ def is_valid(state: State) -> bool:
 
 def sample_initial_population(task: SearchTask, sketches: Sequence[State], n: int, rng: np.random.Generator,
                               policy: AnnotationPolicy | None = None, max_tries: int | None = None,
-                              validate: Callable[[State], bool] = is_valid) -> list[State]:
+                              validate: Callable[[list[State]], list[bool]] | None = None) -> list[State]:
     """`n` valid random programs from uniformly picked sketches (fewer only if `max_tries`, default
     10 * n, samples are mostly invalid). Duplicates are kept: the population is a multiset.
-    `validate` lets a caller that lowers anyway (the feature extractor) check validity in the same pass."""
+    `validate` checks a batch at once, so that a caller that lowers anyway (the feature extractor)
+    checks validity in the same vectorized pass; the default lowers each state."""
     if not sketches:
         raise ValueError("sample_initial_population: no sketches to sample from")
     policy = policy or AnnotationPolicy()
+    validate = validate or (lambda states: [is_valid(s) for s in states])
     out: list[State] = []
     tries = 0
     limit = 10 * n if max_tries is None else max_tries
     while len(out) < n and tries < limit:
-        tries += 1
-        sketch = sketches[int(rng.integers(len(sketches)))]
-        try:
-            state = sample_state(task, sketch, rng, policy)
-        except ScheduleError:
-            continue
-        if validate(state):
-            out.append(state)
+        batch = []
+        for _ in range(min(n - len(out), limit - tries)):
+            tries += 1
+            sketch = sketches[int(rng.integers(len(sketches)))]
+            try:
+                batch.append(sample_state(task, sketch, rng, policy))
+            except ScheduleError:
+                continue
+        out += [s for s, ok in zip(batch, validate(batch)) if ok]
     return out

@@ -145,8 +145,11 @@ class EvolutionarySearch:
         scores = np.asarray(self.cost_model.predict(feats), dtype=np.float64).reshape(-1)
         return np.where([f.shape[0] > 0 for f in feats], scores, -np.inf)
 
-    def _valid(self, state: State) -> bool:
-        return self.extractor.extract_one(state).shape[0] > 0
+    def _valid(self, states: Sequence[State | None]) -> list[bool]:
+        """Which children lower (one batched feature extraction; the features are cached for scoring)."""
+        real = [s for s in states if s is not None]
+        ok = iter(f.shape[0] > 0 for f in self.extractor.extract(real))
+        return [s is not None and next(ok) for s in states]
 
     # ---- operators ------------------------------------------------------------------------
 
@@ -161,8 +164,7 @@ class EvolutionarySearch:
             return None
         if k not in self._owners:
             self._owners[k] = step_owners(self.sketches[k])
-        child = crossover(self.task, a, b, len(self.sketches[k].steps), self._owners[k], self.rng)
-        return child if child is not None and self._valid(child) else None
+        return crossover(self.task, a, b, len(self.sketches[k].steps), self._owners[k], self.rng)
 
     def _mutate(self, state: State) -> State | None:
         rules = self.mutations
@@ -171,36 +173,51 @@ class EvolutionarySearch:
             for r in rules:
                 r.policy = self.annotation
             self.mutations = rules
-        child, _ = mutate(self.task, state, self.rng, rules)
-        return child if child is not None and self._valid(child) else None
+        return mutate(self.task, state, self.rng, rules)[0]
 
     def _children(self, pop: list[State], scores: np.ndarray, stats: GenerationStats) -> list[State]:
+        """The next population. Children are made for all slots first and validated together (one
+        batched feature extraction per attempt); a slot whose child does not lower retries a mutation
+        of a freshly drawn parent, up to `max_tries` times, and then keeps its parent."""
         valid = np.isfinite(scores)
         # shift to positive; the floor keeps the worst valid program selectable
         floor = 1e-3 * float(np.ptp(scores[valid])) + 1e-12
         fit = np.where(valid, scores - scores[valid].min() + floor, 0.0) if valid.any() else np.ones(len(pop))
         probs = fit / fit.sum()
         n_elite = int(self.elite_fraction * self.population)
-        out = [pop[int(i)] for i in np.argsort(-scores, kind="stable")[:n_elite] if valid[i]]
-        while len(out) < self.population:
-            parent = pop[int(self.rng.choice(len(pop), p=probs))]
-            child = None
-            crossed = self.rng.random() < self.crossover_prob
-            if crossed:
-                other = pop[int(self.rng.choice(len(pop), p=probs))]
-                child = self._crossover(parent, other)
-                stats.crossed += child is not None
-                stats.crossover_failed += child is None
-            if child is None and (crossed or self.rng.random() < self.mutation_prob):
-                for _ in range(self.max_tries):
-                    child = self._mutate(parent)
-                    if child is not None:
-                        break
+        elites = [pop[int(i)] for i in np.argsort(-scores, kind="stable")[:n_elite] if valid[i]]
+        n = self.population - len(elites)
+        parents = [pop[int(i)] for i in self.rng.choice(len(pop), size=n, p=probs)]
+        out: list[State] = list(parents)  # a slot that gets no valid child keeps its parent
+        crossing = self.rng.random(n) < self.crossover_prob
+        mutating = self.rng.random(n) < self.mutation_prob
+        crossed = [int(k) for k in np.nonzero(crossing)[0]]
+        children = [self._crossover(parents[k], pop[int(self.rng.choice(len(pop), p=probs))]) for k in crossed]
+        for k, child, ok in zip(crossed, children, self._valid(children)):
+            if ok:
+                out[k] = child  # type: ignore[assignment]
+                crossing[k] = False  # done; a failed crossover falls back to a mutation
+                stats.crossed += 1
+            else:
+                stats.crossover_failed += 1
+        todo = [int(k) for k in np.nonzero(crossing | (mutating & ~np.isin(np.arange(n), crossed)))[0]]
+        for attempt in range(self.max_tries):
+            if not todo:
+                break
+            if attempt:  # failed slots start again from a freshly drawn parent
+                for k in todo:
+                    parents[k] = out[k] = pop[int(self.rng.choice(len(pop), p=probs))]
+            children = [self._mutate(parents[k]) for k in todo]
+            failed = []
+            for k, child, ok in zip(todo, children, self._valid(children)):
+                if ok:
+                    out[k] = child  # type: ignore[assignment]
+                    stats.mutated += 1
+                else:
+                    failed.append(k)
                     stats.mutation_failed += 1
-                    parent = pop[int(self.rng.choice(len(pop), p=probs))]
-                stats.mutated += child is not None
-            out.append(child if child is not None else parent)
-        return out
+            todo = failed
+        return elites + out
 
     # ---- the loop -------------------------------------------------------------------------
 

@@ -88,9 +88,9 @@ class SketchPolicy:
                 out.append(s)
                 added += 1
 
-    def _lowers(self, state: State) -> bool:
-        """Validity through the extractor: it lowers the state once and caches the features for prediction."""
-        return self.extractor.extract_one(state).shape[0] > 0
+    def _lowers(self, states: list[State]) -> list[bool]:
+        """Validity through the extractor: one batched pass whose features are cached for prediction."""
+        return [f.shape[0] > 0 for f in self.extractor.extract(states)]
 
     def next_batch(self, n: int) -> list[State]:
         out: list[State] = []
