@@ -10,7 +10,16 @@ import numpy as np
 
 from tensorgen.costmodel.base import normalize_throughput
 
-__all__ = ["evaluate", "pairwise_accuracy", "r2_score", "recall_at_k", "rmse"]
+__all__ = [
+    "evaluate",
+    "evaluate_at_ks",
+    "metric_names",
+    "pairwise_accuracy",
+    "r2_score",
+    "recall_at_k",
+    "rmse",
+    "summarize_folds",
+]
 
 
 def _pair(y_true: np.ndarray, y_pred: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -79,3 +88,40 @@ def evaluate(
         "pairwise_accuracy": pairwise_accuracy(y, p, groups),
         f"recall@{k}": recall_at_k(y, p, k),
     }
+
+
+def metric_names(ks: tuple[int, ...] = (10,)) -> list[str]:
+    """The keys :func:`evaluate_at_ks` returns, in display order."""
+    return ["pairwise_accuracy", *(f"recall@{k}" for k in ks), "rmse", "r2"]
+
+
+def evaluate_at_ks(
+    throughputs: np.ndarray, predictions: np.ndarray, groups: np.ndarray | None = None, ks: tuple[int, ...] = (10,)
+) -> dict[str, float]:
+    """:func:`evaluate` with recall@k for several k (same per-task normalization to the best of this set)."""
+    if not ks:
+        raise ValueError("need at least one k")
+    out = evaluate(throughputs, predictions, groups, k=ks[0])
+    y = normalize_throughput(throughputs, groups)
+    for k in ks[1:]:
+        out[f"recall@{k}"] = recall_at_k(y, predictions, k)
+    return out
+
+
+def summarize_folds(rows: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Mean and (population) standard deviation over folds of every numeric key, NaN-aware.
+
+    Returns ``{"mean": {key: ...}, "std": {key: ...}}``; keys missing from some folds are averaged over the folds
+    that have them, and a key that is NaN in every fold stays NaN.
+    """
+    keys: list[str] = []
+    for row in rows:
+        keys.extend(k for k, v in row.items() if k not in keys and isinstance(v, (int, float, np.number)))
+    mean: dict[str, float] = {}
+    std: dict[str, float] = {}
+    for key in keys:
+        vals = np.array([float(r[key]) for r in rows if key in r], dtype=np.float64)
+        finite = vals[np.isfinite(vals)]
+        mean[key] = float(finite.mean()) if finite.size else float("nan")
+        std[key] = float(finite.std()) if finite.size else float("nan")
+    return {"mean": mean, "std": std}
