@@ -12,7 +12,7 @@ collect   measures N distinct random programs of one task (random annotation of 
           56x56, 64->64, 3x3, stride 1, padding 1, batch 1, NHWC.
 evaluate  loads every record of the task from the database (replayed on the DAG embedded in the records),
           extracts features with a fresh FeatureExtractor (timed: states/s), labels each program with
-          throughput = flop / mean measured cost (0 for failed measurements), and runs a seeded K-fold
+          throughput = flop / median measured cost (0 for failed measurements), and runs a seeded K-fold
           cross-validation (default 5 folds = five 80/20 train/test splits, Ansor used one 80/20 split):
           XGBModel (and RandomModel as the zero-information baseline) is trained on the training part and
           predicts the held-out part. Metrics per fold, as in Ansor §7.5, on throughput normalized to the best
@@ -171,7 +171,7 @@ def collection_timing(db_path: str, workload_key: str) -> dict[str, Any]:
             "programs_per_s": (n - 1) / span if n > 1 and span > 0 else None}
 
 
-def throughputs(records: list, flop: float, cost: str = "mean") -> np.ndarray:
+def throughputs(records: list, flop: float, cost: str = "median") -> np.ndarray:
     """flop / mean (or median) measured cost per record; 0 for failures (as the cost model is trained)."""
     reduce = {"mean": np.mean, "median": np.median}[cost]
     out = np.zeros(len(records))
@@ -347,8 +347,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     e.add_argument("--k", type=int, nargs="+", default=list(DEFAULT_KS), help="recall@k (default 10 30)")
     e.add_argument("--models", nargs="+", default=["xgb", "random"], help="models (default xgb random)")
     e.add_argument("--num-rounds", type=int, default=200, help="XGBModel boosting rounds (default 200)")
-    e.add_argument("--cost", choices=("mean", "median"), default="mean",
-                   help="label = flop / this of the repeats' costs (default mean, as Ansor/TVM)")
+    e.add_argument("--cost", choices=("mean", "median"), default="median",
+                   help="label = flop / this of the repeats' costs (default median, as the tuner and records)")
     e.add_argument("--ok-only", action="store_true", help="evaluate on successfully measured programs only")
     e.add_argument("--nthread", type=int, default=None,
                    help="XGBoost threads (default: XGBModel's, one per CPU; 1 is far faster on a busy machine)")
