@@ -1,7 +1,7 @@
 """Ablation of the Ansor search on one C2D (paper Figure 7): best-so-far GFLOP/s vs. measurement trials.
 
     python bench/ablation.py [--shape-index 3 | --shape H,W,CI,CO,K,S,P] [--batch 1] [--trials 256]
-                             [--variants ansor,no-fine-tuning,limited-space,random] [--seeds 0,1]
+                             [--variants ansor,no-crossover,no-fine-tuning,limited-space,random] [--seeds 0,1]
                              [--batch-size 32] [--population N] [--db-dir DIR] [--json FILE] [--points 8]
 
 Every variant tunes the same C2D (`tensorgen.te.ops.suite` C2D shapes; default the last 3x3

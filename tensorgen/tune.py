@@ -151,13 +151,14 @@ def _construct(cls: Any, name: str, task: SearchTask, **kwargs: Any) -> SearchPo
 
 
 # The search-space / search-strategy variants of Ansor's ablation (paper Figure 7).
-ABLATIONS = ("ansor", "no-fine-tuning", "limited-space", "random")
+ABLATIONS = ("ansor", "no-crossover", "no-fine-tuning", "limited-space", "random")
 
 
 def ablation_policy(name: str, task: SearchTask) -> tuple[str, dict[str, Any]]:
     """(policy, policy_options) for tune() that make one of the ABLATIONS variants of Figure 7:
 
     - "ansor": the full policy (all sketches, evolutionary fine-tuning, learned cost model);
+    - "no-crossover": the same without node-based crossover (mutations only, as TVM's implementation);
     - "no-fine-tuning": the same, with 0 generations of evolution: each batch is the random samples
       of all sketches ranked by the cost model (random sampling only, no mutation or crossover);
     - "limited-space": the full search over a template-like space: only the plain multi-level-tiling
@@ -167,6 +168,8 @@ def ablation_policy(name: str, task: SearchTask) -> tuple[str, dict[str, Any]]:
     key = name.lower()
     if key == "ansor":
         return "ansor", {}
+    if key == "no-crossover":
+        return "ansor", {"crossover_prob": 0.0}
     if key == "no-fine-tuning":
         return "ansor", {"generations": 0}
     if key == "limited-space":
