@@ -290,7 +290,8 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
     own_builder = builder is None
     builder = builder if builder is not None else LocalBuilder(timeout=build_timeout)
     own_runner = runner is None
-    runner = runner if runner is not None else LocalRunner(timeout=run_timeout, check_correctness=True)
+    runner = runner if runner is not None else LocalRunner(timeout=run_timeout, check_correctness=True,
+                                                                      give_up_factor=GIVE_UP_FACTOR)
     interrupted = False
     try:
         measured = _resume(task, database, search, tally)

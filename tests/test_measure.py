@@ -178,6 +178,16 @@ def test_give_up_times_slow_candidates_by_their_first_call(builder):
     assert_good(res) and res.costs[0] == res.costs[1]
 
 
+def test_give_up_factor_is_relative_to_the_fastest_so_far(builder):
+    t = task(256)
+    fast, slow = tiled(t), MeasureInput(t, State(t.dag))  # the naive program is far slower
+    runner = LocalRunner(number=5, give_up_factor=1.5)
+    first, second = runner.run([fast, slow], builder.build([fast, slow]))
+    assert_good(first) and assert_good(second)
+    assert len(set(first.costs)) > 1 and len(set(second.costs)) == 1  # the slow one: its first call only
+    assert runner.give_up_after(t) == pytest.approx(1.5 * first.median_cost)
+
+
 def test_cache_flush_and_cooldown(builder):
     inp = tiled(task())
     runner = LocalRunner(repeat=3, enable_cpu_cache_flush=True, cooldown_interval=0.05)

@@ -7,6 +7,7 @@ sequentially because concurrent runs would disturb each other's timings.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import tempfile
@@ -102,9 +103,11 @@ class LocalRunner:
     seed: int = 1
     reference_timeout: float = 120.0
     give_up_seconds: float = 0.0  # > 0: candidates whose first call takes longer are timed by that call alone
+    give_up_factor: float = 0.0  # > 0: ... or that are this many times slower than the task's fastest so far
     guard: ErrorGuard | None = field(default_factory=ErrorGuard)
     _exe: Path | None = field(default=None, init=False, repr=False)
     _references: dict[str, list[np.ndarray] | str] = field(default_factory=dict, init=False, repr=False)
+    _fastest: dict[str, float] = field(default_factory=dict, init=False, repr=False)  # task key -> best cost
 
     def run(self, inputs: list[MeasureInput], build_results: list[BuildResult]) -> list[MeasureResult]:
         if len(inputs) != len(build_results):
@@ -112,10 +115,20 @@ class LocalRunner:
         results = []
         for i, (inp, br) in enumerate(zip(inputs, build_results)):
             res = self.measure(inp, br)
+            if res.ok:
+                key = inp.task.key
+                self._fastest[key] = min(self._fastest.get(key, math.inf), res.median_cost)
             if self.guard is not None:
                 self.guard.observe(res, f"#{i} of {inp.task}")
             results.append(res)
         return results
+
+    def give_up_after(self, task: SearchTask) -> float:
+        """Seconds of a first call after which a candidate of `task` is timed by that call (0: never)."""
+        limits = [self.give_up_seconds] if self.give_up_seconds > 0 else []
+        if self.give_up_factor > 0 and task.key in self._fastest:
+            limits.append(self.give_up_factor * self._fastest[task.key])
+        return min(limits, default=0.0)
 
     def config(self, task: SearchTask, number: int | None = None, repeat: int | None = None) -> HarnessConfig:
         flush = 2 * task.hw.l3_bytes if self.enable_cpu_cache_flush else 0
@@ -123,7 +136,7 @@ class LocalRunner:
             number=self.number if number is None else number, repeat=self.repeat if repeat is None else repeat,
             min_repeat_ms=self.min_repeat_ms if number is None else 0.0, flush_bytes=flush,
             cooldown_interval=self.cooldown_interval, threads=task.hw.cores, seed=self.seed,
-            give_up_seconds=self.give_up_seconds if number is None else 0.0,
+            give_up_seconds=self.give_up_after(task) if number is None else 0.0,
         )
 
     def measure(self, inp: MeasureInput, br: BuildResult) -> MeasureResult:
