@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tensorgen.errors import ScheduleError
+from tensorgen.te.expr import Load, walk
 from tensorgen.te.tensor import Tensor
 
 ANNOTATIONS = (
@@ -118,6 +119,23 @@ def make_stage(tensor: Tensor) -> Stage:
     stage = _fresh_stage(tensor)
     _FRESH[id(tensor)] = (tensor, stage)
     return stage
+
+
+_PRODUCERS: dict[int, tuple[Tensor, tuple[str, ...]]] = {}
+
+
+def producers_of(tensor: Tensor) -> tuple[str, ...]:
+    """Names of the tensors `tensor`'s body reads, in first-read order (memoized per tensor: the
+    search asks for every state it builds)."""
+    hit = _PRODUCERS.get(id(tensor))
+    if hit is not None and hit[0] is tensor:
+        return hit[1]
+    if len(_PRODUCERS) > 65536:
+        _PRODUCERS.clear()
+    names = () if tensor.body is None else \
+        tuple(dict.fromkeys(n.tensor.name for n in walk(tensor.body) if isinstance(n, Load)))
+    _PRODUCERS[id(tensor)] = (tensor, names)
+    return names
 
 
 def _fresh_stage(tensor: Tensor) -> Stage:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from tensorgen.dag import ComputeDAG
 from tensorgen.errors import ScheduleError
-from tensorgen.schedule.stage import Stage, make_stage
+from tensorgen.schedule.stage import Stage, make_stage, producers_of
 from tensorgen.schedule.steps import (
     AnnotationStep,
     CacheReadStep,
@@ -25,7 +25,6 @@ from tensorgen.schedule.steps import (
     Step,
     StorageAlignStep,
 )
-from tensorgen.te.expr import Load, walk
 from tensorgen.te.tensor import Tensor
 
 StageRef = int | str | Tensor
@@ -122,7 +121,7 @@ class State:
         st = self.stage(name)
         if st.is_placeholder:
             return []
-        return list(dict.fromkeys(n.tensor.name for n in walk(st.tensor.body) if isinstance(n, Load)))
+        return list(producers_of(st.tensor))
 
     def consumers(self, name: str) -> list[str]:
         return [s.name for s in self.stages if name in self.direct_producers(s.name)]
