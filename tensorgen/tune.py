@@ -34,6 +34,8 @@ from tensorgen.te.tensor import Tensor
 LOGGER = logging.getLogger("tensorgen.tune")
 
 POLICIES = ("ansor", "random")
+SLOW_FACTOR = 20.0  # the default runner kills candidates this many times slower than the fastest so far
+GIVE_UP_FACTOR = 4.0  # ... and times those this many times slower by their first call
 COST_MODELS = ("xgb", "random")
 
 
@@ -275,10 +277,11 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
     `{"generations": 0}` or `{"sketches": [...]}` for "ansor"; see make_policy and ablation_policy).
     `target`/`hw` are used only when `task_or_dag` is not a SearchTask; `build_timeout`/`run_timeout`
     (seconds per candidate) only for the default LocalBuilder/LocalRunner; once a best is known the default
-    runner's timeout shrinks to what a candidate SLOW_FACTOR times slower would need, a candidate
-    GIVE_UP_FACTOR times slower is timed by its first call alone, and every candidate's output is
-    checked against the naive program's (a wrong one is recorded as wrong_answer). Ctrl-C (KeyboardInterrupt,
-    also from a callback) stops the loop; what was measured is kept and returned (`interrupted=True`).
+    runner times each candidate in 3 repeats of >= 10 ms, checks its output against the naive program's
+    (a wrong one is recorded as wrong_answer), times a candidate GIVE_UP_FACTOR times slower than the
+    fastest so far by its first call alone and kills one SLOW_FACTOR times slower (run_timeout).
+    Ctrl-C (KeyboardInterrupt, also from a callback) stops the loop; what was measured is kept and
+    returned (`interrupted=True`).
     """
     if trials < 0 or batch_size < 1:
         raise TuneError(f"need trials >= 0 and batch_size >= 1, got trials={trials}, batch_size={batch_size}")
@@ -290,19 +293,18 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
     own_builder = builder is None
     builder = builder if builder is not None else LocalBuilder(timeout=build_timeout)
     own_runner = runner is None
-    runner = runner if runner is not None else LocalRunner(timeout=run_timeout, check_correctness=True,
-                                                                      give_up_factor=GIVE_UP_FACTOR)
+    runner = runner if runner is not None else LocalRunner(
+        timeout=run_timeout, number=1, repeat=3, min_repeat_ms=10.0, check_correctness=True,
+        give_up_factor=GIVE_UP_FACTOR, timeout_factor=SLOW_FACTOR)
     interrupted = False
     try:
         measured = _resume(task, database, search, tally)
+        if own_runner:
+            runner.note_fastest(task, tally.best_cost)  # type: ignore[union-attr]
         tally.policy_s += time.perf_counter() - tally.start  # building the policy + replaying the db: search time
         for cb in callbacks:
             cb(tally.progress("resume"))
         while tally.done < trials:
-            if own_runner:
-                runner.timeout = slow_candidate_timeout(run_timeout, tally.best_cost, runner)  # type: ignore[union-attr]
-                if math.isfinite(tally.best_cost):  # candidates GIVE_UP_FACTOR x slower: timed by one call
-                    runner.give_up_seconds = GIVE_UP_FACTOR * tally.best_cost  # type: ignore[union-attr]
             if not _round(task, search, builder, runner, database, measured, tally, batch_size, callbacks):
                 LOGGER.info("%s: the policy proposed no new program; stopping after %d trials", task, tally.done)
                 break
@@ -318,19 +320,6 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
                       time.perf_counter() - tally.start, tally.policy_s, tally.build_s, tally.run_s,
                       {k: n for k, n in sorted(tally.errors.items())}, interrupted)
 
-
-SLOW_FACTOR = 20.0
-GIVE_UP_FACTOR = 4.0
-
-
-def slow_candidate_timeout(limit: float, best_cost: float, runner: LocalRunner) -> float:
-    """Run timeout once a best is known: a candidate SLOW_FACTOR times slower than it is not worth
-    timing to the end (it is recorded as run_timeout), which keeps bad random samples from eating the
-    tuning time."""
-    if not math.isfinite(best_cost):
-        return limit
-    calls = 1 + runner.number * runner.repeat
-    return min(limit, max(1.0, SLOW_FACTOR * best_cost * calls))
 
 
 def _round(task: SearchTask, search: SearchPolicy, builder: Builder, runner: Runner, db: Database,

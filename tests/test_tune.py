@@ -193,12 +193,19 @@ def test_progress_line_rewrites_on_a_tty(task):
     assert log.stream.text.count("\n") == 2 and "8/16 trials (+16 resumed" in log.stream.text
 
 
-def test_slow_candidate_timeout_follows_the_best():
-    from tensorgen.measure import LocalRunner
-    from tensorgen.tune import SLOW_FACTOR, slow_candidate_timeout
-
-    runner = LocalRunner(number=3, repeat=3)
-    assert slow_candidate_timeout(10.0, float("inf"), runner) == 10.0
-    assert slow_candidate_timeout(10.0, 1e-4, runner) == 1.0  # floor
-    assert slow_candidate_timeout(10.0, 0.01, runner) == SLOW_FACTOR * 0.01 * 10
-    assert slow_candidate_timeout(10.0, 1.0, runner) == 10.0  # never above the user's limit
+def test_runner_timeout_follows_the_fastest():
+    t = make_task(gmm_dag(8))
+    runner = LocalRunner(timeout=10.0, number=3, repeat=3, timeout_factor=20.0)
+    assert runner.timeout_for(t) == 10.0  # nothing known yet
+    runner.note_fastest(t, 1e-4)
+    assert runner.timeout_for(t) == 1.0  # floor
+    runner.note_fastest(t, float("inf"))
+    assert runner.timeout_for(t) == 1.0  # failures teach nothing
+    runner._fastest.clear()
+    runner.note_fastest(t, 0.01)
+    assert runner.timeout_for(t) == pytest.approx(20.0 * 0.01 * 10)
+    runner.give_up_factor = 4.0  # slow candidates run one call
+    assert runner.timeout_for(t) == pytest.approx(max(1.0, 20.0 * 0.01))
+    runner._fastest.clear()
+    runner.note_fastest(t, 1.0)
+    assert runner.timeout_for(t) == 10.0  # never above the user's limit

@@ -104,6 +104,7 @@ class LocalRunner:
     reference_timeout: float = 120.0
     give_up_seconds: float = 0.0  # > 0: candidates whose first call takes longer are timed by that call alone
     give_up_factor: float = 0.0  # > 0: ... or that are this many times slower than the task's fastest so far
+    timeout_factor: float = 0.0  # > 0: candidates this many times slower than the fastest are killed (run_timeout)
     guard: ErrorGuard | None = field(default_factory=ErrorGuard)
     _exe: Path | None = field(default=None, init=False, repr=False)
     _references: dict[str, list[np.ndarray] | str] = field(default_factory=dict, init=False, repr=False)
@@ -116,12 +117,16 @@ class LocalRunner:
         for i, (inp, br) in enumerate(zip(inputs, build_results)):
             res = self.measure(inp, br)
             if res.ok:
-                key = inp.task.key
-                self._fastest[key] = min(self._fastest.get(key, math.inf), res.median_cost)
+                self.note_fastest(inp.task, res.median_cost)
             if self.guard is not None:
                 self.guard.observe(res, f"#{i} of {inp.task}")
             results.append(res)
         return results
+
+    def note_fastest(self, task: SearchTask, cost: float) -> None:
+        """Tell the runner a cost measured elsewhere (e.g. the best record of a resumed database)."""
+        if math.isfinite(cost) and cost > 0:
+            self._fastest[task.key] = min(self._fastest.get(task.key, math.inf), cost)
 
     def give_up_after(self, task: SearchTask) -> float:
         """Seconds of a first call after which a candidate of `task` is timed by that call (0: never)."""
@@ -129,6 +134,14 @@ class LocalRunner:
         if self.give_up_factor > 0 and task.key in self._fastest:
             limits.append(self.give_up_factor * self._fastest[task.key])
         return min(limits, default=0.0)
+
+    def timeout_for(self, task: SearchTask) -> float:
+        """The run timeout of a candidate of `task`: `timeout`, or less once a fast candidate is known
+        (bad random samples must not eat the tuning time; one second covers process start-up)."""
+        if self.timeout_factor <= 0 or task.key not in self._fastest:
+            return self.timeout
+        calls = 1 if self.give_up_factor > 0 else 1 + self.number * self.repeat
+        return min(self.timeout, max(1.0, self.timeout_factor * self._fastest[task.key] * calls))
 
     def config(self, task: SearchTask, number: int | None = None, repeat: int | None = None) -> HarnessConfig:
         flush = 2 * task.hw.l3_bytes if self.enable_cpu_cache_flush else 0
@@ -149,10 +162,11 @@ class LocalRunner:
         dag = inp.task.dag
         with tempfile.TemporaryDirectory(prefix="tensorgen-run-") as tmp:
             out_path = os.path.join(tmp, "outputs.bin") if self.check_correctness else None
+            timeout = self.timeout_for(inp.task)
             run = run_harness(self.executable(), br.path, KERNEL_NAME, arg_specs(dag), self.config(inp.task),
-                              self.timeout, out_path)
+                              timeout, out_path)
             all_cost = br.build_seconds + run.wall_seconds
-            error = classify_run(run, self.timeout, self.repeat)
+            error = classify_run(run, timeout, self.repeat)
             if error is not None:
                 return MeasureResult((), error[0], error[1], all_cost)
             if out_path is not None:
