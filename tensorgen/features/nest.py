@@ -106,6 +106,10 @@ class _Placed:
 
 
 class _Deriver:
+    """One pass over a state: place each stage (its loops, and its root axes as multiples of loop
+    components: a split leaf is one component, each part of a fused loop another), then list the
+    statements with their accesses' per-loop strides."""
+
     def __init__(self, state: State):
         self.state = state
         self.by_name = {s.name: s for s in state.stages}
