@@ -174,3 +174,17 @@ def test_padding_location_varies():
     where = {s.stage("pad").location for s in pop}
     assert "at" in where and len(where) >= 2
     assert any(isinstance(st, ComputeAtStep) and s.stages[st.stage_id].name == "pad" for s in pop for st in s.steps)
+
+
+def test_transpose_read_by_a_tiled_stage_is_inlined_or_materialized():
+    from search_tasks import make_task
+
+    from tensorgen.search.rules import is_transpose
+    from tensorgen.te.ops.suite import make_tbs
+
+    task = make_task(*make_tbs(16, 2, 8))
+    sketches = generate_sketches(task)
+    where = {(s.stage("k_transpose").location, s.stage("q_transpose").location) for s in sketches}
+    assert where == {("inline", "inline"), ("root", "inline")}  # K^T walks k's rows: both; Q's copy keeps rows
+    fresh = State(task.dag)
+    assert is_transpose(fresh, fresh.stage_id("k_transpose")) and not is_transpose(fresh, fresh.stage_id("q_transpose"))

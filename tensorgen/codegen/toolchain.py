@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import platform
 import shlex
 import shutil
 import subprocess
@@ -76,6 +77,31 @@ def _atomic_write(path: Path, data: str) -> None:
     os.replace(tmp, path)
 
 
+VECTOR_MATH_PREFIX = "_ZGV"  # x86-64 vector-function ABI names: glibc's libmvec (e.g. _ZGVdN8v_expf)
+
+
+def libraries(source: str) -> list[str]:
+    """Link flags `source` needs: libm, and libmvec when it calls vector math functions."""
+    return ["-lmvec", "-lm"] if VECTOR_MATH_PREFIX in source else ["-lm"]
+
+
+@cache
+def has_vector_math(simd_bytes: int) -> bool:
+    """Whether generated code may call libmvec's `simd_bytes`-wide expf/logf (x86-64 glibc >= 2.22
+    with the matching ISA): one probe compile per process (cached on disk)."""
+    isa = {16: "b", 32: "d", 64: "e"}.get(simd_bytes)
+    if isa is None or platform.machine() not in ("x86_64", "AMD64"):
+        return False
+    lanes = simd_bytes // 4
+    probe = (f"typedef float v __attribute__((vector_size({simd_bytes})));\n"
+             f"v _ZGV{isa}N{lanes}v_expf(v);\nv probe(v x) {{ return _ZGV{isa}N{lanes}v_expf(x); }}\n")
+    try:
+        compile_source(probe, timeout=60)
+    except CompileError:
+        return False
+    return True
+
+
 def compile_source(
     source: str,
     *,
@@ -102,7 +128,7 @@ def compile_source(
     os.close(fd)
     try:
         try:
-            argv = [*cmd, *flags, "-o", tmp, str(c_path), "-lm"]
+            argv = [*cmd, *flags, "-o", tmp, str(c_path), *libraries(source)]
             proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired as exc:
             raise CompileError(

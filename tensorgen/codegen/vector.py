@@ -1,24 +1,28 @@
 """Explicit SIMD for `vectorize` loops with GCC vector extensions.
 
-A vectorized loop whose statements are stores of +, -, *, / over loads that are contiguous
-(stride 1) or invariant (stride 0) in the loop variable becomes a loop over whole vectors plus a
-scalar remainder. Anything else falls back to a scalar loop under `#pragma omp simd`, which the
-compiler vectorizes itself when it can.
+A vectorized loop whose statements are stores of +, -, *, / (and exp, log where glibc's libmvec
+provides vector versions) over loads that are contiguous (stride 1) or invariant (stride 0) in the
+loop variable becomes a loop over whole vectors plus a scalar remainder. Anything else falls back to
+a scalar loop under `#pragma omp simd`, which the compiler vectorizes itself when it can (it never
+vectorizes expf without -ffast-math: softmax spent most of its time in scalar expf).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tensorgen.codegen.toolchain import has_vector_math
 from tensorgen.loopir.nodes import BufLoad, For, Seq, Store
 from tensorgen.loopir.simplify import linear, simplify
-from tensorgen.te.expr import DTYPE_BYTES, BinOp, Const, Expr, Var, free_vars, substitute
+from tensorgen.te.expr import DTYPE_BYTES, BinOp, Call, Const, Expr, Var, free_vars, substitute
 
 if TYPE_CHECKING:
     from tensorgen.codegen.c import _CWriter
 
 VECTOR_DTYPES = {"float32": "float", "float64": "double"}
 _OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+_VECTOR_MATH = ("exp", "log")  # in every libmvec (glibc >= 2.22)
+_ISA = {16: "b", 32: "d", 64: "e"}  # x86-64 vector-function ABI letter by vector width
 
 
 class VectorEmitter:
@@ -26,6 +30,8 @@ class VectorEmitter:
         self.w = writer
         self.simd_bytes = simd_bytes
         self.used: set[tuple[str, int]] = set()
+        self.math: set[tuple[str, str]] = set()  # (libmvec function, vector type) called
+        self._lanes = 0  # of the loop being emitted
 
     def typedefs(self) -> str:
         out = []
@@ -33,6 +39,7 @@ class VectorEmitter:
             name = f"{ctype}{lanes}"
             size = lanes * (4 if ctype == "float" else 8)
             out.append(f"typedef {ctype} {name} __attribute__((vector_size({size}), aligned({size // lanes})));\n")
+        out += [f"{vtype} {fn}({vtype});  /* libmvec */\n" for fn, vtype in sorted(self.math)]
         return "".join(out)
 
     def try_emit(self, loop: For, depth: int) -> bool:
@@ -43,6 +50,7 @@ class VectorEmitter:
         if len(dtypes) != 1 or (dtype := dtypes.pop()) not in VECTOR_DTYPES:
             return False
         lanes = min(self.simd_bytes // DTYPE_BYTES[dtype], _pow2_floor(loop.extent))
+        self._lanes = lanes
         if lanes < 2 or not all(self._vectorizable(s, loop.var) for s in stores):
             return False
         ctype = VECTOR_DTYPES[dtype]
@@ -90,7 +98,11 @@ class VectorEmitter:
             return _stride(e.index, var) in (0, 1)
         if isinstance(e, BinOp) and e.op in _OPS and e.dtype in VECTOR_DTYPES:
             return self._ok(e.a, var) and self._ok(e.b, var)
-        return var not in free_vars(e)
+        if var not in free_vars(e):
+            return True
+        return isinstance(e, Call) and e.name in _VECTOR_MATH and e.dtype in VECTOR_DTYPES and len(e.args) == 1 \
+            and self._lanes * DTYPE_BYTES[e.dtype] in _ISA and has_vector_math(self.simd_bytes) \
+            and self._ok(e.args[0], var)
 
     def _vexpr(self, e: Expr, var: Var, vtype: str) -> tuple[str, bool]:
         """C text of `e` for a whole vector starting at lane `var`, and whether it is a vector."""
@@ -99,6 +111,12 @@ class VectorEmitter:
         if isinstance(e, BinOp) and e.op in _OPS and var in free_vars(e):
             (a, va), (b, vb) = self._vexpr(e.a, var, vtype), self._vexpr(e.b, var, vtype)
             return f"({a} {_OPS[e.op]} {b})", va or vb
+        if isinstance(e, Call) and var in free_vars(e):
+            arg, is_vec = self._vexpr(e.args[0], var, vtype)
+            lanes = self._lanes
+            fn = f"_ZGV{_ISA[lanes * DTYPE_BYTES[e.dtype]]}N{lanes}v_{e.name}{'f' if e.dtype == 'float32' else ''}"
+            self.math.add((fn, vtype))
+            return f"{fn}({arg if is_vec else f'(({vtype}){{}} + {arg})'})", True
         return self.w.expr(e), False
 
 
