@@ -20,7 +20,8 @@ from tensorgen.measure.types import ErrorKind, MeasureInput, MeasureResult
 from tensorgen.schedule.state import State
 from tensorgen.schedule.steps import ComputeAtStep, PragmaStep, SplitStep
 from tensorgen.search.annotate import is_valid, sample_initial_population
-from tensorgen.search.evolution import EvolutionarySearch, crossover, match_sketch, step_owners
+from tensorgen.search.crossover import crossover, match_sketch, step_owners
+from tensorgen.search.evolution import EvolutionarySearch
 from tensorgen.search.mutations import (
     DEFAULT_MUTATIONS,
     ComputeLocationMutation,
@@ -221,3 +222,16 @@ def test_sketch_policy_shares_one_feature_cache():
     assert policy.extractor is ex and policy.evolution.extractor is ex
     policy.next_batch(4)
     assert ex.stats["hits"] > 0 and ex.stats["misses"] == len(ex)
+
+
+def test_worker_processes_make_the_same_children():
+    """Each child job carries its seed: forked workers give the batch a single process gives."""
+    task = gmm()
+    batches = []
+    for workers in (1, 2):
+        policy = SketchPolicy(task, cost_model=RandomModel(0), seed=5, population=96, generations=2,
+                              init_population=32, workers=workers)
+        batches.append([s.steps for s in policy.next_batch(8)])
+        assert (policy.evolution._pool is not None) == (workers > 1)
+        policy.evolution.close()
+    assert batches[0] == batches[1] and len(batches[0]) == 8

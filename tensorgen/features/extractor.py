@@ -44,7 +44,7 @@ class FeatureExtractor:
         self.hw = hw
         self.capacity = capacity
         self._cache: OrderedDict[tuple, np.ndarray] = OrderedDict()
-        self.stats = {"hits": 0, "misses": 0, "failures": 0, "lower_s": 0.0, "features_s": 0.0}
+        self.stats = {"hits": 0, "misses": 0, "failures": 0, "added": 0, "lower_s": 0.0, "features_s": 0.0}
 
     def __len__(self) -> int:
         return len(self._cache)
@@ -77,6 +77,14 @@ class FeatureExtractor:
             while len(self._cache) > self.capacity:
                 self._cache.popitem(last=False)
         return out  # type: ignore[return-value]
+
+    def add(self, key: tuple, feats: np.ndarray) -> None:
+        """Cache features computed elsewhere (a worker process) under `state_key`'s key."""
+        feats.setflags(write=False)
+        self.stats["added"] += 1
+        self._cache[key] = feats
+        while len(self._cache) > self.capacity:
+            self._cache.popitem(last=False)
 
     def extract_one(self, state: State) -> np.ndarray:
         return self.extract([state])[0]

@@ -10,6 +10,7 @@ measured (including those a resumed tuner replays from its database) are exclude
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -41,7 +42,8 @@ class SketchPolicy:
 
     `population`/`generations` size the evolution; `init_population` (default min(population, 256))
     is how many random programs each batch samples — sampling lowers every candidate, so it is the
-    cost to keep small. `crossover_prob=0` disables crossover.
+    cost to keep small. `crossover_prob=0` disables crossover. `workers` processes make the children
+    (default: one per core of the task's machine, at most this machine's; 1 = in this process).
     """
 
     def __init__(self, task: SearchTask, cost_model=None, seed: int = 0, population: int = 2048,
@@ -49,7 +51,7 @@ class SketchPolicy:
                  extractor: FeatureExtractor | None = None, annotation: AnnotationPolicy | None = None,
                  init_population: int | None = None, sketches: Sequence[State] | None = None,
                  mutation_prob: float = 0.85, crossover_prob: float = 0.05,
-                 mutations: Sequence[Mutation] | None = None, patience: int = 5) -> None:
+                 mutations: Sequence[Mutation] | None = None, patience: int = 5, workers: int | None = None) -> None:
         self.task = task
         self.seed = seed
         self.rng = np.random.default_rng(seed)
@@ -63,6 +65,7 @@ class SketchPolicy:
             task, self.cost_model, self.extractor, self.rng, population=population, generations=generations,
             mutation_prob=mutation_prob, crossover_prob=crossover_prob, sketches=self.sketches,
             mutations=mutations, annotation=annotation,
+            workers=workers if workers is not None else min(task.hw.cores, os.cpu_count() or 1),
         )
         self.seen: set[str] = set()  # keys of states proposed or measured
         self.measured: dict[str, float] = {}  # key -> mean cost (inf for failures)

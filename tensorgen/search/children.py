@@ -1,0 +1,191 @@
+"""Making one generation's children: crossover and mutation of parents named by their steps.
+
+Kept apart from selection so that the same code runs in the search process (`ChildMaker`) or, split
+by parent, in forked worker processes (`ChildWorkers`). Every job carries its own seed, so the
+children do not depend on where, or in how many processes, they were made. A child is valid when
+the feature extractor can derive its statements; the features it computes on the way are the ones
+the cost model scores, so validation costs nothing extra.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import weakref
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorgen.dag import ComputeDAG
+from tensorgen.features.extractor import FeatureExtractor
+from tensorgen.schedule.state import State
+from tensorgen.schedule.steps import Step
+from tensorgen.search.crossover import crossover, match_sketch, step_owners
+from tensorgen.search.mutations import Mutation, mutate
+from tensorgen.search.task import SearchTask
+
+Steps = tuple[Step, ...]
+
+
+@dataclass(frozen=True)
+class ChildJob:
+    parent: Steps
+    other: Steps | None  # crossover partner; None: no crossover
+    mutate: bool  # mutate the parent when there is no (valid) crossover child
+    seed: int
+
+
+@dataclass
+class ChildResult:
+    steps: Steps | None = None  # None: no valid child, the slot keeps its parent
+    crossed: bool | None = None  # crossover tried: whether it gave a valid child
+    mutated: bool = False
+    mutation_failures: int = 0
+
+
+class LazyState(State):
+    """A State known by its steps; the stages are replayed on first use (most children are only scored)."""
+
+    def __init__(self, dag: ComputeDAG, steps: Steps):
+        self.dag, self.steps, self._stages = dag, tuple(steps), None
+
+    @property  # type: ignore[override]
+    def stages(self):
+        if self._stages is None:
+            self._stages = State.replay(self.dag, self.steps).stages
+        return self._stages
+
+    @stages.setter
+    def stages(self, value) -> None:
+        self._stages = value
+
+
+class ChildMaker:
+    """Children in this process. A failed crossover falls back to a mutation; a failed mutation is
+    retried (same parent, the job's random stream) up to `max_tries` times."""
+
+    def __init__(self, task: SearchTask, extractor: FeatureExtractor, sketches: Sequence[State],
+                 mutations: Sequence[Mutation] | None, max_tries: int = 4, capacity: int = 50_000):
+        self.task, self.extractor, self.sketches = task, extractor, list(sketches)
+        self.mutations, self.max_tries, self.capacity = mutations, max_tries, capacity
+        self._states: OrderedDict[Steps, State] = OrderedDict()
+        self._owners = [step_owners(sk) for sk in self.sketches]
+
+    def remember(self, state: State) -> None:
+        self._states[state.steps] = state
+        if len(self._states) > self.capacity:
+            self._states.popitem(last=False)
+
+    def state(self, steps: Steps) -> State:
+        hit = self._states.get(steps)
+        if hit is None:
+            hit = LazyState(self.task.dag, steps)
+            self.remember(hit)
+        return hit
+
+    def _valid(self, states: Sequence[State | None]) -> list[bool]:
+        real = [s for s in states if s is not None]
+        ok = iter(f.shape[0] > 0 for f in self.extractor.extract(real))
+        return [s is not None and next(ok) for s in states]
+
+    def _crossover(self, a: State, b: State, rng: np.random.Generator) -> State | None:
+        k = match_sketch(a, self.sketches)
+        if k is None or k != match_sketch(b, self.sketches) or a.steps == b.steps:
+            return None
+        return crossover(self.task, a, b, len(self.sketches[k].steps), self._owners[k], rng)
+
+    def make(self, jobs: Sequence[ChildJob]) -> list[ChildResult]:
+        rngs = [np.random.default_rng(j.seed) for j in jobs]
+        parents = [self.state(j.parent) for j in jobs]
+        results = [ChildResult() for _ in jobs]
+        crossing = [k for k, j in enumerate(jobs) if j.other is not None]
+        kids = [self._crossover(parents[k], self.state(jobs[k].other), rngs[k]) for k in crossing]  # type: ignore[arg-type]
+        for k, kid, ok in zip(crossing, kids, self._valid(kids)):
+            results[k].crossed = ok
+            if ok:
+                results[k].steps = kid.steps  # type: ignore[union-attr]
+                self.remember(kid)  # type: ignore[arg-type]
+        todo = [k for k, j in enumerate(jobs) if results[k].steps is None and (j.mutate or j.other is not None)]
+        for _ in range(self.max_tries):
+            if not todo:
+                break
+            kids = [mutate(self.task, parents[k], rngs[k], self.mutations)[0] for k in todo]
+            failed = []
+            for k, kid, ok in zip(todo, kids, self._valid(kids)):
+                if ok:
+                    results[k].steps, results[k].mutated = kid.steps, True  # type: ignore[union-attr]
+                    self.remember(kid)  # type: ignore[arg-type]
+                else:
+                    results[k].mutation_failures += 1
+                    failed.append(k)
+            todo = failed
+        return results
+
+
+def _serve(maker: ChildMaker, conn) -> None:
+    """A worker: make the children of each job list received, send them back with their features."""
+    while True:
+        jobs = conn.recv()
+        if jobs is None:
+            return
+        results = maker.make(jobs)
+        feats = [None if r.steps is None else maker.extractor.extract_one(maker.state(r.steps)) for r in results]
+        conn.send((results, feats))
+
+
+def _stop(conns, procs) -> None:
+    for c in conns:
+        try:
+            c.send(None)
+        except (OSError, ValueError):
+            pass
+    for p in procs:
+        p.join(timeout=1.0)
+        if p.is_alive():
+            p.terminate()
+
+
+class ChildWorkers:
+    """`n` forked ChildMakers. A job goes to the worker that made its parent (which holds that State;
+    others would replay it), rebalanced so no worker gets much more than its share; the children's
+    features come back and go into the search process's extractor cache, where scoring finds them."""
+
+    def __init__(self, maker: ChildMaker, n: int):
+        ctx = multiprocessing.get_context("fork")
+        self.maker, self.conns, self.procs = maker, [], []
+        for _ in range(n):
+            mine, theirs = ctx.Pipe()
+            proc = ctx.Process(target=_serve, args=(maker, theirs), daemon=True)
+            proc.start()
+            theirs.close()
+            self.conns.append(mine)
+            self.procs.append(proc)
+        self._home: OrderedDict[Steps, int] = OrderedDict()  # steps -> worker that holds the state
+        self._finalizer = weakref.finalize(self, _stop, self.conns, self.procs)
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def make(self, jobs: Sequence[ChildJob]) -> list[ChildResult]:
+        n = len(self.conns)
+        share = math.ceil(len(jobs) / n * 1.1)
+        queues: list[list[int]] = [[] for _ in range(n)]
+        for k, job in enumerate(jobs):
+            w = self._home.get(job.parent, k % n)
+            queues[w if len(queues[w]) < share else min(range(n), key=lambda i: len(queues[i]))].append(k)
+        for w, q in enumerate(queues):
+            self.conns[w].send([jobs[k] for k in q])
+        results: list[ChildResult] = [ChildResult() for _ in jobs]
+        wk = self.maker.task.workload_key
+        for w, q in enumerate(queues):
+            got, feats = self.conns[w].recv()
+            for k, res, f in zip(q, got, feats):
+                results[k] = res
+                if res.steps is not None:
+                    self.maker.extractor.add((wk, res.steps), f)
+                    self._home[res.steps] = w
+        while len(self._home) > self.maker.capacity:
+            self._home.popitem(last=False)
+        return results
