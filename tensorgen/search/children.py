@@ -19,9 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorgen.dag import ComputeDAG
+from tensorgen.errors import ScheduleError
 from tensorgen.features.extractor import FeatureExtractor
 from tensorgen.schedule.state import State
 from tensorgen.schedule.steps import Step
+from tensorgen.search.annotate import AnnotationPolicy, sample_state
 from tensorgen.search.crossover import crossover, match_sketch, step_owners
 from tensorgen.search.mutations import Mutation, mutate
 from tensorgen.search.task import SearchTask
@@ -34,6 +36,14 @@ class ChildJob:
     parent: Steps
     other: Steps | None  # crossover partner; None: no crossover
     mutate: bool  # mutate the parent when there is no (valid) crossover child
+    seed: int
+
+
+@dataclass(frozen=True)
+class SampleJob:
+    """A random program: random annotation of sketch `sketch` with its own random stream."""
+
+    sketch: int
     seed: int
 
 
@@ -67,8 +77,10 @@ class ChildMaker:
     retried (same parent, the job's random stream) up to `max_tries` times."""
 
     def __init__(self, task: SearchTask, extractor: FeatureExtractor, sketches: Sequence[State],
-                 mutations: Sequence[Mutation] | None, max_tries: int = 4, capacity: int = 50_000):
+                 mutations: Sequence[Mutation] | None, max_tries: int = 4, capacity: int = 50_000,
+                 annotation: AnnotationPolicy | None = None):
         self.task, self.extractor, self.sketches = task, extractor, list(sketches)
+        self.annotation = annotation or AnnotationPolicy()
         self.mutations, self.max_tries, self.capacity = mutations, max_tries, capacity
         self._states: OrderedDict[Steps, State] = OrderedDict()
         self._owners = [step_owners(sk) for sk in self.sketches]
@@ -95,6 +107,22 @@ class ChildMaker:
         if k is None or k != match_sketch(b, self.sketches) or a.steps == b.steps:
             return None
         return crossover(self.task, a, b, len(self.sketches[k].steps), self._owners[k], rng)
+
+    def sample(self, jobs: Sequence[SampleJob]) -> list[Steps | None]:
+        """The valid random programs of `jobs` (None where the sample does not apply or lower)."""
+        states: list[State | None] = []
+        for job in jobs:
+            try:
+                states.append(sample_state(self.task, self.sketches[job.sketch], np.random.default_rng(job.seed),
+                                           self.annotation))
+            except ScheduleError:
+                states.append(None)
+        out: list[Steps | None] = []
+        for st, ok in zip(states, self._valid(states)):
+            if ok:
+                self.remember(st)  # type: ignore[arg-type]
+            out.append(st.steps if ok else None)  # type: ignore[union-attr]
+        return out
 
     def make(self, jobs: Sequence[ChildJob]) -> list[ChildResult]:
         rngs = [np.random.default_rng(j.seed) for j in jobs]
@@ -125,14 +153,16 @@ class ChildMaker:
 
 
 def _serve(maker: ChildMaker, conn) -> None:
-    """A worker: make the children of each job list received, send them back with their features."""
+    """A worker: run each (kind, jobs) received, send back the new programs' steps with their features."""
     while True:
-        jobs = conn.recv()
-        if jobs is None:
+        msg = conn.recv()
+        if msg is None:
             return
-        results = maker.make(jobs)
-        feats = [None if r.steps is None else maker.extractor.extract_one(maker.state(r.steps)) for r in results]
-        conn.send((results, feats))
+        kind, jobs = msg
+        made = maker.sample(jobs) if kind == "sample" else maker.make(jobs)
+        steps = made if kind == "sample" else [r.steps for r in made]
+        feats = [None if st is None else maker.extractor.extract_one(maker.state(st)) for st in steps]
+        conn.send((made, feats))
 
 
 def _stop(conns, procs) -> None:
@@ -175,17 +205,24 @@ class ChildWorkers:
         for k, job in enumerate(jobs):
             w = self._home.get(job.parent, k % n)
             queues[w if len(queues[w]) < share else min(range(n), key=lambda i: len(queues[i]))].append(k)
+        return self._run("make", jobs, queues, lambda r: r.steps, ChildResult)  # type: ignore[return-value]
+
+    def sample(self, jobs: Sequence[SampleJob]) -> list[Steps | None]:
+        n = len(self.conns)
+        return self._run("sample", jobs, [list(range(w, len(jobs), n)) for w in range(n)], lambda r: r, lambda: None)
+
+    def _run(self, kind: str, jobs: Sequence, queues: list[list[int]], steps_of, empty) -> list:
         for w, q in enumerate(queues):
-            self.conns[w].send([jobs[k] for k in q])
-        results: list[ChildResult] = [ChildResult() for _ in jobs]
+            self.conns[w].send((kind, [jobs[k] for k in q]))
+        results = [empty() for _ in jobs]
         wk = self.maker.task.workload_key
         for w, q in enumerate(queues):
             got, feats = self.conns[w].recv()
             for k, res, f in zip(q, got, feats):
                 results[k] = res
-                if res.steps is not None:
-                    self.maker.extractor.add((wk, res.steps), f)
-                    self._home[res.steps] = w
+                if (steps := steps_of(res)) is not None:
+                    self.maker.extractor.add((wk, steps), f)
+                    self._home[steps] = w
         while len(self._home) > self.maker.capacity:
             self._home.popitem(last=False)
         return results

@@ -24,7 +24,7 @@ from tensorgen.features.extractor import FeatureExtractor
 from tensorgen.schedule.state import State
 from tensorgen.schedule.steps import Step
 from tensorgen.search.annotate import AnnotationPolicy
-from tensorgen.search.children import ChildJob, ChildMaker, ChildResult, ChildWorkers
+from tensorgen.search.children import ChildJob, ChildMaker, ChildResult, ChildWorkers, SampleJob
 from tensorgen.search.mutations import DEFAULT_MUTATIONS, Mutation
 from tensorgen.search.policy import state_key
 from tensorgen.search.sketch import generate_sketches
@@ -77,7 +77,7 @@ class EvolutionarySearch:
             for r in mutations:
                 r.policy = annotation
         self.maker = ChildMaker(task, self.extractor, sketches if sketches is not None else generate_sketches(task),
-                                mutations, max_tries)
+                                mutations, max_tries, annotation=annotation)
         self.workers = workers
         self._pool: ChildWorkers | None = None
         self.history: list[GenerationStats] = []
@@ -98,12 +98,33 @@ class EvolutionarySearch:
 
     # ---- children -------------------------------------------------------------------------
 
-    def _make(self, jobs: list[ChildJob]) -> list[ChildResult]:
-        if self.workers <= 1 or len(jobs) < 64:
-            return self.maker.make(jobs)
-        if self._pool is None:  # forked on first use: the workers start with everything the maker knows
+    def _maker(self, n_jobs: int) -> ChildMaker | ChildWorkers:
+        """This process for small jobs lists; else the workers (forked on first use: they start with
+        everything the maker knows)."""
+        if self.workers <= 1 or n_jobs < 64:
+            return self.maker
+        if self._pool is None:
             self._pool = ChildWorkers(self.maker, self.workers)
-        return self._pool.make(jobs)
+        return self._pool
+
+    def _make(self, jobs: list[ChildJob]) -> list[ChildResult]:
+        return self._maker(len(jobs)).make(jobs)
+
+    def sample(self, n: int, max_tries: int | None = None) -> list[State]:
+        """`n` valid random programs of the sketches (fewer only if `max_tries`, default 10 n, samples
+        mostly fail), sampled in the workers like the children; duplicates are kept."""
+        sketches = self.maker.sketches
+        if not sketches:
+            raise ValueError("sample: no sketches to sample from")
+        out: list[State] = []
+        tries, limit = 0, 10 * n if max_tries is None else max_tries
+        while len(out) < n and tries < limit:
+            k = min(n - len(out), limit - tries)
+            tries += k
+            jobs = [SampleJob(int(s), int(seed)) for s, seed in
+                    zip(self.rng.integers(len(sketches), size=k), self.rng.integers(2**63, size=k))]
+            out += [self.maker.state(st) for st in self._maker(k).sample(jobs) if st is not None]
+        return out
 
     def _children(self, pop: list[State], scores: np.ndarray, stats: GenerationStats) -> list[State]:
         """The next population: parents drawn by fitness, each slot a crossover (else mutation), a

@@ -18,7 +18,7 @@ import numpy as np
 from tensorgen.features.extractor import FeatureExtractor
 from tensorgen.measure.types import MeasureInput, MeasureResult
 from tensorgen.schedule.state import State
-from tensorgen.search.annotate import AnnotationPolicy, sample_initial_population
+from tensorgen.search.annotate import AnnotationPolicy
 from tensorgen.search.evolution import EvolutionarySearch
 from tensorgen.search.mutations import Mutation
 from tensorgen.search.policy import state_key
@@ -64,7 +64,7 @@ class SketchPolicy:
         self.evolution = EvolutionarySearch(
             task, self.cost_model, self.extractor, self.rng, population=population, generations=generations,
             mutation_prob=mutation_prob, crossover_prob=crossover_prob, sketches=self.sketches,
-            mutations=mutations, annotation=annotation,
+            mutations=mutations, annotation=self.annotation,
             workers=workers if workers is not None else min(task.hw.cores, os.cpu_count() or 1),
         )
         self.seen: set[str] = set()  # keys of states proposed or measured
@@ -91,10 +91,6 @@ class SketchPolicy:
                 out.append(s)
                 added += 1
 
-    def _lowers(self, states: list[State]) -> list[bool]:
-        """Validity through the extractor: one batched pass whose features are cached for prediction."""
-        return [f.shape[0] > 0 for f in self.extractor.extract(states)]
-
     def next_batch(self, n: int) -> list[State]:
         out: list[State] = []
         keys: set[str] = set()
@@ -102,8 +98,7 @@ class SketchPolicy:
         while len(out) < n and idle < self.patience:
             before = len(out)
             need = n - len(out)
-            init = sample_initial_population(self.task, self.sketches, self.init_population, self.rng,
-                                             self.annotation, validate=self._lowers)
+            init = self.evolution.sample(self.init_population)
             if not init:
                 idle += 1
                 continue
