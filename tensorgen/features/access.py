@@ -1,4 +1,5 @@
-"""Memory-access analysis of one statement: per-loop strides of flat indices and footprint estimates.
+"""Memory-access analysis of one statement: per-loop strides of flat indices, and the footprint model
+(computed by `features.ansor` for many statements at once).
 
 Flat indices are linear in the loop variables after lowering's simplification, so the stride of an
 access wrt a loop is its coefficient in `linear(index)`. Non-affine atoms (`f // 16` from fused
