@@ -71,19 +71,20 @@ class FeatureExtractor:
         if missing:
             computed = self._compute([states[pos[0]] for pos in missing.values()])
             for (key, pos), feats in zip(missing.items(), computed):
-                self._cache[key] = feats
+                self._store(key, feats)
                 for p in pos:
                     out[p] = feats
-            while len(self._cache) > self.capacity:
-                self._cache.popitem(last=False)
         return out  # type: ignore[return-value]
 
     def add(self, key: tuple, feats: np.ndarray) -> None:
         """Cache features computed elsewhere (a worker process) under `state_key`'s key."""
         feats.setflags(write=False)
         self.stats["added"] += 1
+        self._store(key, feats)
+
+    def _store(self, key: tuple, feats: np.ndarray) -> None:
         self._cache[key] = feats
-        while len(self._cache) > self.capacity:
+        if len(self._cache) > self.capacity:
             self._cache.popitem(last=False)
 
     def extract_one(self, state: State) -> np.ndarray:

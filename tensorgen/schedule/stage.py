@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tensorgen.errors import ScheduleError
+from tensorgen.memo import by_identity
 from tensorgen.te.expr import Load, walk
 from tensorgen.te.tensor import Tensor
 
@@ -105,37 +106,20 @@ class Stage:
         return new
 
 
-_FRESH: dict[int, tuple[Tensor, Stage]] = {}  # id(tensor) -> (tensor kept alive, its fresh stage)
-
-
+@by_identity()
 def make_stage(tensor: Tensor) -> Stage:
     """A fresh stage: one loop per spatial axis, then one per reduce axis (memoized per tensor: stages
     are immutable, and replay rebuilds the same ones for every state of a DAG)."""
-    hit = _FRESH.get(id(tensor))
-    if hit is not None and hit[0] is tensor:
-        return hit[1]
-    if len(_FRESH) > 65536:
-        _FRESH.clear()
-    stage = _fresh_stage(tensor)
-    _FRESH[id(tensor)] = (tensor, stage)
-    return stage
+    return _fresh_stage(tensor)
 
 
-_PRODUCERS: dict[int, tuple[Tensor, tuple[str, ...]]] = {}
-
-
+@by_identity()
 def producers_of(tensor: Tensor) -> tuple[str, ...]:
     """Names of the tensors `tensor`'s body reads, in first-read order (memoized per tensor: the
     search asks for every state it builds)."""
-    hit = _PRODUCERS.get(id(tensor))
-    if hit is not None and hit[0] is tensor:
-        return hit[1]
-    if len(_PRODUCERS) > 65536:
-        _PRODUCERS.clear()
-    names = () if tensor.body is None else \
-        tuple(dict.fromkeys(n.tensor.name for n in walk(tensor.body) if isinstance(n, Load)))
-    _PRODUCERS[id(tensor)] = (tensor, names)
-    return names
+    if tensor.body is None:
+        return ()
+    return tuple(dict.fromkeys(n.tensor.name for n in walk(tensor.body) if isinstance(n, Load)))
 
 
 def _fresh_stage(tensor: Tensor) -> Stage:

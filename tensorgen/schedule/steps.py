@@ -11,6 +11,7 @@ from dataclasses import astuple, dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from tensorgen.errors import ScheduleError
+from tensorgen.memo import by_identity
 from tensorgen.schedule.relations import derive
 from tensorgen.schedule.stage import ANNOTATIONS, Fuse, Iterator, Split, Stage, make_stage
 from tensorgen.te.expr import Load, Reduce, Var, all_of, substitute, transform
@@ -443,24 +444,15 @@ def _with_body(t: Tensor, axes: tuple[Var, ...], body) -> Tensor:
     return Tensor(t.shape, body.dtype, t.name, axes, body, t.tag, t.attrs)
 
 
-_CACHE_WRITES: dict[tuple[int, str], tuple[Tensor, Tensor, Tensor]] = {}
-
-
+@by_identity(4096)
 def _cache_write_tensors(t: Tensor, name: str) -> tuple[Tensor, Tensor]:
     """The cache tensor `name` computing `t`'s body, and `t` rewritten as a copy of it. Memoized per
     (tensor, name) so that replaying a state rebuilds no tensors (and their stages are memoized too)."""
-    hit = _CACHE_WRITES.get((id(t), name))
-    if hit is not None and hit[0] is t:
-        return hit[1], hit[2]
     cache_axes = _fresh_axes(t)
     cache_body = substitute(t.body, dict(zip(t.axes, cache_axes)))
     cache = Tensor(t.shape, t.dtype, name, cache_axes, cache_body, t.tag, dict(t.attrs))
     axes = _fresh_axes(t)
-    copy = _with_body(t, axes, Load(cache, axes, t.dtype))
-    if len(_CACHE_WRITES) > 4096:
-        _CACHE_WRITES.clear()
-    _CACHE_WRITES[(id(t), name)] = (t, cache, copy)
-    return cache, copy
+    return cache, _with_body(t, axes, Load(cache, axes, t.dtype))
 
 
 @register_step
