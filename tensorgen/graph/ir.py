@@ -1,0 +1,114 @@
+"""The graph IR every frontend produces: ONNX-named ops over statically shaped values.
+
+The op vocabulary is ONNX's (op type names and attribute meanings), because that is what users
+bring; frontends normalize it so the rest of tensorgen never looks at an opset:
+- every attribute default is filled in;
+- inputs that must be known at compile time (a Reshape's shape, Slice's starts/ends/axes/steps,
+  Pad's pads, Clip's min/max, Split's split, (Un)Squeeze's and Reduce*'s axes, Resize's scales)
+  become attributes, so node.inputs lists only tensors the program reads;
+- Shape/ConstantOfShape/Expand-of-constant and other all-constant subgraphs are folded.
+Weights and other constants live in `Graph.constants`, not in nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tensorgen.errors import TensorgenError
+
+
+class GraphError(TensorgenError, ValueError):
+    """A model cannot be imported or compiled; the message names the node and op at fault."""
+
+
+@dataclass(frozen=True)
+class Value:
+    """A tensor of the graph: a model input, a constant, or a node output."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # numpy dtype name: float32, int64, bool, ...
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self.dtype).itemsize
+
+
+@dataclass
+class Node:
+    op: str  # ONNX op type, e.g. "Conv"
+    name: str  # unique within the graph; used in error messages and generated C names
+    inputs: list[str]  # value names; "" for an omitted optional input
+    outputs: list[str]
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"node {self.name!r} ({self.op})"
+
+
+@dataclass
+class Graph:
+    """Nodes in topological order over named values; `constants` holds the data of constant values."""
+
+    name: str
+    inputs: list[str]
+    outputs: list[str]
+    nodes: list[Node]
+    values: dict[str, Value]
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def value(self, name: str) -> Value:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise GraphError(f"graph {self.name!r} has no value {name!r}") from None
+
+    def producers(self) -> dict[str, Node]:
+        return {out: n for n in self.nodes for out in n.outputs}
+
+    def consumers(self) -> dict[str, list[Node]]:
+        users: dict[str, list[Node]] = {name: [] for name in self.values}
+        for n in self.nodes:
+            for name in n.inputs:
+                if name:
+                    users.setdefault(name, []).append(n)
+        return users
+
+    def is_constant(self, name: str) -> bool:
+        return name in self.constants
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(self.nodes)
+
+    def validate(self) -> None:
+        """Raise GraphError unless every read value is defined before use and has a known Value."""
+        defined = set(self.inputs) | set(self.constants)
+        for name in defined:
+            self.value(name)
+        for node in self.nodes:
+            for name in node.inputs:
+                if name and name not in defined:
+                    raise GraphError(f"{node} reads {name!r}, which no earlier node, input or constant defines")
+            for name in node.outputs:
+                if name not in self.values:
+                    raise GraphError(f"{node} output {name!r} has no shape/dtype")
+                defined.add(name)
+        for name in self.outputs:
+            if name not in defined:
+                raise GraphError(f"graph output {name!r} is never computed")
+
+    def summary(self) -> str:
+        ops: dict[str, int] = {}
+        for n in self.nodes:
+            ops[n.op] = ops.get(n.op, 0) + 1
+        weights = sum(a.nbytes for a in self.constants.values())
+        listing = ", ".join(f"{op}×{k}" for op, k in sorted(ops.items(), key=lambda kv: -kv[1]))
+        return f"{self.name}: {len(self.nodes)} nodes ({listing}); {weights / 2**20:.1f} MiB of constants"
