@@ -31,9 +31,10 @@ def main(argv: list[str] | None = None) -> int:
         fn=_demo
     )
     sub.add_parser("ops", help="list the operator benchmark suite (Ansor Appendix C)").set_defaults(fn=_ops)
-    from tensorgen import hw_cli, tune_cli
+    from tensorgen import graph_cli, hw_cli, tune_cli
     from tensorgen.records import cli as db_cli
 
+    graph_cli.register(sub)
     hw_cli.register(sub)
     db_cli.register(sub)
     tune_cli.register(sub)

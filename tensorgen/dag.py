@@ -35,7 +35,7 @@ class ComputeDAG:
         given = [tensors] if isinstance(tensors, Tensor) else list(tensors)
         if not given or not all(isinstance(t, Tensor) for t in given):
             raise TensorExprError("ComputeDAG needs a tensor or a list of tensors")
-        original = _topological(given)
+        original = topological(given)
         order = _uniquify_names(original)
         renamed = {id(old): new for old, new in zip(original, order)}
         self.tensors: tuple[Tensor, ...] = tuple(order)
@@ -57,6 +57,14 @@ class ComputeDAG:
         dag.tensors, dag.inputs, dag.outputs = tuple(tensors), tuple(inputs), tuple(outputs)
         dag.by_name = {t.name: t for t in dag.tensors}
         return dag
+
+    def renamed(self, names: dict[int, str]) -> ComputeDAG:
+        """This DAG with tensors renamed (`names`: id(tensor) -> new name; names must stay unique)."""
+        order = _rebuild(list(self.tensors), names)
+        new_of = {id(old): new for old, new in zip(self.tensors, order)}
+        if len({t.name for t in order}) != len(order):
+            raise TensorExprError("renamed DAG has duplicate tensor names")
+        return ComputeDAG.from_parts(order, [new_of[id(t)] for t in self.inputs], [new_of[id(t)] for t in self.outputs])
 
     # ---- structure -------------------------------------------------------------------------
 
@@ -197,7 +205,7 @@ def _prod(values) -> int:
     return out
 
 
-def _topological(given: list[Tensor]) -> list[Tensor]:
+def topological(given: list[Tensor]) -> list[Tensor]:
     order: list[Tensor] = []
     state: dict[int, int] = {}
 
@@ -227,8 +235,7 @@ def _accesses(t: Tensor) -> list[Access]:
 def _uniquify_names(order: list[Tensor]) -> list[Tensor]:
     """Rebuild tensors whose names collide (they become C identifiers) as name_1, name_2, ..."""
     seen: dict[str, int] = {}
-    new_of: dict[int, Tensor] = {}
-    out = []
+    names: dict[int, str] = {}
     for t in order:
         name = t.name
         if name in seen:
@@ -237,6 +244,16 @@ def _uniquify_names(order: list[Tensor]) -> list[Tensor]:
                 seen[name] += 1
             name = f"{t.name}_{seen[t.name]}"
         seen.setdefault(name, 0)
+        names[id(t)] = name
+    return _rebuild(order, names)
+
+
+def _rebuild(order: list[Tensor], names: dict[int, str]) -> list[Tensor]:
+    """The tensors of `order` (topological) renamed by `names` (id -> name), sharing what is unchanged."""
+    new_of: dict[int, Tensor] = {}
+    out = []
+    for t in order:
+        name = names.get(id(t), t.name)
         body = t.body
         if body is not None:
             body = transform(

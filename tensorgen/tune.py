@@ -1,8 +1,11 @@
 """tune(): search one task — propose, build, run, record, learn — until the trial budget is spent.
 
-The loop owns no state of its own beyond counters: what was measured lives in the database (every
-record is committed as it arrives, so an interrupted run loses nothing and the next call resumes),
-what was learned lives in the policy, and anything a user wants to see happens in callbacks.
+A `TaskTuner` holds one task's search between measurement rounds (the policy with its trained cost
+model, the measured set, counters); `tune()` is a loop of its rounds, and the task scheduler interleaves
+the rounds of many tuners that share one `MeasureSetup` (builder, runner, database). What was measured
+lives in the database (every record is committed as it arrives, so an interrupted run loses nothing and
+the next one resumes), what was learned lives in the policy, and anything a user wants to see happens in
+callbacks.
 """
 
 from __future__ import annotations
@@ -201,25 +204,67 @@ def make_cost_model(cost_model: Any, seed: int = 0) -> Any:
 
 
 @dataclass
+class MeasureSetup:
+    """Where programs are measured and recorded: one builder, runner and database, shared by every task of a
+    tuning session (a model's tasks share them); `close()` closes only what `open` made itself."""
+
+    db: Database
+    builder: Builder
+    runner: Runner
+    _owned: list[Any] = field(default_factory=list, repr=False)
+
+    @classmethod
+    def open(cls, db: str | Path | Database | None = None, builder: Builder | None = None,
+             runner: Runner | None = None, build_timeout: float = 15.0, run_timeout: float = 10.0) -> MeasureSetup:
+        """`db` is a path, a Database, or None (in memory, gone on close). The default runner times each
+        candidate in 3 repeats of >= 10 ms, checks its output against the naive program's, times a
+        candidate GIVE_UP_FACTOR times slower than the task's fastest by its first call alone and kills
+        one SLOW_FACTOR times slower (`run_timeout`)."""
+        owned: list[Any] = []
+        if db is None or isinstance(db, (str, Path)):
+            db = SQLiteDatabase.in_memory() if db is None else SQLiteDatabase(db)
+            owned.append(db)
+        if builder is None:
+            builder = LocalBuilder(timeout=build_timeout)
+            owned.append(builder)
+        if runner is None:
+            runner = LocalRunner(timeout=run_timeout, number=1, repeat=3, min_repeat_ms=10.0, check_correctness=True,
+                                 give_up_factor=GIVE_UP_FACTOR, timeout_factor=SLOW_FACTOR)
+        return cls(db, builder, runner, owned)
+
+    def close(self) -> None:
+        for thing in reversed(self._owned):
+            thing.close()
+        self._owned.clear()
+
+    def __enter__(self) -> MeasureSetup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
 class _Tally:
-    """Counters of one tune() call; the best program over resumed and new measurements."""
+    """Counters of one task's tuning; the best program over resumed and new measurements."""
 
     task: SearchTask
     trials: int
-    start: float = field(default_factory=time.perf_counter)
+    since: float  # perf_counter() when the current resume()/round() began
     done: int = 0
-    total: int = 0
+    costs: list[float] = field(default_factory=list)  # every measurement (resumed first), inf: failed
     best_cost: float = math.inf
     best_state: State | None = None
     errors: Counter = field(default_factory=Counter)
     policy_s: float = 0.0
     build_s: float = 0.0
     run_s: float = 0.0
+    busy_s: float = 0.0  # wall time spent in resume() and round()
 
     def observe(self, state: State | None, result: MeasureResult) -> None:
-        self.total += 1
-        cost = result.median_cost
-        if result.ok and state is not None and math.isfinite(cost) and cost < self.best_cost:
+        cost = result.median_cost if result.ok and state is not None else math.inf
+        self.costs.append(cost if math.isfinite(cost) else math.inf)
+        if cost < self.best_cost:
             self.best_cost, self.best_state = cost, state
 
     @property
@@ -228,35 +273,133 @@ class _Tally:
 
     def progress(self, phase: str, inputs: Sequence[MeasureInput] = (),
                  results: Sequence[MeasureResult] = ()) -> TuneProgress:
-        return TuneProgress(self.task, phase, self.done, self.trials, self.total, self.best_cost, self.best_gflops,
-                            sum(self.errors.values()), time.perf_counter() - self.start, tuple(inputs),
-                            tuple(results))
+        return TuneProgress(self.task, phase, self.done, self.trials, len(self.costs), self.best_cost,
+                            self.best_gflops, sum(self.errors.values()),
+                            self.busy_s + time.perf_counter() - self.since, tuple(inputs), tuple(results))
 
 
-def _open_db(db: str | Path | Database | None) -> Database:
-    if db is None:
-        return SQLiteDatabase.in_memory()
-    return SQLiteDatabase(db) if isinstance(db, (str, Path)) else db
+class TaskTuner:
+    """One task's search, kept alive between measurement rounds: the policy (and its trained cost model),
+    the set of measured programs and the counters. The task scheduler calls `round` many times; `tune()`
+    is a loop over it. `resume()` (once, first) replays the database's records of the task into the
+    policy; after that the database is only appended to.
 
+    `trials` is the budget shown in progress reports; `search_s` is search time already spent on the task
+    (building its policy), counted in its search overhead and wall time.
+    """
 
-def _resume(task: SearchTask, db: Database, policy: SearchPolicy, tally: _Tally) -> set[str]:
-    """Feed the database's records of this task to the policy; return the measured step hashes."""
-    measured: set[str] = set()
-    inputs, results = [], []
-    for record in db.records(task.workload_key, str(task.target)):
-        measured.add(record.steps_hash)
+    def __init__(self, task: SearchTask, policy: SearchPolicy, setup: MeasureSetup, *, trials: int = 0,
+                 callbacks: Sequence[Callback] = (), search_s: float = 0.0) -> None:
+        self.task, self.policy, self.setup = task, policy, setup
+        self.callbacks = tuple(callbacks)
+        self.tally = _Tally(task, trials, time.perf_counter(), policy_s=search_s, busy_s=search_s)
+        self._measured: set[str] | None = None  # step hashes in the database, known after resume()
+
+    @property
+    def costs(self) -> list[float]:
+        """Every measured cost in seconds (inf: failed), the database's records first, in commit order."""
+        return self.tally.costs
+
+    @property
+    def best_cost(self) -> float:
+        return self.tally.best_cost
+
+    @property
+    def best_state(self) -> State | None:
+        return self.tally.best_state
+
+    @property
+    def trials_done(self) -> int:
+        """Programs measured by this tuner (resumed records not included)."""
+        return self.tally.done
+
+    def resume(self) -> TuneProgress:
+        """Feed the database's records of this task to the policy (once) and report phase "resume"."""
+        if self._measured is not None:
+            raise TuneError(f"{self.task}: resume() was already called")
+        tally, inputs, results = self.tally, [], []
+        self._measured = set()
+        tally.since = time.perf_counter()
         try:
-            state = record.state(task.dag)
-        except TensorgenError as err:  # a record a newer or broken version wrote: count it, don't learn from it
-            LOGGER.warning("cannot replay a stored record of %s: %s", task, err)
-            tally.observe(None, record.result)
-            continue
-        tally.observe(state, record.result)
-        inputs.append(MeasureInput(task, state))
-        results.append(record.result)
-    if inputs:
-        policy.update(inputs, results)
-    return measured
+            for record in self.setup.db.records(self.task.workload_key, str(self.task.target)):
+                self._measured.add(record.steps_hash)
+                try:
+                    state = record.state(self.task.dag)
+                except TensorgenError as err:  # a record a newer or broken version wrote: count it, don't learn
+                    LOGGER.warning("cannot replay a stored record of %s: %s", self.task, err)
+                    tally.observe(None, record.result)
+                    continue
+                tally.observe(state, record.result)
+                inputs.append(MeasureInput(self.task, state))
+                results.append(record.result)
+            if inputs:
+                self.policy.update(inputs, results)
+            note_fastest = getattr(self.setup.runner, "note_fastest", None)
+            if note_fastest is not None:
+                note_fastest(self.task, tally.best_cost)
+            tally.policy_s += time.perf_counter() - tally.since  # replaying the db is search time too
+            return self._report(tally.progress("resume"))
+        finally:
+            tally.busy_s += time.perf_counter() - tally.since
+
+    def round(self, n_trials: int) -> int:
+        """One batch of up to `n_trials` new programs: propose, build, run and commit one by one, learn, report.
+        Returns how many were measured; 0 means the policy has nothing new to propose."""
+        if self._measured is None:
+            raise TuneError(f"{self.task}: call resume() before round()")
+        tally = self.tally
+        tally.since = time.perf_counter()
+        try:
+            proposed = self.policy.next_batch(n_trials)
+            tally.policy_s += time.perf_counter() - tally.since
+            states = []
+            for state in proposed:  # a policy that breaks its promise must not cost measurements
+                key = steps_hash(state.to_json())
+                if key not in self._measured:
+                    self._measured.add(key)
+                    states.append(state)
+            if not states:
+                return 0
+            inputs = [MeasureInput(self.task, s) for s in states]
+            results = self._measure(inputs)
+            t0 = time.perf_counter()
+            self.policy.update(inputs, results)
+            tally.policy_s += time.perf_counter() - t0
+            self._report(tally.progress("batch", inputs, results))
+            return len(results)
+        finally:
+            tally.busy_s += time.perf_counter() - tally.since
+
+    def _measure(self, inputs: list[MeasureInput]) -> list[MeasureResult]:
+        tally, setup = self.tally, self.setup
+        t0 = time.perf_counter()
+        built = setup.builder.build(inputs)
+        tally.build_s += time.perf_counter() - t0
+        results = []
+        for inp, br in zip(inputs, built):
+            t0 = time.perf_counter()
+            (res,) = setup.runner.run([inp], [br])
+            tally.run_s += time.perf_counter() - t0
+            setup.db.commit_record(Record.from_measure(self.task, inp.state, res))
+            results.append(res)
+            tally.done += 1
+            tally.observe(inp.state, res)
+            if res.error_kind != ErrorKind.NONE:
+                tally.errors[ErrorKind(res.error_kind).value] += 1
+        return results
+
+    def _report(self, progress: TuneProgress) -> TuneProgress:
+        for cb in self.callbacks:
+            cb(progress)
+        return progress
+
+    def result(self, interrupted: bool = False) -> TuneResult:
+        t = self.tally
+        return TuneResult(self.task, t.best_state, t.best_cost, t.best_gflops, t.done, len(t.costs), t.busy_s,
+                          t.policy_s, t.build_s, t.run_s, {k: n for k, n in sorted(t.errors.items())}, interrupted)
+
+    def __repr__(self) -> str:
+        return f"TaskTuner({self.task}, {self.tally.done} measured, best {self.tally.best_cost:.3g} s)"
 
 
 def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trials: int = 64, *,
@@ -269,91 +412,36 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
 
     `trials` is this call's budget: records already in `db` for this workload + target are replayed
     into the policy first (and counted in `total_trials`, and considered for the best), then `trials`
-    more are measured, fewer only if the policy runs out of new programs or the run is interrupted.
-    A state already in the database is never measured again. `db` is a path, a Database, or None
-    (in memory, gone after the call). `policy` is "ansor" (SketchPolicy with `cost_model`), "random",
-    or a SearchPolicy instance (give it a fresh one: tune feeds it the database's records);
-    `policy_options` are keyword arguments for the named policy's constructor (e.g.
+    more are measured in batches of `batch_size`, fewer only if the policy runs out of new programs or
+    the run is interrupted. A state already in the database is never measured again. `db` is a path, a
+    Database, or None (in memory, gone after the call). `policy` is "ansor" (SketchPolicy with
+    `cost_model`), "random", or a SearchPolicy instance (give it a fresh one: tune feeds it the
+    database's records); `policy_options` are keyword arguments for the named policy's constructor (e.g.
     `{"generations": 0}` or `{"sketches": [...]}` for "ansor"; see make_policy and ablation_policy).
     `target`/`hw` are used only when `task_or_dag` is not a SearchTask; `build_timeout`/`run_timeout`
-    (seconds per candidate) only for the default LocalBuilder/LocalRunner; once a best is known the default
-    runner times each candidate in 3 repeats of >= 10 ms, checks its output against the naive program's
-    (a wrong one is recorded as wrong_answer), times a candidate GIVE_UP_FACTOR times slower than the
-    fastest so far by its first call alone and kills one SLOW_FACTOR times slower (run_timeout).
+    (seconds per candidate) only for the default LocalBuilder/LocalRunner (see MeasureSetup.open).
     Ctrl-C (KeyboardInterrupt, also from a callback) stops the loop; what was measured is kept and
     returned (`interrupted=True`).
     """
     if trials < 0 or batch_size < 1:
         raise TuneError(f"need trials >= 0 and batch_size >= 1, got trials={trials}, batch_size={batch_size}")
     task = make_task(task_or_dag, target, hw)
-    tally = _Tally(task, trials)
+    t0 = time.perf_counter()
     # before opening the db: a bad policy (or policy option) creates no file
     search = make_policy(task, policy, cost_model, seed, policy_options)
-    database = _open_db(db)
-    own_builder = builder is None
-    builder = builder if builder is not None else LocalBuilder(timeout=build_timeout)
-    own_runner = runner is None
-    runner = runner if runner is not None else LocalRunner(
-        timeout=run_timeout, number=1, repeat=3, min_repeat_ms=10.0, check_correctness=True,
-        give_up_factor=GIVE_UP_FACTOR, timeout_factor=SLOW_FACTOR)
+    search_s = time.perf_counter() - t0
     interrupted = False
-    try:
-        measured = _resume(task, database, search, tally)
-        if own_runner:
-            runner.note_fastest(task, tally.best_cost)  # type: ignore[union-attr]
-        tally.policy_s += time.perf_counter() - tally.start  # building the policy + replaying the db: search time
-        for cb in callbacks:
-            cb(tally.progress("resume"))
-        while tally.done < trials:
-            if not _round(task, search, builder, runner, database, measured, tally, batch_size, callbacks):
-                LOGGER.info("%s: the policy proposed no new program; stopping after %d trials", task, tally.done)
-                break
-    except KeyboardInterrupt:
-        interrupted = True
-        LOGGER.warning("%s: interrupted after %d trials; every measured record is in the database", task, tally.done)
-    finally:
-        if own_builder:
-            builder.close()  # type: ignore[union-attr]
-        if db is None or isinstance(db, (str, Path)):
-            database.close()  # type: ignore[union-attr]
-    return TuneResult(task, tally.best_state, tally.best_cost, tally.best_gflops, tally.done, tally.total,
-                      time.perf_counter() - tally.start, tally.policy_s, tally.build_s, tally.run_s,
-                      {k: n for k, n in sorted(tally.errors.items())}, interrupted)
-
-
-
-def _round(task: SearchTask, search: SearchPolicy, builder: Builder, runner: Runner, db: Database,
-           measured: set[str], tally: _Tally, batch_size: int, callbacks: Sequence[Callback]) -> bool:
-    """One batch: propose, build, run and commit one by one, learn, report. False: nothing new to measure."""
-    t0 = time.perf_counter()
-    proposed = search.next_batch(min(batch_size, tally.trials - tally.done))
-    tally.policy_s += time.perf_counter() - t0
-    states = []
-    for state in proposed:  # a policy that breaks its promise must not cost measurements
-        key = steps_hash(state.to_json())
-        if key not in measured:
-            measured.add(key)
-            states.append(state)
-    if not states:
-        return False
-    inputs = [MeasureInput(task, s) for s in states]
-    t0 = time.perf_counter()
-    built = builder.build(inputs)
-    tally.build_s += time.perf_counter() - t0
-    results = []
-    for inp, br in zip(inputs, built):
-        t0 = time.perf_counter()
-        (res,) = runner.run([inp], [br])
-        tally.run_s += time.perf_counter() - t0
-        db.commit_record(Record.from_measure(task, inp.state, res))
-        results.append(res)
-        tally.done += 1
-        tally.observe(inp.state, res)
-        if res.error_kind != ErrorKind.NONE:
-            tally.errors[ErrorKind(res.error_kind).value] += 1
-    t0 = time.perf_counter()
-    search.update(inputs, results)
-    tally.policy_s += time.perf_counter() - t0
-    for cb in callbacks:
-        cb(tally.progress("batch", inputs, results))
-    return True
+    with MeasureSetup.open(db, builder, runner, build_timeout, run_timeout) as setup:
+        tuner = TaskTuner(task, search, setup, trials=trials, callbacks=callbacks, search_s=search_s)
+        try:
+            tuner.resume()
+            while tuner.trials_done < trials:
+                if not tuner.round(min(batch_size, trials - tuner.trials_done)):
+                    LOGGER.info("%s: the policy proposed no new program; stopping after %d trials", task,
+                                tuner.trials_done)
+                    break
+        except KeyboardInterrupt:
+            interrupted = True
+            LOGGER.warning("%s: interrupted after %d trials; every measured record is in the database", task,
+                           tuner.trials_done)
+    return tuner.result(interrupted)

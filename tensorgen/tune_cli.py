@@ -23,8 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `tune` and `show` commands to a `tensorgen` argument parser's subparsers."""
 
     def workload(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument("op", metavar="OP", help="a suite operator (see `tensorgen ops`), e.g. gmm, c2d, nrm")
-        p.add_argument("--shape", required=True, help="its shape config, comma separated, e.g. 1024,1024,1024")
+        p.add_argument("op", metavar="OP", help="a suite operator (see `tensorgen ops`), e.g. gmm, c2d, nrm; "
+                                                "for tune also a model: a zoo name (see `tensorgen models`) or .onnx")
+        p.add_argument("--shape", help="the operator's shape config, comma separated, e.g. 1024,1024,1024")
         p.add_argument("--batch", type=int, default=1, help="batch size of the operator (default 1)")
         p.add_argument("--db", default=DEFAULT_DB, help=f"the tuning database (default {DEFAULT_DB})")
         p.add_argument("--target", default="cpu", help="the target (default cpu), e.g. 'cpu -cores=2'")
@@ -40,6 +41,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tune.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     tune.add_argument("--batch-size", type=int, default=64, help="programs measured per round (default 64)")
     tune.add_argument("--json", metavar="FILE", help="also write the result to this JSON file")
+    tune.add_argument("--early-stopping", type=int, metavar="ROUNDS",
+                      help="models: stop tuning a task after this many rounds without improvement (objective f4)")
+    tune.add_argument("--strategy", choices=("gradient", "round-robin"), default="gradient",
+                      help="models: how rounds are given to tasks (default: Ansor's gradient scheduler)")
     tune.set_defaults(fn=_tune)
     show = workload(subparsers.add_parser("show", help="print the best tuned program of a suite operator"))
     show.set_defaults(fn=_show)
@@ -60,9 +65,12 @@ def _suite_entry(op: str) -> tuple[str, object, list[tuple[int, ...]]]:
     return name, make, configs
 
 
-def parse_workload(op: str, shape: str, batch: int = 1) -> tuple[str, tuple[int, ...], ComputeDAG]:
+def parse_workload(op: str, shape: str | None, batch: int = 1) -> tuple[str, tuple[int, ...], ComputeDAG]:
     """(suite name, shape config, DAG) for `OP --shape a,b,c`, with errors that show valid configs."""
     name, make, configs = _suite_entry(op)
+    if shape is None:
+        examples = "; ".join(",".join(map(str, c)) for c in configs)
+        raise TensorgenError(f"{name} needs --shape; its suite configs: {examples}")
     params = [p.name for p in inspect.signature(make).parameters.values() if p.default is inspect.Parameter.empty]
     examples = "; ".join(",".join(map(str, c)) for c in configs)
     usage = f"{name} takes {len(params)} shape values ({', '.join(params)}), e.g. --shape {examples.split(';')[0]}"
@@ -149,9 +157,19 @@ def summary_table(result: TuneResult, db: str) -> str:
 # commands
 
 
+def _is_operator(op: str) -> bool:
+    from tensorgen.te.ops.suite import SUITE
+
+    return op.lower() in {name.lower() for name in SUITE}
+
+
 def _tune(args: argparse.Namespace) -> int:
     from tensorgen.tune import ablation_policy, make_task, tune
 
+    if not _is_operator(args.op) and args.shape is None:  # with --shape it must be an operator
+        from tensorgen.graph_cli import tune_model
+
+        return tune_model(args)
     name, config, dag = parse_workload(args.op, args.shape, args.batch)
     task = make_task(dag, Target.parse(args.target), desc=_desc(name, config, args.batch))
     policy, options = args.policy, {}

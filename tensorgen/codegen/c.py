@@ -34,7 +34,33 @@ PRELUDE = """\
 
 def render_c(func: PrimFunc, simd_bytes: int = 32) -> str:
     """C source of `func` plus the thread-control entry points every module exports."""
+    return render_module([func], simd_bytes)
+
+
+@dataclass(frozen=True)
+class CFunction:
+    """One rendered function: its definition, and the file-scope helpers it needs keyed by name
+    (identical keys mean identical text, so a module of many functions defines each helper once)."""
+
+    text: str
+    helpers: dict[str, str]
+
+
+def render_function(func: PrimFunc, simd_bytes: int = 32) -> CFunction:
     return _CWriter(func, simd_bytes).render()
+
+
+def render_module(funcs: list[PrimFunc], simd_bytes: int = 32, tail: str = "") -> str:
+    """One C file: the prelude, the helpers of all `funcs` once each, the functions, then `tail`."""
+    rendered = [render_function(f, simd_bytes) for f in funcs]
+    helpers: dict[str, str] = {}
+    for r in rendered:
+        helpers.update(r.helpers)
+    return (
+        PRELUDE + "".join(helpers.values()) + "\n" + "\n".join(r.text for r in rendered) + "\n"
+        "void tensorgen_set_num_threads(int n) { omp_set_num_threads(n); }\n"
+        "int tensorgen_get_max_threads(void) { return omp_get_max_threads(); }\n" + tail
+    )
 
 
 @dataclass
@@ -50,7 +76,7 @@ class _CWriter:
     in_simd: bool = False
     rebased: dict[Buffer, tuple[str, Expr]] = field(default_factory=dict)  # buffer -> (base pointer, offset)
 
-    def render(self) -> str:
+    def render(self) -> CFunction:
         for buf in self.func.args:
             self.taken.add(buf.name)
         outs = {b.name for b in self.func.args[-self.func.attrs.get("n_outputs", 1):]}
@@ -60,13 +86,9 @@ class _CWriter:
         self.vec = VectorEmitter(self, self.simd_bytes)
         self.emit(self.func.body, 1)
         body = "\n".join(self.lines)
-        helpers = "".join(self.helpers.values()) + self.vec.typedefs()
-        return (
-            f"{PRELUDE}{helpers}\n"
-            f"void {self.func.name}({params}) {{\n{body}\n}}\n\n"
-            "void tensorgen_set_num_threads(int n) { omp_set_num_threads(n); }\n"
-            "int tensorgen_get_max_threads(void) { return omp_get_max_threads(); }\n"
-        )
+        helpers = dict(self.helpers)
+        helpers.update({line: line for line in self.vec.typedefs().splitlines(keepends=True)})
+        return CFunction(f"void {self.func.name}({params}) {{\n{body}\n}}\n", helpers)
 
     # ---- statements ----------------------------------------------------------------------
 
@@ -101,8 +123,9 @@ class _CWriter:
         ctype = CTYPES[buf.dtype]
         heap = buf.scope == "global" or buf.nbytes > STACK_LIMIT
         if heap:
-            self.helpers[f"{name}_workspace"] = _workspace(name, ctype, math.ceil(buf.nbytes / 64) * 64)
-            self.line(depth, f"{ctype}* restrict {name} = {name}_workspace();")
+            workspace = f"{self.func.name}_{name}_workspace"
+            self.helpers[workspace] = _workspace(workspace, ctype, math.ceil(buf.nbytes / 64) * 64)
+            self.line(depth, f"{ctype}* restrict {name} = {workspace}();")
         else:
             self.line(depth, f"{ctype} {name}[{buf.size}] __attribute__((aligned(64)));")
         self.emit(s.body, depth)
@@ -226,7 +249,7 @@ def _workspace(name: str, ctype: str, nbytes: int) -> str:
     """A heap buffer allocated once per calling thread and reused: shapes are static, and a fresh
     allocation per call costs page faults that dominate large kernels (15-25% on GMM 1024)."""
     return (
-        f"static {ctype}* {name}_workspace(void) {{\n"
+        f"static {ctype}* {name}(void) {{\n"
         f"  static __thread {ctype}* buffer;\n"
         f"  if (!buffer) buffer = ({ctype}*)aligned_alloc(64, {nbytes});\n"
         f"  return buffer;\n}}\n"

@@ -7,6 +7,7 @@ import os
 import platform
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -102,6 +103,20 @@ def has_vector_math(simd_bytes: int) -> bool:
     return True
 
 
+def _run_group(argv: list[str], timeout: float | None) -> subprocess.CompletedProcess:
+    """Run the compiler in its own process group and kill the whole group on timeout: killing only the
+    driver leaves cc1 running for minutes, stealing a core from every measurement after it."""
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
 def compile_source(
     source: str,
     *,
@@ -129,7 +144,7 @@ def compile_source(
     try:
         try:
             argv = [*cmd, *flags, "-o", tmp, str(c_path), *libraries(source)]
-            proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout)
+            proc = _run_group(argv, timeout)
         except subprocess.TimeoutExpired as exc:
             raise CompileError(
                 f"C compiler timed out after {timeout}s compiling {c_path}", source=source

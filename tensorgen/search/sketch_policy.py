@@ -91,6 +91,10 @@ class SketchPolicy:
                 out.append(s)
                 added += 1
 
+    def close(self) -> None:
+        """Stop the search's worker processes; the next batch starts them again."""
+        self.evolution.close()
+
     def next_batch(self, n: int) -> list[State]:
         out: list[State] = []
         keys: set[str] = set()

@@ -1,0 +1,75 @@
+"""Networks (Ansor §7.3): tune each model with the task scheduler, then time the compiled model next to
+ONNX Runtime and PyTorch in the same run.
+
+    python bench/networks.py [--models resnet50,mobilenet_v2,bert_base,dcgan] [--batches 1]
+                             [--trials 512] [--round-trials 16] [--db networks.db] [--threads 2] [--json FILE]
+
+`--trials` is the budget per model (all its tasks together); `--trials 0` benchmarks what the database
+already holds. Tuning resumes from --db, so a run can be extended later.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from tensorgen.graph.compare import compare
+from tensorgen.graph.load import load_graph
+from tensorgen.graph.tasks import extract_tasks
+from tensorgen.records.database import SQLiteDatabase
+from tensorgen.search.scheduler import ProgressTable, TaskScheduler
+
+DEFAULT_MODELS = "resnet50,mobilenet_v2,bert_base,dcgan"
+
+
+def tune_model(name: str, batch: int, trials: int, db: str, seed: int, round_trials: int) -> dict:
+    graph = load_graph(name, batch=batch)
+    tasks = extract_tasks(graph)
+    if trials <= 0:
+        return {"tasks": len(tasks), "trials": 0, "tuning_wall_s": 0.0}
+    table = ProgressTable(stream=sys.stderr)
+    start = time.perf_counter()
+    try:
+        result = TaskScheduler.from_models({graph.name: tasks}, seed=seed, round_trials=round_trials,
+                                           callbacks=[table]).tune(trials, db=db)
+    finally:
+        table.close()
+    return {"tasks": len(tasks), "trials": result.trials, "tuning_wall_s": time.perf_counter() - start,
+            "estimated_ms": (result.models.get(graph.name) or 0) * 1e3 or None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=DEFAULT_MODELS, help=f"zoo names (default {DEFAULT_MODELS})")
+    parser.add_argument("--batches", default="1", help="comma separated batch sizes (default 1)")
+    parser.add_argument("--trials", type=int, default=512, help="measurement trials per model (default 512)")
+    parser.add_argument("--db", default="networks.db", help="tuning database (default networks.db)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--blocks", type=int, default=7, help="alternating timing blocks per engine")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--round-trials", type=int, default=16,
+                        help="trials per scheduler round (default 16: networks have dozens of tasks)")
+    parser.add_argument("--json", metavar="FILE")
+    args = parser.parse_args(argv)
+    rows = []
+    for name in args.models.split(","):
+        for batch in (int(b) for b in args.batches.split(",")):
+            tuning = tune_model(name, batch, args.trials, args.db, args.seed, args.round_trials)
+            with SQLiteDatabase(args.db) as db:
+                result = compare(name, db=db, threads=args.threads, batch=batch, blocks=args.blocks)
+            row = {**result.__dict__, "batch": batch, **tuning, "ratios": result.ratios()}
+            rows.append(row)
+            ratios = "  ".join(f"{k} {v:.2f}x" for k, v in row["ratios"].items())
+            print(f"{name} b{batch}: tensorgen {result.tensorgen_ms:.2f} ms, onnxruntime {result.onnxruntime_ms} ms, "
+                  f"torch {result.torch_ms} ms; speedup {ratios}; {tuning['trials']} trials in "
+                  f"{tuning['tuning_wall_s']:.0f} s; {result.tuned_tasks}/{result.total_tasks} tasks tuned", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""build_model: a whole model to one shared library (all kernels + the executor) and a weights file.
+
+Every subgraph gets its best record from the database, replayed on its own DAG, or the default
+schedule when it has none. The output directory holds:
+    model.so        kernels + executor, C ABI in tensorgen/graph/executor.py
+    model.c         its source, for people to read
+    weights.bin     the constants, at the offsets the executor uses
+    model.json      inputs, outputs, kernels and which of them were tuned
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tensorgen.codegen.c import render_module
+from tensorgen.codegen.toolchain import compile_source
+from tensorgen.graph.default_schedule import default_schedule
+from tensorgen.graph.executor import executor_source, pack_weights, plan_memory
+from tensorgen.graph.fusion import Partition, Subgraph, partition
+from tensorgen.graph.ir import Graph
+from tensorgen.graph.load import load_graph
+from tensorgen.hardware import hardware_for
+from tensorgen.records.database import Database
+from tensorgen.schedule.lower import lower
+from tensorgen.schedule.state import State
+from tensorgen.target import Target
+
+MANIFEST = "model.json"
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    name: str
+    workload_key: str
+    nodes: int
+    tuned: bool
+    cost: float | None  # seconds, of the record used
+
+
+def schedule_subgraph(sub: Subgraph, target: Target, db: Database | None, cores: int) -> tuple[State, float | None]:
+    """The state to compile for `sub`: its best record on `target`, else the default schedule."""
+    assert sub.dag is not None
+    if db is not None:
+        record = db.best(sub.workload_key, str(target))
+        if record is not None:
+            return record.state(sub.dag), record.result.median_cost
+    return default_schedule(sub.dag, cores), None
+
+
+def build_model(model: object, out_dir: str | os.PathLike[str], *, target: str | Target = "cpu",
+                db: Database | None = None, batch: int = 1, march: str | None = "native",
+                progress: Callable[[str], None] | None = None) -> Path:
+    """Compile `model` (ONNX file, ModelProto, zoo name or Graph) into `out_dir`; returns that directory."""
+    target = Target.parse(target)
+    hw = hardware_for(target)
+    graph = model if isinstance(model, Graph) else load_graph(model, batch=batch)
+    part = partition(graph)
+    funcs, kernels = [], []
+    for i, sub in enumerate(part.subgraphs):
+        state, cost = schedule_subgraph(sub, target, db, hw.cores)
+        name = f"k{i}_{sub.name.rsplit('_', 1)[0]}"
+        funcs.append(lower(state, name))
+        kernels.append(KernelInfo(name, sub.workload_key, len(sub.nodes), cost is not None, cost))
+    if progress:
+        tuned = sum(k.tuned for k in kernels)
+        progress(f"{graph.name}: {len(kernels)} kernels ({tuned} tuned), compiling")
+    blob, weight_offsets = pack_weights(part)
+    plan = plan_memory(part, _in_place(part))
+    source = render_module(funcs, hw.simd_bytes, executor_source(part, [k.name for k in kernels], weight_offsets, plan))
+    library = compile_source(source, march=march)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(library, out / "model.so")
+    (out / "model.c").write_text(source)
+    (out / "weights.bin").write_bytes(blob)
+    (out / MANIFEST).write_text(json.dumps(_manifest(graph, part, kernels, plan, target), indent=1))
+    return out
+
+
+def _in_place(part: Partition) -> set[str]:
+    graph = part.graph
+    return set(graph.inputs) | set(graph.constants) | {part.aliases.get(n, n) for n in graph.outputs}
+
+
+def _manifest(graph: Graph, part: Partition, kernels: list[KernelInfo], plan, target: Target) -> dict:
+    def values(names: list[str]) -> list[dict]:
+        return [{"name": n, "shape": list(graph.value(n).shape), "dtype": graph.value(n).dtype} for n in names]
+
+    return {
+        "format": 1, "model": graph.name, "target": str(target),
+        "inputs": values(graph.inputs), "outputs": values(graph.outputs),
+        "kernels": [k.__dict__ for k in kernels],
+        "arena_bytes": plan.arena_bytes, "unshared_bytes": plan.naive_bytes,
+    }

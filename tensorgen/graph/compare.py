@@ -1,0 +1,123 @@
+"""Measure a compiled model side by side with ONNX Runtime and PyTorch, in one run, on the same inputs.
+
+Engines are timed in alternating blocks (so a noisy neighbour hurts all of them alike) and the
+median of the blocks is reported; outputs are compared with ONNX Runtime's.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorgen.graph.ir import Graph
+
+Runner = Callable[[list[np.ndarray]], list[np.ndarray]]
+
+
+@dataclass
+class Comparison:
+    model: str
+    threads: int
+    tensorgen_ms: float
+    onnxruntime_ms: float | None
+    torch_ms: float | None
+    max_abs_err_vs_onnxruntime: float | None
+    tuned_tasks: int
+    total_tasks: int
+    build_s: float
+
+    def ratios(self) -> dict[str, float]:
+        """Speedup of tensorgen over each peer (> 1: tensorgen is faster)."""
+        out = {}
+        for peer in ("onnxruntime", "torch"):
+            ms = getattr(self, f"{peer}_ms")
+            if ms is not None:
+                out[peer] = ms / self.tensorgen_ms
+        return out
+
+
+def onnxruntime_runner(onnx_model, graph: Graph, threads: int) -> Runner | None:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    data = onnx_model.SerializeToString() if hasattr(onnx_model, "SerializeToString") else str(onnx_model)
+    session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    return lambda xs: session.run(None, dict(zip(names, xs)))
+
+
+def torch_runner(graph: Graph, threads: int) -> Runner | None:
+    try:
+        from tensorgen.graph.torch_eval import TorchModel, available
+    except ImportError:
+        return None
+    if not available():
+        return None
+    model = TorchModel(graph, threads=threads)
+    return model.run
+
+
+def time_engines(engines: dict[str, Runner], inputs: list[np.ndarray], blocks: int = 5,
+                 min_block_s: float = 0.2) -> dict[str, float]:
+    """Median per-run milliseconds of each engine over `blocks` alternating blocks (after a warm-up)."""
+    runs = {}
+    for name, run in engines.items():
+        start = time.perf_counter()
+        run(inputs)
+        once = time.perf_counter() - start
+        runs[name] = max(1, math.ceil(min_block_s / max(once, 1e-6)))
+    samples: dict[str, list[float]] = {name: [] for name in engines}
+    for _ in range(blocks):
+        for name, run in engines.items():
+            start = time.perf_counter()
+            for _ in range(runs[name]):
+                run(inputs)
+            samples[name].append((time.perf_counter() - start) / runs[name] * 1e3)
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def compare(model: object, db=None, threads: int = 2, batch: int = 1, blocks: int = 5,
+            out_dir: str | None = None, seed: int = 0, with_torch: bool = True) -> Comparison:
+    """Build `model` (zoo name or .onnx path) with `db`'s records and time it next to its peers."""
+    from tensorgen.graph.build import build_model
+    from tensorgen.graph.load import load_graph, onnx_model_of
+    from tensorgen.graph.zoo import random_inputs
+    from tensorgen.runtime.model import CompiledModel
+
+    onnx_model = onnx_model_of(model, batch=batch)
+    graph = load_graph(onnx_model)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = build_model(graph, out_dir or tmp, db=db)
+        build_s = time.perf_counter() - start
+        compiled = CompiledModel(directory, threads=threads)
+        manifest = compiled.manifest
+        feeds = random_inputs(onnx_model, seed)
+        inputs = [feeds[name] for name in graph.inputs]
+        engines: dict[str, Runner] = {"tensorgen": compiled.run}
+        ort_run = onnxruntime_runner(onnx_model, graph, threads)
+        if ort_run is not None:
+            engines["onnxruntime"] = ort_run
+        torch_run = torch_runner(load_graph(onnx_model), threads) if with_torch else None
+        if torch_run is not None:
+            engines["torch"] = torch_run
+        err = None
+        if ort_run is not None:
+            ours, ref = compiled.run(inputs), ort_run(inputs)
+            err = max(float(np.max(np.abs(a - np.asarray(b, dtype=a.dtype)))) for a, b in zip(ours, ref))
+        ms = time_engines(engines, inputs, blocks)
+    kernels = manifest["kernels"]
+    keys = {k["workload_key"] for k in kernels}
+    tuned = {k["workload_key"] for k in kernels if k["tuned"]}
+    return Comparison(graph.name, threads, ms["tensorgen"], ms.get("onnxruntime"), ms.get("torch"), err,
+                      len(tuned), len(keys), build_s)

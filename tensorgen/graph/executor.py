@@ -1,0 +1,185 @@
+"""The generated executor: a static memory plan and the C function that calls every kernel in order.
+
+The C ABI of a compiled model (see examples/run_model.c):
+
+    tensorgen_model* tensorgen_model_init(const void* weights);   // the weights file's bytes
+    int tensorgen_model_run(tensorgen_model* m, const void* const* inputs, void* const* outputs);
+    void tensorgen_model_free(tensorgen_model* m);
+    int tensorgen_model_num_inputs(void), tensorgen_model_num_outputs(void);
+    long tensorgen_model_input_bytes(int i), tensorgen_model_output_bytes(int i);
+
+Intermediate values live in one arena allocated by init; values whose lifetimes do not overlap
+share memory. Reshape-like values alias their source, graph outputs are written in place.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorgen.codegen.c import CTYPES
+from tensorgen.graph.fusion import Partition, kernel_dtype
+
+ALIGN = 64
+
+
+def _aligned(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    offsets: dict[str, int]  # arena byte offset of every intermediate root value
+    arena_bytes: int
+    naive_bytes: int  # what one buffer per value would take (for reporting reuse)
+
+
+def plan_memory(part: Partition, in_place: set[str]) -> MemoryPlan:
+    """First-fit reuse of arena blocks by lifetime (kernel index of definition .. last use).
+
+    `in_place` are root values that need no arena (graph inputs/outputs, constants).
+    """
+    graph = part.graph
+    last_use: dict[str, int] = {}
+    for k, sub in enumerate(part.subgraphs):
+        for name in sub.inputs:
+            last_use[part.aliases.get(name, name)] = k
+    free: list[tuple[int, int]] = []  # (offset, size) blocks, sorted by offset
+    offsets: dict[str, int] = {}
+    top = naive = 0
+    for k, sub in enumerate(part.subgraphs):
+        for name in sub.outputs:
+            if name in in_place:
+                continue
+            size = _aligned(graph.value(name).nbytes)
+            naive += size
+            for i, (off, blk) in enumerate(free):
+                if blk >= size:
+                    offsets[name] = off
+                    free[i:i + 1] = [(off + size, blk - size)] if blk > size else []
+                    break
+            else:
+                offsets[name], top = top, top + size
+        for name in {part.aliases.get(n, n) for n in sub.inputs} | set(sub.outputs):
+            if name in offsets and last_use.get(name, k) <= k:
+                free.append((offsets[name], _aligned(graph.value(name).nbytes)))
+                free = _coalesce(free)
+    return MemoryPlan(offsets, top, naive)
+
+
+def _coalesce(blocks: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for off, size in sorted(blocks):
+        if out and out[-1][0] + out[-1][1] == off:
+            out[-1] = (out[-1][0], out[-1][1] + size)
+        else:
+            out.append((off, size))
+    return out
+
+
+def pack_weights(part: Partition) -> tuple[bytes, dict[str, int]]:
+    """The constants the kernels read, concatenated at aligned offsets: (blob, offset by name)."""
+    graph = part.graph
+    offsets: dict[str, int] = {}
+    chunks: list[bytes] = []
+    size = 0
+    read = [name for sub in part.subgraphs for name in sub.inputs]
+    read += [part.aliases.get(name, name) for name in graph.outputs]
+    for name in read:
+        if graph.is_constant(name) and name not in offsets:
+            data = np.ascontiguousarray(graph.constants[name], dtype=kernel_dtype(graph.value(name).dtype)).tobytes()
+            offsets[name] = size
+            chunks.append(data + bytes(_aligned(len(data)) - len(data)))
+            size += _aligned(len(data))
+    return b"".join(chunks), offsets
+
+
+def executor_source(part: Partition, kernel_names: list[str], weight_offsets: dict[str, int],
+                    plan: MemoryPlan) -> str:
+    """C source of the model entry points (appended to the module holding the kernels)."""
+    graph = part.graph
+    ident = _Identifiers()
+    lines: list[str] = []
+    where: dict[str, str] = {}  # root value -> C expression of its pointer
+
+    def declare(name: str, expr: str, const: bool) -> None:
+        ctype = CTYPES[kernel_dtype(graph.value(name).dtype)]
+        var = ident(name)
+        lines.append(f"  {'const ' if const else ''}{ctype}* {var} = ({'const ' if const else ''}{ctype}*)({expr});")
+        where[name] = var
+
+    for i, name in enumerate(graph.inputs):
+        declare(name, f"inputs[{i}]", True)
+    copies: list[tuple[int, str]] = []  # graph outputs that are copies of an input, constant or other output
+    for i, name in enumerate(graph.outputs):
+        root = part.aliases.get(name, name)
+        if root in where or graph.is_constant(root) or root in graph.inputs:
+            copies.append((i, root))
+        else:
+            declare(root, f"outputs[{i}]", False)
+    for name, off in weight_offsets.items():
+        declare(name, f"m->weights + {off}", True)
+    for name, off in plan.offsets.items():
+        declare(name, f"m->arena + {off}", False)
+    lines.append("")
+    for sub, kernel in zip(part.subgraphs, kernel_names):
+        args = [where[part.aliases.get(n, n)] for n in sub.inputs + sub.outputs]
+        lines.append(f"  {kernel}({', '.join(args)});")
+    lines += [f"  memcpy(outputs[{i}], {where[root]}, {graph.value(root).nbytes});" for i, root in copies]
+    body = "\n".join(lines)
+    return f"""
+#include <string.h>
+
+/* ---- executor: {graph.name}, {len(part.subgraphs)} kernels, arena {plan.arena_bytes} bytes ---- */
+typedef struct {{ char* arena; const char* weights; }} tensorgen_model;
+
+tensorgen_model* tensorgen_model_init(const void* weights) {{
+  tensorgen_model* m = (tensorgen_model*)malloc(sizeof(tensorgen_model));
+  if (!m) return NULL;
+  m->arena = (char*)aligned_alloc({ALIGN}, {max(plan.arena_bytes, ALIGN)});
+  m->weights = (const char*)weights;
+  if (!m->arena) {{ free(m); return NULL; }}
+  return m;
+}}
+
+int tensorgen_model_run(tensorgen_model* m, const void* const* inputs, void* const* outputs) {{
+{body}
+  return 0;
+}}
+
+void tensorgen_model_free(tensorgen_model* m) {{
+  if (m) {{ free(m->arena); free(m); }}
+}}
+
+int tensorgen_model_num_inputs(void) {{ return {len(graph.inputs)}; }}
+int tensorgen_model_num_outputs(void) {{ return {len(graph.outputs)}; }}
+static const long input_bytes[] = {{{_sizes(graph, graph.inputs)}}};
+static const long output_bytes[] = {{{_sizes(graph, graph.outputs)}}};
+long tensorgen_model_input_bytes(int i) {{ return input_bytes[i]; }}
+long tensorgen_model_output_bytes(int i) {{ return output_bytes[i]; }}
+"""
+
+
+def _sizes(graph, names: list[str]) -> str:
+    return ", ".join(str(graph.value(n).nbytes) for n in names) or "0"
+
+
+class _Identifiers:
+    """C identifiers for graph value names: sanitized, unique, never a C keyword-like clash."""
+
+    def __init__(self) -> None:
+        self.of: dict[str, str] = {}
+        self.taken: set[str] = {"m", "inputs", "outputs"}
+
+    def __call__(self, name: str) -> str:
+        if name not in self.of:
+            base = "v_" + re.sub(r"\W", "_", name).strip("_")
+            ident, n = base, 0
+            while ident in self.taken:
+                n += 1
+                ident = f"{base}_{n}"
+            self.taken.add(ident)
+            self.of[name] = ident
+        return self.of[name]

@@ -1,0 +1,249 @@
+"""Import an ONNX model as a tensorgen Graph: static shapes everywhere, constants folded, every op
+normalized to the contract in tensorgen.graph.ir (see onnx_normalize for the per-op rules).
+
+Nodes are imported one at a time, in order. A node whose inputs are all constants is evaluated by
+onnx.reference and disappears (so are Shape nodes, since every shape is static); any other node gets
+its output shapes from ONNX shape inference on that one node, with its constant inputs given by
+value, and is then normalized. This is what folds the Shape→Gather→Concat→Reshape chains of
+exported models: by the time the Reshape is reached, its shape input is a constant.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, inliner, numpy_helper
+
+import tensorgen.graph.onnx_normalize_nn  # noqa: F401  (registers Conv, pooling, Resize)
+from tensorgen.graph.ir import Graph, GraphError, Node, Value
+from tensorgen.graph.onnx_eval import evaluate, infer_outputs, np_dtype
+from tensorgen.graph.onnx_export import export_onnx
+from tensorgen.graph.onnx_normalize import CONST_INPUTS, NORMALIZERS, ImportState, OnnxNode
+
+__all__ = ["FOLD_ONLY_OPS", "GRAPH_OPS", "OPSETS", "SUPPORTED_OPS", "export_onnx", "import_onnx"]
+
+OPSETS = range(13, 22)
+# ops that never survive import: Constant and Shape always fold, ConstantOfShape must (else GraphError)
+_ALWAYS_FOLDED = frozenset({"Constant", "Shape", "ConstantOfShape"})
+SUPPORTED_OPS: frozenset[str] = frozenset(NORMALIZERS) | _ALWAYS_FOLDED
+# ops that may appear in an imported Graph (Dropout becomes Identity)
+GRAPH_OPS: frozenset[str] = frozenset(NORMALIZERS) - {"Dropout"}
+# accepted only when all their inputs are constant, so they fold away (mask and shape arithmetic)
+FOLD_ONLY_OPS: frozenset[str] = frozenset({
+    "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or",
+    "Size", "Range", "Floor", "Ceil", "Mod", "Sign", "Tile", "Trilu", "CumSum", "ReduceProd", "ReduceMax", "ReduceMin",
+})
+# outputs after the first that must be unused (what they would hold)
+_FIRST_OUTPUT_ONLY = {"Dropout": "the dropout mask", "BatchNormalization": "training statistics",
+                      "MaxPool": "Indices"}
+# ops folded from their inputs' static shapes alone, even when the inputs' data are not constant
+_STATIC_FOLDS = {
+    "Shape": lambda shape, attrs: np.array(shape[attrs.get("start", 0):attrs.get("end")], dtype=np.int64),
+    "Size": lambda shape, attrs: np.array(int(np.prod(shape, dtype=np.int64)), dtype=np.int64),
+}
+
+
+def import_onnx(model: onnx.ModelProto | str | os.PathLike,
+                input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+    """Import `model` (a ModelProto or a path to a .onnx file) as a statically shaped, normalized Graph.
+
+    `input_shapes` fixes the shapes of graph inputs, e.g. {"input": (1, 3, 224, 224)} for a model
+    exported with a dynamic batch dimension.
+    """
+    model, source = _load(model)
+    if model.functions:
+        model = inliner.inline_local_functions(model)
+    opset = _default_opset(model, source)
+    g = model.graph
+    _check_ops(g, source)
+    state = ImportState({}, {})
+    inputs = _graph_inputs(g, state, dict(input_shapes or {}), source)
+    state.used = {x for p in g.node for x in p.input} | {o.name for o in g.output}
+    nodes: list[Node] = []
+    taken: set[str] = set()
+    for i, proto in enumerate(g.node):
+        name = _unique(_sanitize(proto.name) or f"{proto.op_type.lower()}_{i}", taken)
+        label = f"node {proto.name or name!r} ({proto.op_type})"
+        try:
+            node = _import_node(proto, name, label, opset, state)
+        except GraphError:
+            raise
+        except Exception as e:  # a malformed node that shape inference let through
+            raise GraphError(f"{label}: cannot be imported: {type(e).__name__}: {e}") from e
+        if node is not None:
+            nodes.append(node)
+    outputs = [o.name for o in g.output]
+    # keep the constants and values something reads or returns; folded intermediates go
+    live = {*inputs, *outputs, *(x for n in nodes for x in (*n.inputs, *n.outputs) if x)}
+    graph = Graph(g.name or "model", inputs, outputs, nodes, {k: v for k, v in state.values.items() if k in live},
+                  {k: v for k, v in state.constants.items() if k in live})
+    graph.validate()
+    return graph
+
+
+def _load(model: onnx.ModelProto | str | os.PathLike) -> tuple[onnx.ModelProto, str]:
+    if isinstance(model, onnx.ModelProto):
+        return model, f"model {model.graph.name or '(unnamed)'!r}"
+    path = Path(model)
+    if not path.is_file():
+        raise GraphError(f"ONNX file '{path}' does not exist")
+    try:
+        loaded = onnx.load(path)
+    except Exception as e:  # protobuf decode errors, missing external data, ...
+        raise GraphError(f"ONNX file '{path}' cannot be read: {type(e).__name__}: {e}") from None
+    if not loaded.opset_import and not loaded.graph.node:
+        raise GraphError(f"ONNX file '{path}' is not an ONNX model (no graph, no opset)")
+    return loaded, f"ONNX file '{path}'"
+
+
+def _default_opset(model: onnx.ModelProto, source: str) -> int:
+    versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    if not versions:
+        raise GraphError(f"{source} imports no opset of the default ONNX domain")
+    if versions[0] not in OPSETS:
+        raise GraphError(f"{source} uses ONNX opset {versions[0]}; tensorgen imports opsets {OPSETS[0]}–{OPSETS[-1]} "
+                         "(convert it with onnx.version_converter.convert_version(model, 17))")
+    return versions[0]
+
+
+def _check_ops(g: onnx.GraphProto, source: str) -> None:
+    """Raise one GraphError listing every unsupported op (first node of each, and how many more)."""
+    bad: dict[tuple[str, str], list[str]] = {}
+    for i, p in enumerate(g.node):
+        if p.domain not in ("", "ai.onnx"):
+            reason = f"op of domain {p.domain!r} is unsupported (only the default ONNX domain)"
+        elif p.op_type not in SUPPORTED_OPS | FOLD_ONLY_OPS:
+            reason = "unsupported op"
+        else:
+            continue
+        bad.setdefault((p.domain, p.op_type), [reason]).append(p.name or f"{p.op_type.lower()}_{i}")
+    if not bad:
+        return
+    lines = []
+    for (domain, op), (reason, first, *more) in bad.items():
+        extra = f" (and {len(more)} more {op} nodes)" if more else ""
+        lines.append(f"  node {first!r} ({f'{domain}.' if domain else ''}{op}): {reason}{extra}")
+    supported = f"supported: {', '.join(sorted(SUPPORTED_OPS))}; only when folded: {', '.join(sorted(FOLD_ONLY_OPS))}"
+    raise GraphError(f"{source} has unsupported ops:\n" + "\n".join(lines) + "\n" + supported)
+
+
+def _graph_inputs(g: onnx.GraphProto, state: ImportState, overrides: dict[str, Sequence[int]],
+                  source: str) -> list[str]:
+    """Initializers become constants; the other graph inputs get static Values (overrides applied)."""
+    for t in g.initializer:
+        try:
+            array = numpy_helper.to_array(t)
+        except Exception as e:
+            raise GraphError(f"{source}: initializer {t.name!r} cannot be read: {type(e).__name__}: {e}") from None
+        state.constants[t.name] = array
+        state.values[t.name] = Value(t.name, tuple(array.shape), array.dtype.name)
+    inputs = [vi for vi in g.input if vi.name not in state.constants]
+    unknown = set(overrides) - {vi.name for vi in inputs}
+    if unknown:
+        raise GraphError(f"input_shapes names {sorted(unknown)}, which are not graph inputs of {source} "
+                         f"(inputs: {[vi.name for vi in inputs]})")
+    for vi in inputs:
+        state.values[vi.name] = _input_value(vi, overrides.get(vi.name))
+    return [vi.name for vi in inputs]
+
+
+def _input_value(vi: onnx.ValueInfoProto, override: Sequence[int] | None) -> Value:
+    t = vi.type.tensor_type
+    if not vi.type.HasField("tensor_type") or not t.elem_type:
+        raise GraphError(f"graph input {vi.name!r} is not a typed tensor")
+    if override is not None:
+        if any(not isinstance(d, (int, np.integer)) or d < 0 for d in override):
+            raise GraphError(f"input_shapes[{vi.name!r}] = {override} must be non-negative integers")
+        return Value(vi.name, tuple(int(d) for d in override), np_dtype(t.elem_type))
+    dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in t.shape.dim)
+    if not t.HasField("shape") or not all(isinstance(d, int) for d in dims):
+        shown = dims if t.HasField("shape") else "unknown"
+        raise GraphError(f"graph input {vi.name!r} has a dynamic shape {shown}; give it a static one with "
+                         f"import_onnx(model, input_shapes={{{vi.name!r}: (...)}})")
+    return Value(vi.name, dims, np_dtype(t.elem_type))
+
+
+def _attr(a: onnx.AttributeProto) -> Any:
+    value = helper.get_attribute_value(a)
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, onnx.TensorProto):
+        return numpy_helper.to_array(value)
+    if isinstance(value, list):
+        return tuple(v.decode() if isinstance(v, bytes) else v for v in value)
+    return value
+
+
+@functools.cache
+def _schema_defaults(op: str, opset: int) -> dict[str, Any]:
+    schema = onnx.defs.get_schema(op, opset, "")
+    return {k: _attr(a.default_value) for k, a in schema.attributes.items() if a.default_value.type}
+
+
+def _import_node(proto: onnx.NodeProto, name: str, label: str, opset: int, state: ImportState) -> Node | None:
+    """Fold `proto` into constants (returns None) or return its normalized Node."""
+    for x in proto.input:
+        if x and x not in state.values:
+            raise GraphError(f"{label} reads {x!r}, which no earlier node, graph input or initializer defines")
+    op, attrs = proto.op_type, {a.name: _attr(a) for a in proto.attribute}
+    dynamic = [x for x in proto.input if x and x not in state.constants]
+    if op in _STATIC_FOLDS:
+        folded = {proto.output[0]: _STATIC_FOLDS[op](state.values[proto.input[0]].shape, attrs)}
+    elif not dynamic:
+        folded = evaluate(proto, label, opset, state.constants)
+    elif op not in NORMALIZERS:
+        raise GraphError(f"{label}: supported only when all its inputs are constants (it is folded at import), "
+                         f"but {dynamic[0]!r} is computed at run time")
+    else:
+        return _normalize(proto, name, label, opset, attrs, state)
+    for out, array in folded.items():
+        state.constants[out] = array
+        state.values[out] = Value(out, tuple(array.shape), array.dtype.name)
+    return None
+
+
+def _normalize(proto: onnx.NodeProto, name: str, label: str, opset: int, attrs: dict[str, Any],
+               state: ImportState) -> Node:
+    op, inputs = proto.op_type, list(proto.input)
+    for i, role in CONST_INPUTS.get(op, {}).items():
+        if i < len(inputs) and inputs[i] and inputs[i] not in state.constants:
+            raise GraphError(f"{label}: input {inputs[i]!r} ({role}) must be a constant known at import time")
+    outputs = list(proto.output)
+    if op in _FIRST_OUTPUT_ONLY:
+        for extra in outputs[1:]:
+            if extra in state.used:
+                raise GraphError(f"{label}: output {extra!r} ({_FIRST_OUTPUT_ONLY[op]}) is used; "
+                                 "only the first output is supported")
+        outputs = outputs[:1]
+    try:
+        attrs = {**_schema_defaults(op, opset), **attrs}
+    except onnx.defs.SchemaError:
+        raise GraphError(f"{label}: {op} is not defined in ONNX opset {opset}") from None
+    single = onnx.NodeProto()
+    single.CopyFrom(proto)
+    del single.output[:]
+    single.output.extend(outputs)
+    state.values.update(infer_outputs(single, label, opset, state.values, state.constants))
+    return NORMALIZERS[op](OnnxNode(name, label, op, inputs, outputs, attrs, state))
+
+
+def _sanitize(name: str) -> str:
+    """A C-identifier-friendly version of an ONNX node name ('/layer1/conv/Conv' -> 'layer1_conv_Conv')."""
+    name = re.sub(r"[^0-9A-Za-z_]+", "_", name).strip("_")
+    return f"n_{name}" if name[:1].isdigit() else name
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    base, k = name, 0
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    taken.add(name)
+    return name

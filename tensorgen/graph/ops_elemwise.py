@@ -1,0 +1,163 @@
+"""Lowerings of the element-wise ops: activations, broadcasting arithmetic, Cast, Where, BatchNormalization.
+
+Scalar constants become literals in the expression (no tensor read), so `x * 0.5` or `Pow(x, 2)`
+cost nothing beyond the arithmetic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from functools import reduce
+
+from tensorgen.graph.ir import Node
+from tensorgen.graph.ops_base import FLOATS, NUMERIC, Args, broadcast_load, lowering, operand
+from tensorgen.te import expr as E
+from tensorgen.te.ops import batch_norm, broadcast_shape
+from tensorgen.te.ops._common import BROADCAST, ELEMWISE
+from tensorgen.te.tensor import Tensor, compute
+
+Unary = Callable[[E.Expr, Args], E.Expr]
+
+
+def _pointwise(args: Args, fn: Callable[[Sequence[E.Expr]], E.Expr]) -> list[Tensor]:
+    """The single output as `fn(output index)`, cast to the output's dtype; the inputs must broadcast to it."""
+    out = args.out(0)
+    shapes = [v.shape for v in args.inputs if v is not None]
+    if reduce(broadcast_shape, shapes, ()) != out.shape:
+        raise args.error(f"inputs {[list(s) for s in shapes]} do not broadcast to the output {list(out.shape)}")
+    tag = ELEMWISE if all(s == out.shape for s in shapes) else BROADCAST
+    return [compute(args.out_shape(), lambda *idx: fn(idx), name=args.name(), tag=tag, dtype=out.dtype)]
+
+
+UNARY: dict[str, tuple[Unary, tuple[str, ...]]] = {
+    "Relu": (lambda x, a: E.max_expr(x, E.const(0, x.dtype)), NUMERIC),
+    "Neg": (lambda x, a: -x, NUMERIC),
+    "Abs": (lambda x, a: E.absolute(x), NUMERIC),
+    "Identity": (lambda x, a: x, NUMERIC),
+    "Sigmoid": (lambda x, a: E.sigmoid(x), FLOATS),
+    "Tanh": (lambda x, a: E.tanh(x), FLOATS),
+    "Erf": (lambda x, a: E.erf(x), FLOATS),
+    "Exp": (lambda x, a: E.exp(x), FLOATS),
+    "Sqrt": (lambda x, a: E.sqrt(x), FLOATS),
+    "Reciprocal": (lambda x, a: E.const(1.0, x.dtype) / x, FLOATS),
+    "LeakyRelu": (lambda x, a: E.select(x >= 0.0, x, x * float(a.attr("alpha"))), FLOATS),
+    "HardSigmoid": (lambda x, a: _hard_sigmoid(x, float(a.attr("alpha")), float(a.attr("beta"))), FLOATS),
+    "HardSwish": (lambda x, a: x * _hard_sigmoid(x, 1.0 / 6.0, 0.5), FLOATS),
+    "Gelu": (lambda x, a: _gelu(x, a), FLOATS),
+}
+
+
+def _hard_sigmoid(x: E.Expr, alpha: float, beta: float) -> E.Expr:
+    return E.max_expr(E.min_expr(x * alpha + beta, 1.0), 0.0)
+
+
+def _gelu(x: E.Expr, args: Args) -> E.Expr:
+    approximate = args.attr("approximate")
+    if approximate == "none":
+        return x * 0.5 * (E.erf(x * (1.0 / math.sqrt(2.0))) + 1.0)
+    if approximate == "tanh":
+        return x * 0.5 * (E.tanh((x + x * x * x * 0.044715) * math.sqrt(2.0 / math.pi)) + 1.0)
+    raise args.error(f"approximate={approximate!r} is not 'none' or 'tanh'")
+
+
+def _unary(node: Node, args: Args) -> list[Tensor]:
+    fn = UNARY[node.op][0]
+    x = operand(args, 0, args.value(0).dtype)
+    return _pointwise(args, lambda idx: fn(x(idx), args))
+
+
+for _op, (_fn, _dtypes) in UNARY.items():
+    lowering(_op, kind="elemwise", dtypes=_dtypes)(_unary)
+
+
+@lowering("Clip", kind="elemwise")
+def _clip(node: Node, args: Args) -> list[Tensor]:
+    """Infinite bounds (an omitted min or max) are dropped."""
+    dtype = args.value(0).dtype
+    x = operand(args, 0, dtype)
+    low, high = float(args.attr("min")), float(args.attr("max"))  # min > max gives max everywhere, as in NumPy
+
+    def body(idx):
+        v = x(idx)
+        if math.isfinite(low):
+            v = E.max_expr(v, args.literal(math.ceil(low) if not E.is_float(dtype) else low, dtype))
+        if math.isfinite(high):
+            v = E.min_expr(v, args.literal(math.floor(high) if not E.is_float(dtype) else high, dtype))
+        return v
+
+    return _pointwise(args, body)
+
+
+@lowering("Cast", kind="elemwise")
+def _cast(node: Node, args: Args) -> list[Tensor]:
+    x = args.tensor(0)
+    to = args.attr("to")
+    if to != args.out(0).dtype:
+        raise args.error(f"to={to!r} disagrees with the output dtype {args.out(0).dtype}")
+    return _pointwise(args, lambda idx: E.cast(x[idx], to))
+
+
+def _trunc_div(a: E.Expr, b: E.Expr) -> E.Expr:
+    """Integer division rounding toward zero (ONNX, C), from floor division."""
+    q = a // b
+    inexact_negative = E.all_of(E.ne(a % b, 0), E.ne(a < 0, b < 0))
+    return E.select(inexact_negative, q + 1, q)
+
+
+BINARY: dict[str, Callable[[E.Expr, E.Expr], E.Expr]] = {
+    "Add": lambda a, b: a + b,
+    "Sub": lambda a, b: a - b,
+    "Mul": lambda a, b: a * b,
+    "Div": lambda a, b: a / b if E.is_float(a.dtype) else _trunc_div(a, b),
+    "Max": E.max_expr,
+    "Min": E.min_expr,
+}
+
+
+@lowering(*BINARY, kind="elemwise")
+def _binary(node: Node, args: Args) -> list[Tensor]:
+    """Broadcasting arithmetic; Max and Min take any number of inputs."""
+    dtype = args.out(0).dtype
+    fn = BINARY[node.op]
+    ops = [operand(args, i, dtype) for i in range(len(node.inputs))]
+    if not ops or (node.op not in ("Max", "Min") and len(ops) != 2):
+        raise args.error(f"expects {'at least one input' if node.op in ('Max', 'Min') else 'two inputs'}, "
+                         f"got {len(ops)}")
+    return _pointwise(args, lambda idx: reduce(fn, (op(idx) for op in ops)))
+
+
+@lowering("Pow", kind="elemwise")
+def _pow(node: Node, args: Args) -> list[Tensor]:
+    """Exponents 1, 2 and 0.5 are specialized; integer bases go through float64 pow."""
+    dtype = args.out(0).dtype
+    base = operand(args, 0, dtype)
+    exponent = args.scalar(1)
+    special = {1: lambda x: x, 2: lambda x: x * x, 0.5: lambda x: E.cast(E.sqrt(x), x.dtype)}
+    if exponent in special:
+        return _pointwise(args, lambda idx: special[exponent](base(idx)))
+    work = dtype if E.is_float(dtype) else "float64"
+    power = operand(args, 1, args.value(1).dtype)
+    return _pointwise(args, lambda idx: E.power(E.cast(base(idx), work), E.cast(power(idx), work)))
+
+
+@lowering("Where", kind="elemwise")
+def _where(node: Node, args: Args) -> list[Tensor]:
+    """The condition may be bool, or int (non-zero is true) where an executor carries bools as ints."""
+    dtype = args.out(0).dtype
+    cond, x, y = args.tensor(0), operand(args, 1, dtype), operand(args, 2, dtype)
+
+    def body(idx):
+        c = broadcast_load(cond, idx)
+        return E.select(c if c.dtype == "bool" else E.ne(c, 0), x(idx), y(idx))
+
+    return _pointwise(args, body)
+
+
+@lowering("BatchNormalization", kind="elemwise", dtypes=FLOATS)
+def _batch_norm(node: Node, args: Args) -> list[Tensor]:
+    """Inference form: per-channel scale and shift stages, then one multiply-add per element."""
+    if len([o for o in node.outputs if o]) != 1:
+        raise args.error("only the inference form (one output) is supported")
+    x, gamma, beta, mean, var = (args.tensor(i) for i in range(5))
+    return [batch_norm(x, mean, var, gamma, beta, axis=1, epsilon=float(args.attr("epsilon")), name=args.name())]

@@ -1,0 +1,191 @@
+"""Lowerings of the reducing ops: N-d MaxPool / AveragePool, GlobalAveragePool, Softmax,
+LayerNormalization, ReduceMean and ReduceSum."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from tensorgen.graph.ir import Node
+from tensorgen.graph.ops_base import FLOATS, Args, broadcast_load, lowering
+from tensorgen.te import expr as E
+from tensorgen.te.ops import reduce_mean, reduce_sum, softmax
+from tensorgen.te.ops._common import BROADCAST, ELEMWISE, FLOAT_LOWEST, POOL, REDUCE, named, offset, scaled
+from tensorgen.te.ops.transform import pad
+from tensorgen.te.tensor import Tensor, compute, reduce_axis
+from tensorgen.te.tensor import max as te_max
+from tensorgen.te.tensor import sum as te_sum
+
+
+def _spatial_names(nd: int) -> list[str]:
+    return ["n", "c", *(f"o{d}" for d in range(nd))]
+
+
+class _Window:
+    """The geometry of a pooling node along each spatial dim, from its attributes and output shape."""
+
+    def __init__(self, args: Args, x: Tensor):
+        self.nd = x.ndim - 2
+        if self.nd < 1:
+            raise args.error(f"input {list(x.shape)} has no spatial dimensions")
+        self.size = x.shape[2:]
+        self.kernel = tuple(args.attr("kernel_shape"))
+        self.strides = tuple(args.attr("strides"))
+        self.dilations = tuple(args.attr("dilations"))
+        pads = tuple(args.attr("pads"))
+        self.before, self.after = pads[:self.nd], pads[self.nd:]
+        self.out = args.out(0).shape[2:]
+        if not len(self.kernel) == len(self.strides) == len(self.dilations) == len(self.out) == self.nd:
+            raise args.error(f"kernel_shape, strides, dilations and the output disagree on the {self.nd} "
+                             "spatial dims")
+        # ceil_mode lets the last window reach past the end padding: pad (virtually) up to where it ends
+        self.reach = tuple(max(0, (o - 1) * s + (k - 1) * d + 1 - n - b) for o, s, k, d, n, b in zip(
+            self.out, self.strides, self.kernel, self.dilations, self.size, self.before))
+
+    def padded(self, x: Tensor, value: float, name: str) -> Tensor:
+        if not any(self.before) and not any(self.reach):
+            return x
+        return pad(x, (0, 0, *self.before), (0, 0, *self.reach), value, name)
+
+    def reduction(self, src: Tensor, combiner, name: str) -> Tensor:
+        raxes = [reduce_axis(k, f"r{d}") for d, k in enumerate(self.kernel)]
+
+        def body(n, c, *sp):
+            pos = (scaled(o, s) + scaled(r, dl) for o, s, r, dl in zip(sp, self.strides, raxes, self.dilations))
+            return combiner(src[(n, c, *pos)], axis=raxes)
+
+        shape = (src.shape[0], src.shape[1], *self.out)
+        attrs = {"kernel": self.kernel, "stride": self.strides, "dilation": self.dilations,
+                 "padding": (self.before, self.after)}
+        return compute(shape, named(body, _spatial_names(self.nd)), name=name, tag=POOL, attrs=attrs)
+
+    def count(self, d: int, o: E.Expr, include_pad: bool) -> int | E.Expr:
+        """How many window elements along dim d fall inside the input (plus the explicit padding if
+        include_pad): a constant where it is the same for every output position."""
+        k, s, dl, b = self.kernel[d], self.strides[d], self.dilations[d], self.before[d]
+        lo, hi = (-b, self.size[d] + self.after[d]) if include_pad else (0, self.size[d])
+        start = np.arange(self.out[d]) * s - b
+        first = -((start - lo) // dl)  # ceil((lo - start) / dl): the first window element inside
+        last = -((start - hi) // dl)  # one past the last
+        counts = np.minimum(last, k) - np.maximum(first, 0)
+        if (counts == counts[0]).all():
+            return int(counts[0])
+
+        def ceil_div(e: E.Expr) -> E.Expr:
+            return e if dl == 1 else (e + (dl - 1)) // dl
+
+        start_e = offset(scaled(o, s), -b)
+        top = ceil_div(hi - start_e)
+        top = E.min_expr(top, k) if (last > k).any() else top
+        if (first <= 0).all():
+            return top
+        bottom = ceil_div(lo - start_e)
+        return top - (E.max_expr(bottom, 0) if (first < 0).any() else bottom)
+
+
+@lowering("MaxPool", kind="reduce", dtypes=FLOATS)
+def _max_pool(node: Node, args: Args) -> list[Tensor]:
+    if len([o for o in node.outputs if o]) != 1:
+        raise args.error("the Indices output is not supported")
+    x = args.tensor(0)
+    win = _Window(args, x)
+    src = win.padded(x, FLOAT_LOWEST[x.dtype], args.name("pad"))
+    return [win.reduction(src, te_max, args.name())]
+
+
+@lowering("AveragePool", kind="reduce", dtypes=FLOATS)
+def _avg_pool(node: Node, args: Args) -> list[Tensor]:
+    """A window-sum stage, then the division by the number of elements each window covers."""
+    x = args.tensor(0)
+    win = _Window(args, x)
+    include_pad = bool(args.attr("count_include_pad"))
+    total = win.reduction(win.padded(x, 0.0, args.name("pad")), te_sum, args.name("sum"))
+
+    def average(n, c, *sp):
+        counts = [win.count(d, o, include_pad) for d, o in enumerate(sp)]
+        fixed = math.prod(v for v in counts if isinstance(v, int))
+        varying = [v for v in counts if not isinstance(v, int)]
+        value = total[(n, c, *sp)] * (1.0 / fixed)
+        if not varying:
+            return value
+        divisor = varying[0]
+        for v in varying[1:]:
+            divisor = divisor * v
+        return value / E.cast(divisor, x.dtype)
+
+    return [compute(total.shape, named(average, _spatial_names(win.nd)), name=args.name(), tag=BROADCAST)]
+
+
+@lowering("GlobalAveragePool", kind="reduce", dtypes=FLOATS)
+def _global_avg_pool(node: Node, args: Args) -> list[Tensor]:
+    x = args.tensor(0)
+    if x.ndim < 3:
+        raise args.error(f"input {list(x.shape)} has no spatial dimensions")
+    args.expect_shape(0, x.shape[:2] + (1,) * (x.ndim - 2))
+    raxes = [reduce_axis(n, f"r{d}") for d, n in enumerate(x.shape[2:])]
+    scale = 1.0 / math.prod(x.shape[2:])
+    nd = x.ndim - 2
+
+    def body(n, c, *sp):
+        return te_sum(x[(n, c, *raxes)] * scale, axis=raxes)
+
+    return [compute(args.out_shape(), named(body, _spatial_names(nd)), name=args.name(), tag=POOL)]
+
+
+@lowering("Softmax", kind="reduce", dtypes=FLOATS)
+def _softmax(node: Node, args: Args) -> list[Tensor]:
+    return [softmax(args.tensor(0), int(args.attr("axis")), name=args.name())]
+
+
+@lowering("ReduceSum", kind="reduce")
+@lowering("ReduceMean", kind="reduce", dtypes=FLOATS)
+def _reduce(node: Node, args: Args) -> list[Tensor]:
+    axes = tuple(args.attr("axes")) or tuple(range(len(args.value(0).shape)))
+    fn = reduce_sum if node.op == "ReduceSum" else reduce_mean
+    return [fn(args.tensor(0), axes, bool(args.attr("keepdims")), name=args.name())]
+
+
+@lowering("LayerNormalization", kind="reduce", dtypes=FLOATS)
+def _layer_norm(node: Node, args: Args) -> list[Tensor | None]:
+    """Normalize over dims axis..end: mean and variance stages (two passes), the inverse standard
+    deviation, then `(x - mean) * inv_std * scale + bias` with scale/bias broadcast over those dims.
+    The optional Mean and InvStdDev outputs are the statistics stages themselves."""
+    x = args.tensor(0)
+    axis, eps = int(args.attr("axis")), float(args.attr("epsilon"))
+    rank = x.ndim
+    inner = x.shape[axis:]
+    inv = 1.0 / math.prod(inner)
+    stat_shape = x.shape[:axis] + (1,) * (rank - axis)
+
+    def rows(idx: Sequence[E.Expr], axes: Sequence[E.Var]) -> tuple:
+        return (*idx[:axis], *axes)
+
+    def stat(idx: Sequence[E.Expr]) -> tuple:
+        return (*idx[:axis], *(0,) * (rank - axis))
+
+    k1 = [reduce_axis(n, f"k{d}") for d, n in enumerate(inner)]
+    mean = compute(stat_shape, lambda *idx: te_sum(x[rows(idx, k1)] * inv, axis=k1), name=args.name("mean"),
+                   tag=REDUCE)
+    k2 = [reduce_axis(n, f"k{d}") for d, n in enumerate(inner)]
+
+    def variance(*idx):
+        dev = x[rows(idx, k2)] - mean[idx]
+        return te_sum(dev * dev * inv, axis=k2)
+
+    var = compute(stat_shape, variance, name=args.name("var"), tag=REDUCE)
+    inv_std = compute(stat_shape, lambda *idx: E.rsqrt(var[idx] + eps), name=args.name("inv_std"), tag=ELEMWISE)
+    scale = args.tensor(1) if args.present(1) else None
+    bias = args.tensor(2) if args.present(2) else None
+
+    def body(*idx):
+        y = (x[idx] - mean[stat(idx)]) * inv_std[stat(idx)]
+        if scale is not None:
+            y = y * broadcast_load(scale, idx)
+        if bias is not None:
+            y = y + broadcast_load(bias, idx)
+        return y
+
+    y = compute(x.shape, body, name=args.name(), tag=BROADCAST, attrs={"axis": axis, "epsilon": eps})
+    return [t if name else None for t, name in zip((y, mean, inv_std), node.outputs)]

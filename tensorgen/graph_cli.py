@@ -1,0 +1,97 @@
+"""`tensorgen models`, `tensorgen build MODEL`, `tensorgen bench MODEL`: whole models from the command line.
+
+MODEL is a zoo name (see `tensorgen models`) or a path to an .onnx file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from tensorgen.records.cli import DEFAULT_DB, open_existing
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    subparsers.add_parser("models", help="list the built-in model zoo").set_defaults(fn=_models)
+
+    def model_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("model", metavar="MODEL", help="a zoo name (see `tensorgen models`) or an .onnx file")
+        p.add_argument("--db", default=DEFAULT_DB, help=f"tuning records to use (default {DEFAULT_DB}); "
+                                                        "untuned subgraphs get a default schedule")
+        p.add_argument("--batch", type=int, default=1, help="batch size of a zoo model (default 1)")
+        return p
+
+    build = model_args(subparsers.add_parser("build", help="compile a model into one shared library"))
+    build.add_argument("-o", "--out", required=True, help="output directory (model.so, weights.bin, ...)")
+    build.set_defaults(fn=_build)
+    bench = model_args(subparsers.add_parser(
+        "bench", help="time a compiled model next to ONNX Runtime and PyTorch, in one run"))
+    bench.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="threads for every engine")
+    bench.add_argument("--blocks", type=int, default=5, help="alternating timing blocks (median reported)")
+    bench.add_argument("--json", metavar="FILE", help="also write the result to this JSON file")
+    bench.set_defaults(fn=_bench)
+
+
+def tune_model(args: argparse.Namespace) -> int:
+    """`tensorgen tune MODEL`: all tasks of the model under the task scheduler, into the database."""
+    from tensorgen.graph.load import load_graph
+    from tensorgen.graph.tasks import extract_tasks
+    from tensorgen.search.scheduler import ProgressTable, TaskScheduler
+    from tensorgen.target import Target
+
+    graph = load_graph(args.model if hasattr(args, "model") else args.op, batch=args.batch)
+    tasks = extract_tasks(graph, Target.parse(args.target))
+    print(f"{graph.summary()}\n{len(tasks)} tasks; tuning {args.trials} trials into {args.db}")
+    table = ProgressTable()
+    scheduler = TaskScheduler.from_models(
+        {graph.name: tasks}, strategy=args.strategy, seed=args.seed, round_trials=args.batch_size,
+        early_stopping=args.early_stopping, callbacks=[table])
+    try:
+        result = scheduler.tune(args.trials, db=args.db, policy=args.policy)
+    finally:
+        table.close()
+    latency = result.models.get(graph.name)
+    print(f"estimated end-to-end latency: {latency * 1e3:.3f} ms" if latency else
+          "estimated end-to-end latency: - (some task has no valid program yet)")
+    print(f"{result.trials} trials in {result.wall_s:.1f} s ({result.stopped})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({**result.to_dict(), "model": graph.name, "db": args.db}, f, indent=1)
+    return 130 if result.interrupted else 0
+
+
+def _models(args: argparse.Namespace) -> int:
+    from tensorgen.graph.zoo import list_models
+
+    for name, desc in list_models():
+        print(f"{name:14s} {desc}")
+    return 0
+
+
+def _records(path: str):
+    return open_existing(path) if os.path.exists(path) else None
+
+
+def _build(args: argparse.Namespace) -> int:
+    from tensorgen.graph.build import build_model
+
+    out = build_model(args.model, args.out, db=_records(args.db), batch=args.batch, progress=print)
+    print(f"wrote {out}/model.so, weights.bin, model.c, model.json")
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from tensorgen.graph.compare import compare
+
+    result = compare(args.model, db=_records(args.db), threads=args.threads, batch=args.batch, blocks=args.blocks)
+    print(f"{result.model}: {result.tuned_tasks}/{result.total_tasks} tasks tuned, {args.threads} threads")
+    print(f"  tensorgen    {result.tensorgen_ms:9.3f} ms")
+    for peer, ratio in result.ratios().items():
+        print(f"  {peer:12s} {getattr(result, f'{peer}_ms'):9.3f} ms   tensorgen is {ratio:.2f}x as fast")
+    if result.max_abs_err_vs_onnxruntime is not None:
+        print(f"  max |tensorgen - onnxruntime| = {result.max_abs_err_vs_onnxruntime:.3g}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({**result.__dict__, "ratios": result.ratios()}, f, indent=1)
+    return 0

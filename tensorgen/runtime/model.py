@@ -1,0 +1,76 @@
+"""CompiledModel: load a built model directory (model.so + weights.bin + model.json) and run it."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from tensorgen.errors import RuntimeCallError
+
+
+class CompiledModel:
+    """A compiled whole model. `run` takes arrays by position or by input name, returns the outputs."""
+
+    def __init__(self, directory: str | os.PathLike[str], threads: int | None = None):
+        self.directory = Path(directory)
+        try:
+            self.manifest = json.loads((self.directory / "model.json").read_text())
+            self._weights = np.fromfile(self.directory / "weights.bin", dtype=np.uint8)
+            self._lib = ctypes.CDLL(str(self.directory / "model.so"))
+        except (OSError, ValueError) as err:
+            raise RuntimeCallError(f"{self.directory} is not a built tensorgen model: {err}") from err
+        self.inputs = [(v["name"], tuple(v["shape"]), np.dtype(v["dtype"])) for v in self.manifest["inputs"]]
+        self.outputs = [(v["name"], tuple(v["shape"]), np.dtype(v["dtype"])) for v in self.manifest["outputs"]]
+        lib = self._lib
+        lib.tensorgen_model_init.argtypes, lib.tensorgen_model_init.restype = [ctypes.c_void_p], ctypes.c_void_p
+        lib.tensorgen_model_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        lib.tensorgen_model_run.restype = ctypes.c_int
+        lib.tensorgen_model_free.argtypes, lib.tensorgen_model_free.restype = [ctypes.c_void_p], None
+        self._handle = lib.tensorgen_model_init(self._weights.ctypes.data)
+        if not self._handle:
+            raise RuntimeCallError(f"{self.directory}: out of memory initializing the model")
+        if threads is not None:
+            self.set_num_threads(threads)
+
+    def __del__(self) -> None:
+        if getattr(self, "_handle", None):
+            self._lib.tensorgen_model_free(self._handle)
+            self._handle = None
+
+    def set_num_threads(self, n: int) -> None:
+        fn = self._lib.tensorgen_set_num_threads
+        fn.argtypes, fn.restype = [ctypes.c_int], None
+        fn(int(n))
+
+    def _arrays(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        if isinstance(inputs, Mapping):
+            missing = [n for n, _, _ in self.inputs if n not in inputs]
+            extra = sorted(set(inputs) - {n for n, _, _ in self.inputs})
+            if missing or extra:
+                raise RuntimeCallError(f"model inputs are {[n for n, _, _ in self.inputs]}; "
+                                       f"missing {missing}, unknown {extra}")
+            inputs = [inputs[n] for n, _, _ in self.inputs]
+        if len(inputs) != len(self.inputs):
+            raise RuntimeCallError(f"the model takes {len(self.inputs)} inputs, got {len(inputs)}")
+        arrays = []
+        for (name, shape, dtype), arr in zip(self.inputs, inputs):
+            arr = np.asarray(arr)
+            if arr.shape != shape or arr.dtype != dtype:
+                raise RuntimeCallError(f"input {name!r}: expected {dtype.name}{list(shape)}, "
+                                       f"got {arr.dtype.name}{list(arr.shape)}")
+            arrays.append(np.ascontiguousarray(arr))
+        return arrays
+
+    def run(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        arrays = self._arrays(inputs)
+        outs = [np.empty(shape, dtype) for _, shape, dtype in self.outputs]
+        ins = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+        ptrs = (ctypes.c_void_p * len(outs))(*[o.ctypes.data for o in outs])
+        if self._lib.tensorgen_model_run(self._handle, ins, ptrs) != 0:
+            raise RuntimeCallError(f"{self.directory}: the model failed to run")
+        return outs

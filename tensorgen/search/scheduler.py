@@ -1,0 +1,533 @@
+"""TaskScheduler: spend one tuning budget on the tasks (subgraphs) of one or more models (Ansor §6).
+
+Time is allocated in rounds of one measurement batch. After a warm-up round robin (every task gets one
+round) each round goes to the task whose allocation lowers the objective fastest, by the gradient
+approximation of Ansor §6.2 / Appendix A:
+
+    df/dt_i ~ df/dg_i * (alpha * (g_i(t_i) - g_i(t_i - dt)) / dt
+                         + (1 - alpha) * min(-g_i(t_i) / t_i, beta * C_i / max_{k in N(i)} V_k - g_i(t_i)))
+
+with g_i task i's best latency, t_i its rounds, C_i its FLOPs, V_k the best FLOP/s of the similar tasks
+N(i) (same compute-intensive stage tags, FLOPs within `similarity_factor`), and an eps-greedy random pick.
+"round-robin" allocates evenly instead (the "no task scheduler" ablation of Figure 10).
+
+The scheduler measures nothing itself: it drives one `RoundTuner` per task (`tensorgen.tune.TaskTuner`,
+which keeps its policy and cost model alive between rounds). Everything it knows comes from their
+measured costs, so a run over a database that already holds records resumes where the last one stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TextIO
+
+import numpy as np
+
+from tensorgen.measure.builder import Builder
+from tensorgen.measure.runner import Runner
+from tensorgen.records.database import Database
+from tensorgen.schedule.state import State
+from tensorgen.search.objectives import (
+    Objective,
+    SchedulerError,
+    SchedulerView,
+    TotalLatency,
+    estimate_latencies,
+    objective_gradient,
+    similar_tasks,
+    similarity_tag,
+    stalled,
+    task_gradient,
+)
+from tensorgen.search.policy import SearchPolicy
+from tensorgen.search.task import SearchTask
+from tensorgen.tune import MeasureSetup, TaskTuner, make_cost_model, make_policy
+
+LOGGER = logging.getLogger("tensorgen.scheduler")
+
+__all__ = ["ModelTasks", "ProgressTable", "RoundTuner", "ScheduleResult", "SchedulerError", "SchedulerProgress",
+           "TaskRow", "TaskScheduler", "format_table"]
+
+
+class RoundTuner(Protocol):
+    """What the scheduler drives per task (tensorgen.tune.TaskTuner; tests use fakes)."""
+
+    task: SearchTask
+    best_state: State | None
+
+    @property
+    def costs(self) -> Sequence[float]:
+        """Every measured cost (s, inf: failed), the database's first, in commit order."""
+        ...
+
+    def resume(self) -> object:
+        """Load what the database knows (called once, first)."""
+        ...
+
+    def round(self, n_trials: int) -> int:
+        """Measure up to n_trials new programs; return how many (0: nothing new to measure)."""
+        ...
+
+
+@dataclass(frozen=True)
+class ModelTasks:
+    """One model: indices into the scheduler's tasks and how many times each runs per inference."""
+
+    name: str
+    task_indices: tuple[int, ...]
+    weights: tuple[float, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+# progress and result
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """One task as the scheduler sees it: latency in seconds (inf until a valid measurement), trials
+    (database records included) and rounds allocated."""
+
+    index: int
+    desc: str
+    flops: float
+    weight: float
+    latency: float
+    trials: int
+    rounds: int
+
+    @property
+    def gflops(self) -> float:
+        return self.flops / self.latency / 1e9 if 0 < self.latency < math.inf else 0.0
+
+
+@dataclass(frozen=True)
+class SchedulerProgress:
+    """What a callback sees after the resume (phase "resume") and after every round (phase "round").
+
+    `models` is each model's estimated latency (sum of weight x best latency, seconds; None while one of
+    its tasks has no valid measurement); `objective` the objective at the current bests (None likewise).
+    """
+
+    phase: str
+    rounds: int  # rounds run in this call
+    task: int | None  # the task of the last round
+    measured: int  # programs measured in the last round
+    trials_done: int  # measured in this call
+    trials: int  # this call's budget
+    rows: tuple[TaskRow, ...]
+    models: dict[str, float | None]
+    objective: float | None
+    elapsed_s: float
+
+
+@dataclass
+class ScheduleResult:
+    """The outcome of one scheduler run. `stopped`: "budget", "converged" (no task can lower the objective),
+    "exhausted" (every task ran out of new programs or stopped early) or "interrupted"."""
+
+    tasks: list[SearchTask]
+    rows: tuple[TaskRow, ...]
+    best_states: list[State | None]
+    models: dict[str, float | None]
+    trials: int
+    rounds: int
+    stopped: str
+    wall_s: float
+
+    @property
+    def best_costs(self) -> list[float]:
+        return [r.latency for r in self.rows]
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stopped == "interrupted"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly summary (each task's best program as its step list JSON)."""
+        def seconds(x: float | None) -> float | None:
+            return x if x is not None and math.isfinite(x) else None
+
+        tasks = [{"workload_key": t.workload_key, "desc": r.desc, "flops": r.flops, "weight": r.weight,
+                  "best_seconds": seconds(r.latency), "gflops": r.gflops, "trials": r.trials, "rounds": r.rounds,
+                  "best_steps": s.to_json() if s is not None else None}
+                 for t, r, s in zip(self.tasks, self.rows, self.best_states)]
+        return {"tasks": tasks, "models": {k: seconds(v) for k, v in self.models.items()}, "trials": self.trials,
+                "rounds": self.rounds, "stopped": self.stopped, "wall_s": self.wall_s}
+
+
+SchedulerCallback = Callable[[SchedulerProgress], None]
+
+
+# ---------------------------------------------------------------------------------------------
+# allocation strategies: (scheduler, session, tasks still open) -> task to tune next, None: stop
+
+
+def _round_robin(sched: TaskScheduler, session: _Session, open_tasks: list[int]) -> int | None:
+    return min(open_tasks, key=lambda i: (len(session.history[i]), i))
+
+
+def _gradient(sched: TaskScheduler, session: _Session, open_tasks: list[int]) -> int | None:
+    grads = sched.gradients(session.history)[open_tasks]
+    if not np.any(grads < 0):  # nothing left to gain under this objective
+        return None
+    if session.rng.random() < sched.eps_greedy:
+        return int(session.rng.choice(open_tasks))
+    ties = [i for i, g in zip(open_tasks, grads) if g == grads.min()]
+    return ties[0] if len(ties) == 1 else int(session.rng.choice(ties))
+
+
+STRATEGIES: dict[str, Callable[[TaskScheduler, _Session, list[int]], int | None]] = {
+    "gradient": _gradient,
+    "round-robin": _round_robin,
+}
+
+
+def _history_of(costs: Sequence[float], round_trials: int) -> list[float]:
+    """Best latency after each round, for costs measured before (records chunked into rounds)."""
+    best, out = math.inf, []
+    for n, cost in enumerate(costs, 1):
+        best = min(best, cost)
+        if n % round_trials == 0 or n == len(costs):
+            out.append(best)
+    return out
+
+
+@dataclass
+class _Session:
+    """The mutable state of one run()."""
+
+    tuners: Sequence[RoundTuner]
+    history: list[list[float]]
+    rng: np.random.Generator
+    trials: int
+    start: float = field(default_factory=time.perf_counter)
+    done: int = 0
+    rounds: int = 0
+    dead: set[int] = field(default_factory=set)  # tasks whose policy proposed nothing new
+
+    def best(self) -> np.ndarray:
+        return np.array([h[-1] if h else math.inf for h in self.history])
+
+
+class TaskScheduler:
+    """Allocates rounds of `round_trials` measurements to `tasks` so as to minimize `objective`.
+
+    `weights` are the models: None (one model, every task once), a list of per-task weights (one model),
+    or ModelTasks (several models tuned at once; a task several models share is tuned once for all).
+    `objective` is any `f(latencies, view) -> float` (tensorgen.search.objectives; default TotalLatency, f1).
+    `early_stopping` (rounds): a task whose best has not improved in that many of its rounds gets no more.
+    """
+
+    def __init__(self, tasks: Sequence[SearchTask], weights: Sequence[float] | Sequence[ModelTasks] | None = None, *,
+                 objective: Objective | None = None, strategy: str = "gradient", alpha: float = 0.2,
+                 beta: float = 2.0, backward_window: int = 3, eps_greedy: float = 0.05, seed: int = 0,
+                 round_trials: int = 64, early_stopping: int | None = None, similarity_factor: float = 2.0,
+                 callbacks: Sequence[SchedulerCallback] = ()) -> None:
+        self.tasks = list(tasks)
+        if not self.tasks:
+            raise SchedulerError("TaskScheduler needs at least one task")
+        _check_distinct(self.tasks)
+        if strategy not in STRATEGIES:
+            raise SchedulerError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+        if not (0 <= alpha <= 1 and beta > 0 and backward_window >= 1 and 0 <= eps_greedy <= 1
+                and round_trials >= 1 and similarity_factor >= 1 and (early_stopping is None or early_stopping >= 1)):
+            raise SchedulerError(
+                f"need 0 <= alpha <= 1, beta > 0, backward_window >= 1, 0 <= eps_greedy <= 1, round_trials >= 1, "
+                f"similarity_factor >= 1, early_stopping None or >= 1; got alpha={alpha}, beta={beta}, "
+                f"backward_window={backward_window}, eps_greedy={eps_greedy}, round_trials={round_trials}, "
+                f"similarity_factor={similarity_factor}, early_stopping={early_stopping}")
+        self.models = _models(weights, len(self.tasks))
+        self.weights = np.zeros((len(self.models), len(self.tasks)))
+        for j, m in enumerate(self.models):
+            np.add.at(self.weights[j], list(m.task_indices), list(m.weights))
+        self.objective: Objective = objective if objective is not None else TotalLatency()
+        self.strategy, self.alpha, self.beta, self.backward_window = strategy, alpha, beta, backward_window
+        self.eps_greedy, self.seed, self.round_trials = eps_greedy, seed, round_trials
+        self.early_stopping = early_stopping
+        self.callbacks = tuple(callbacks)
+        self.flops = np.array([t.dag.flop_count for t in self.tasks], dtype=np.float64)
+        self.similar = similar_tasks([similarity_tag(t.dag) for t in self.tasks], self.flops, similarity_factor)
+        self._check_objective()
+
+    @classmethod
+    def from_models(cls, models: Mapping[str, Sequence[Any]], **options: Any) -> TaskScheduler:
+        """A scheduler for several models given as {name: [(task, weight), ...]} (or items with `.task` and
+        `.weight`, as tensorgen.graph.tasks.extract_tasks returns): tasks with the same workload and target are
+        merged into one (tuned once, weighted in every model that has it)."""
+        tasks: list[SearchTask] = []
+        index: dict[str, int] = {}
+        specs = []
+        for name, items in models.items():
+            indices, weights = [], []
+            for item in items:
+                try:
+                    task, weight = (item.task, item.weight) if hasattr(item, "task") else item
+                except (TypeError, ValueError):
+                    raise SchedulerError(f"model {name!r}: expected (task, weight) items, got {item!r}") from None
+                if not isinstance(task, SearchTask):
+                    raise SchedulerError(f"model {name!r}: {task!r} is not a SearchTask")
+                if task.key not in index:
+                    index[task.key] = len(tasks)
+                    tasks.append(task)
+                indices.append(index[task.key])
+                weights.append(weight)
+            specs.append(ModelTasks(name, tuple(indices), tuple(weights)))
+        return cls(tasks, specs, **options)
+
+    # ---- the gradient ---------------------------------------------------------------------------
+
+    def view(self, history: Sequence[Sequence[float]]) -> SchedulerView:
+        """What objectives see, at the current bests (estimated where there are none)."""
+        best = np.array([h[-1] if h else math.inf for h in history])
+        return SchedulerView(tuple(m.name for m in self.models), self.weights, tuple(tuple(h) for h in history),
+                             estimate_latencies(best, self.flops))
+
+    def gradients(self, history: Sequence[Sequence[float]]) -> np.ndarray:
+        """df/dt_i for every task (0 for a task without rounds: it has no estimate). A task without a valid
+        measurement gets no similarity term: its stand-in latency is itself made from other tasks' speeds,
+        and a peer's speed it cannot approach would keep it first forever."""
+        view = self.view(history)
+        df_dg = objective_gradient(self.objective, view.latencies, view)
+        out = np.zeros(len(self.tasks))
+        for i, h in enumerate(history):
+            if not h:
+                continue
+            peers = self.similar[i] if math.isfinite(h[-1]) else ()
+            speeds = [self.flops[k] / history[k][-1] for k in peers if 0 < history[k][-1] < math.inf]
+            out[i] = task_gradient(df_dg[i], h, view.latencies[i], self.flops[i], max(speeds, default=0.0),
+                                   self.alpha, self.beta, self.backward_window)
+        return out
+
+    def _check_objective(self) -> None:
+        """Evaluate the objective once now, so a bad one fails before any tuning."""
+        view = self.view([[1.0] for _ in self.tasks])
+        value = self.objective(view.latencies, view)
+        try:
+            ok = not math.isnan(float(value))
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise SchedulerError(f"the objective {self.objective!r} must return a number, got {value!r}")
+
+    # ---- running --------------------------------------------------------------------------------
+
+    def tune(self, trials: int, *, db: str | Path | Database | None = None,
+             policy: str | Callable[[SearchTask], SearchPolicy] = "ansor", cost_model: Any = "xgb",
+             builder: Builder | None = None, runner: Runner | None = None,
+             policy_options: dict[str, Any] | None = None, build_timeout: float = 15.0,
+             run_timeout: float = 10.0) -> ScheduleResult:
+        """Measure up to `trials` new programs over all tasks with one builder, runner and database (see
+        tensorgen.tune.MeasureSetup.open) and return the best program of each task. `policy` is a name
+        ("ansor": one SketchPolicy per task, all sharing one `cost_model`, as in Ansor; "random") or a
+        function making a fresh SearchPolicy for a task."""
+        if hasattr(policy, "next_batch"):
+            raise SchedulerError("the scheduler needs one policy per task: pass a policy name or a function "
+                                 "task -> SearchPolicy, not a SearchPolicy instance")
+        shared_model = make_cost_model(cost_model, self.seed)
+
+        def timed(i: int, task: SearchTask) -> tuple[SearchPolicy, float]:
+            t0 = time.perf_counter()
+            made = policy(task) if callable(policy) else make_policy(task, policy, shared_model, self.seed + i,
+                                                                     policy_options)
+            return made, time.perf_counter() - t0
+
+        policies = [timed(i, task) for i, task in enumerate(self.tasks)]  # before the db: bad options make no file
+        with MeasureSetup.open(db, builder, runner, build_timeout, run_timeout) as setup:
+            tuners = [TaskTuner(task, p, setup, search_s=s) for task, (p, s) in zip(self.tasks, policies)]
+            return self.run(tuners, trials)
+
+    def run(self, tuners: Sequence[RoundTuner], trials: int) -> ScheduleResult:
+        """Allocate up to `trials` measurements (this call's budget) to `tuners`, one per task, in order."""
+        if trials < 0 or len(tuners) != len(self.tasks):
+            raise SchedulerError(f"need trials >= 0 and one tuner per task ({len(self.tasks)}); got trials={trials}, "
+                                 f"{len(tuners)} tuners")
+        session = _Session(tuners, [[] for _ in tuners], np.random.default_rng(self.seed), trials)
+        stopped = "budget"
+        try:
+            for tuner in tuners:
+                tuner.resume()
+            session.history = [_history_of(t.costs, self.round_trials) for t in tuners]
+            self._report(session, "resume", None, 0)
+            while session.done < trials:
+                i = self._pick(session)
+                if i is None:
+                    stopped = "exhausted" if not self._open_tasks(session) else "converged"
+                    break
+                measured = tuners[i].round(min(self.round_trials, trials - session.done))
+                release = getattr(getattr(tuners[i], "policy", None), "close", None)
+                if release is not None:  # a model has dozens of tasks: keep only one task's workers alive
+                    release()
+                if not measured:
+                    LOGGER.info("%s: no new program to measure; the scheduler drops it", self.tasks[i])
+                    session.dead.add(i)
+                    continue
+                session.done += measured
+                session.rounds += 1
+                session.history[i].append(min(tuners[i].costs, default=math.inf))
+                self._report(session, "round", i, measured)
+        except KeyboardInterrupt:
+            stopped = "interrupted"
+            LOGGER.warning("scheduler interrupted after %d trials; every measured record is in the database",
+                           session.done)
+        return ScheduleResult(self.tasks, self._rows(session), [t.best_state for t in tuners],
+                              self._model_latencies(session.best()), session.done, session.rounds, stopped,
+                              time.perf_counter() - session.start)
+
+    def _open_tasks(self, session: _Session) -> list[int]:
+        stop = self.early_stopping
+        return [i for i, h in enumerate(session.history)
+                if i not in session.dead and not (stop is not None and stalled(h, stop))]
+
+    def _pick(self, session: _Session) -> int | None:
+        """Warm-up first (tasks without a round, in order), then the strategy."""
+        open_tasks = self._open_tasks(session)
+        if not open_tasks:
+            return None
+        fresh = [i for i in open_tasks if not session.history[i]]
+        return fresh[0] if fresh else STRATEGIES[self.strategy](self, session, open_tasks)
+
+    # ---- reporting ------------------------------------------------------------------------------
+
+    def _rows(self, session: _Session) -> tuple[TaskRow, ...]:
+        best = session.best()
+        return tuple(TaskRow(i, t.desc or t.workload_key, float(self.flops[i]), float(self.weights[:, i].sum()),
+                             float(best[i]), len(session.tuners[i].costs), len(session.history[i]))
+                     for i, t in enumerate(self.tasks))
+
+    def _model_latencies(self, best: np.ndarray) -> dict[str, float | None]:
+        out: dict[str, float | None] = {}
+        for j, m in enumerate(self.models):
+            used = self.weights[j] > 0
+            out[m.name] = float(self.weights[j][used] @ best[used]) if np.isfinite(best[used]).all() else None
+        return out
+
+    def _report(self, session: _Session, phase: str, task: int | None, measured: int) -> None:
+        if not self.callbacks:
+            return
+        best = session.best()
+        objective = None
+        if np.isfinite(best).all():
+            objective = float(self.objective(best, self.view(session.history)))
+        progress = SchedulerProgress(phase, session.rounds, task, measured, session.done, session.trials,
+                                     self._rows(session), self._model_latencies(best), objective,
+                                     time.perf_counter() - session.start)
+        for cb in self.callbacks:
+            cb(progress)
+
+
+def _models(weights: Sequence[float] | Sequence[ModelTasks] | None, n: int) -> tuple[ModelTasks, ...]:
+    """The models, checked: indices in range, one non-negative finite weight each, distinct names."""
+    if weights is None:
+        weights = [1.0] * n
+    items = list(weights)
+    if items and not all(isinstance(m, ModelTasks) for m in items):
+        if any(isinstance(m, ModelTasks) for m in items) or len(items) != n:
+            raise SchedulerError(f"weights must be {n} numbers (one model) or a list of ModelTasks, got {weights!r}")
+        items = [ModelTasks("model", tuple(range(n)), tuple(items))]  # type: ignore[arg-type]
+    if not items:
+        raise SchedulerError("need at least one model")
+    names = [m.name for m in items]
+    if len(set(names)) != len(names):
+        raise SchedulerError(f"model names must be distinct, got {names}")
+    for m in items:
+        in_range = all(isinstance(i, numbers.Integral) and 0 <= i < n for i in m.task_indices)
+        if len(m.task_indices) != len(m.weights) or not in_range:
+            raise SchedulerError(f"model {m.name!r}: need one weight per task index, indices in [0, {n}); "
+                                 f"got indices {m.task_indices}, weights {m.weights}")
+        if not all(isinstance(w, numbers.Real) and math.isfinite(w) and w >= 0 for w in m.weights):
+            raise SchedulerError(f"model {m.name!r}: weights must be finite numbers >= 0, got {m.weights}")
+    return tuple(items)  # type: ignore[arg-type]
+
+
+def _check_distinct(tasks: Sequence[SearchTask]) -> None:
+    first: dict[str, int] = {}
+    for i, t in enumerate(tasks):
+        if t.key in first:
+            raise SchedulerError(f"tasks {first[t.key]} and {i} ({t}) are the same workload on the same target; "
+                                 "give it once (TaskScheduler.from_models merges them)")
+        first[t.key] = i
+
+
+# ---------------------------------------------------------------------------------------------
+# the live table
+
+
+def format_table(p: SchedulerProgress, desc_width: int = 32) -> list[str]:
+    """Ansor's progress table ("ID | Task | FLOPs | Weight | Latency (ms) | GFLOP/s | Trials") and the
+    estimated latency of each model."""
+    head = ("ID", "Task", "FLOPs", "Weight", "Latency (ms)", "GFLOP/s", "Trials")
+    rows = [(str(r.index), _clip(r.desc, desc_width), _si(r.flops), f"{r.weight:g}",
+             f"{r.latency * 1e3:.4f}" if math.isfinite(r.latency) else "-",
+             f"{r.gflops:.2f}" if r.gflops > 0 else "-", str(r.trials)) for r in p.rows]
+    widths = [max(len(c) for c in col) for col in zip(head, *rows)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w) if k == 1 else c.rjust(w)
+                                            for k, (c, w) in enumerate(zip(cells, widths))) + " |"
+    out = [line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]
+    models = ", ".join(f"{name} {_ms(s)}" for name, s in p.models.items())
+    out.append(f"Estimated total latency: {models}")
+    out.append(f"Trials: {p.trials_done}/{p.trials} | rounds: {p.rounds}"
+               + (f" | last: task {p.task}" if p.task is not None else "") + f" | {p.elapsed_s:.1f} s")
+    return out
+
+
+@dataclass
+class ProgressTable:
+    """A scheduler callback printing the live table: redrawn in place on a TTY; otherwise the table after
+    the resume, one plain line per round, and the table again at `close()`."""
+
+    stream: TextIO = field(default_factory=lambda: sys.stdout)
+    tty: bool | None = None
+    _drawn: int = field(default=0, init=False)
+    _last: SchedulerProgress | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        if self.tty is None:
+            self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+
+    def __call__(self, p: SchedulerProgress) -> None:
+        self._last = p
+        if self.tty:
+            lines = format_table(p)
+            clear = f"\x1b[{self._drawn}F\x1b[J" if self._drawn else ""
+            self.stream.write(clear + "\n".join(lines) + "\n")
+            self._drawn = len(lines)
+        elif p.phase == "resume":
+            self.stream.write("\n".join(format_table(p)) + "\n")
+        else:
+            r = p.rows[p.task] if p.task is not None else None
+            best = f"{_ms(r.latency)} ({r.gflops:.2f} GFLOP/s)" if r is not None and r.gflops > 0 else "-"
+            models = ", ".join(f"{name} {_ms(s)}" for name, s in p.models.items())
+            self.stream.write(f"[schedule] round {p.rounds}: task {p.task} "
+                              f"({_clip(r.desc if r else '', 32)}) +{p.measured} trials, best {best}; "
+                              f"estimated {models}; {p.trials_done}/{p.trials} trials, {p.elapsed_s:.1f} s\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """Print the final table where it was not redrawn live."""
+        if not self.tty and self._last is not None and self._last.phase != "resume":
+            self.stream.write("\n".join(format_table(self._last)) + "\n")
+            self.stream.flush()
+        self._last, self._drawn = None, 0
+
+
+def _ms(seconds: float | None) -> str:
+    return f"{seconds * 1e3:.4f} ms" if seconds is not None and math.isfinite(seconds) else "-"
+
+
+def _si(x: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if x >= scale:
+            return f"{x / scale:.1f}{unit}"
+    return f"{x:g}"
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -1,0 +1,154 @@
+"""Whole models: fusion into subgraphs, tasks, the memory plan, the compiled model against ONNX Runtime."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from tensorgen.cli import main as cli
+from tensorgen.graph.build import build_model
+from tensorgen.graph.compare import onnxruntime_runner
+from tensorgen.graph.fusion import partition
+from tensorgen.graph.load import load_graph
+from tensorgen.graph.tasks import extract_tasks
+from tensorgen.graph.zoo import build_model as zoo_model
+from tensorgen.graph.zoo import random_inputs
+from tensorgen.records.database import SQLiteDatabase
+from tensorgen.runtime.model import CompiledModel
+
+SMALL = {
+    "resnet18": {"image_size": 32}, "resnet50": {"image_size": 32}, "mobilenet_v2": {"image_size": 32},
+    "bert_tiny": {"seq_len": 16}, "dcgan": {}, "resnet3d_18": {"frames": 4, "image_size": 32},
+}
+
+
+def _check_against_ort(proto: onnx.ModelProto, directory: Path, rtol: float = 1e-3) -> CompiledModel:
+    graph = load_graph(proto)
+    model = CompiledModel(directory, threads=2)
+    feeds = random_inputs(proto)
+    inputs = [feeds[n] for n in graph.inputs]
+    ours = model.run(inputs)
+    ref = onnxruntime_runner(proto, graph, 2)(inputs)
+    for a, b in zip(ours, ref):
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * float(np.abs(b).max()))
+    return model
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_zoo_model_matches_onnxruntime(name, tmp_path):
+    proto = zoo_model(name, **SMALL[name])
+    _check_against_ort(proto, build_model(proto, tmp_path))
+
+
+@pytest.mark.slow
+def test_bert_base_matches_onnxruntime(tmp_path):
+    proto = zoo_model("bert_base", seq_len=32)
+    _check_against_ort(proto, build_model(proto, tmp_path))
+
+
+def test_partition_fuses_like_relay():
+    part = partition(load_graph(zoo_model("resnet18", image_size=32)))
+    kinds = [[n.op for n in s.nodes] for s in part.subgraphs]
+    assert ["Conv", "Add", "Relu"] in kinds and ["Conv", "Relu"] in kinds  # residual add + relu fused into conv
+    assert all(s.kind == "compute" for s in part.subgraphs if s.nodes[0].op == "Conv")
+    assert "Flatten" not in {op for ops in kinds for op in ops}  # reshape-like: an alias, no kernel
+    made: set[str] = set(part.graph.inputs) | set(part.graph.constants)
+    for sub in part.subgraphs:  # every kernel runs after the kernels it reads
+        assert all(part.aliases.get(n, n) in made for n in sub.inputs)
+        made |= set(sub.outputs)
+
+
+def test_identical_subgraphs_become_one_weighted_task():
+    part = partition(load_graph(zoo_model("bert_tiny", seq_len=16)))
+    tasks = extract_tasks(part)
+    assert sum(t.weight for t in tasks) == len(part.subgraphs)
+    assert len(tasks) < len(part.subgraphs) and max(t.weight for t in tasks) >= 2
+    assert len({t.task.workload_key for t in tasks}) == len(tasks)
+
+
+def test_memory_plan_reuses_and_never_overlaps_live_values(tmp_path):
+    from tensorgen.graph.build import _in_place
+    from tensorgen.graph.executor import plan_memory
+
+    part = partition(load_graph(zoo_model("resnet18", image_size=32)))
+    plan = plan_memory(part, _in_place(part))
+    assert plan.arena_bytes < plan.naive_bytes / 2
+    graph = part.graph
+    born, last = {}, {}
+    for k, sub in enumerate(part.subgraphs):
+        for n in sub.inputs:
+            last[part.aliases.get(n, n)] = k
+        for n in sub.outputs:
+            born[n] = k
+    live = [(n, born[n], last.get(n, born[n]), plan.offsets[n], graph.value(n).nbytes) for n in plan.offsets]
+    for a in live:
+        for b in live:
+            if a[0] < b[0] and a[1] <= b[2] and b[1] <= a[2]:  # lifetimes overlap: memory must not
+                assert a[3] + a[4] <= b[3] or b[3] + b[4] <= a[3], (a, b)
+
+
+def _tiny_model() -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [8, 4], np.linspace(-1, 1, 32).astype(np.float32))
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["r"]),
+             helper.make_node("Reshape", ["r", "shape"], ["y"])]
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [2, 4])
+    graph = helper.make_graph(nodes, "tiny", [x], [y], [w, shape])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_tuned_records_are_used(tmp_path):
+    from tensorgen.tune import tune
+
+    proto = _tiny_model()
+    db = SQLiteDatabase(tmp_path / "t.db")
+    for t in extract_tasks(load_graph(proto)):
+        tune(t.task, trials=4, db=db, policy="random", seed=0)
+    directory = build_model(proto, tmp_path / "out", db=db)
+    manifest = json.loads((directory / "model.json").read_text())
+    assert all(k["tuned"] for k in manifest["kernels"])
+    _check_against_ort(proto, directory, rtol=1e-5)
+
+
+def test_c_example_runs_the_model_without_python(tmp_path):
+    proto = _tiny_model()
+    directory = build_model(proto, tmp_path / "out")
+    exe = tmp_path / "run_model"
+    example = Path(__file__).resolve().parents[2] / "examples" / "run_model.c"
+    subprocess.run(["gcc", "-O2", str(example), "-o", str(exe), str(directory / "model.so"),
+                    f"-Wl,-rpath,{directory}"], check=True)
+    x = np.arange(16, dtype=np.float32).reshape(2, 8) / 10
+    x.tofile(tmp_path / "x.bin")
+    out = subprocess.run([str(exe), str(directory), str(tmp_path / "x.bin")], cwd=tmp_path, check=True,
+                         capture_output=True, text=True).stdout
+    assert "latency:" in out
+    from_c = np.fromfile(tmp_path / "output0.bin", dtype=np.float32).reshape(2, 4)
+    np.testing.assert_allclose(from_c, np.maximum(x @ np.linspace(-1, 1, 32).astype(np.float32).reshape(8, 4), 0),
+                               rtol=1e-6)
+
+
+def test_cli_models_build_bench(tmp_path, capsys):
+    assert cli(["models"]) == 0
+    assert "resnet50" in capsys.readouterr().out
+    path = tmp_path / "tiny.onnx"
+    onnx.save(_tiny_model(), path)
+    assert cli(["build", str(path), "--db", str(tmp_path / "none.db"), "-o", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "model.so").exists()
+    assert cli(["bench", str(path), "--db", str(tmp_path / "none.db"), "--blocks", "2", "--json",
+                str(tmp_path / "b.json")]) == 0
+    result = json.loads((tmp_path / "b.json").read_text())
+    assert result["max_abs_err_vs_onnxruntime"] < 1e-5 and result["tensorgen_ms"] > 0
+    assert result["total_tasks"] == 1 and result["tuned_tasks"] == 0
+    assert {"onnxruntime_ms", "torch_ms"} <= set(result)
+
+
+def test_cli_errors_are_one_line(capsys):
+    assert cli(["build", "no_such_model", "-o", "/tmp/x"]) == 2
+    assert "no_such_model" in capsys.readouterr().err
