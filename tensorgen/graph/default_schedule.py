@@ -2,7 +2,7 @@
 
 Strictly inlinable stages are inlined (Ansor's Always Inline rule); every remaining stage fuses its
 outer spatial loops into one parallel loop with enough iterations for the cores, and vectorizes its
-innermost loop when that loop is spatial and contiguous-sized.
+innermost spatial loop (moved inside the reduction loops when there are any) when it is short.
 """
 
 from __future__ import annotations
@@ -30,9 +30,16 @@ def _parallelize(state: State, name: str, cores: int) -> State:
     spatial = 0
     while spatial < len(iters) and iters[spatial].kind == "spatial":
         spatial += 1
-    inner_vector = spatial == len(iters) and spatial > 1 and (iters[-1].extent or 0) <= MAX_VECTOR_EXTENT
+    if 1 < spatial < len(iters) and all(it.kind == "reduce" for it in iters[spatial:]):
+        # a reduction innermost cannot be vectorized: move the last spatial loop inside it instead
+        state = state.reorder(name, [it.name for it in (*iters[:spatial - 1], *iters[spatial:], iters[spatial - 1])])
+        iters = state.stage(name).iters
+        spatial -= 1
+        inner_vector = (iters[-1].extent or 0) <= MAX_VECTOR_EXTENT
+    else:
+        inner_vector = spatial == len(iters) and spatial > 1 and (iters[-1].extent or 0) <= MAX_VECTOR_EXTENT
     outer, work = [], 1
-    for it in iters[:spatial - 1 if inner_vector else spatial]:
+    for it in iters[:spatial - 1 if inner_vector and spatial == len(iters) else spatial]:
         if work >= 4 * cores:
             break
         outer.append(it.name)
