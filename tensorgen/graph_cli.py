@@ -45,7 +45,7 @@ def tune_model(args: argparse.Namespace) -> int:
     print(f"{graph.summary()}\n{len(tasks)} tasks; tuning {args.trials} trials into {args.db}")
     table = ProgressTable()
     scheduler = TaskScheduler.from_models(
-        {graph.name: tasks}, strategy=args.strategy, seed=args.seed, round_trials=args.batch_size,
+        {graph.name: tasks}, strategy=args.strategy, seed=args.seed, round_trials=args.batch_size or 16,
         early_stopping=args.early_stopping, callbacks=[table])
     try:
         result = scheduler.tune(args.trials, db=args.db, policy=args.policy)

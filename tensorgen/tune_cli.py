@@ -39,7 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            "no-fine-tuning = evolution with 0 generations, limited-space = only the plain "
                            "multi-level-tiling sketch, random = the random policy")
     tune.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    tune.add_argument("--batch-size", type=int, default=64, help="programs measured per round (default 64)")
+    tune.add_argument("--batch-size", type=int, default=None,
+                      help="programs measured per round (default 64 for an operator, 16 per task round for a model)")
     tune.add_argument("--json", metavar="FILE", help="also write the result to this JSON file")
     tune.add_argument("--early-stopping", type=int, metavar="ROUNDS",
                       help="models: stop tuning a task after this many rounds without improvement (objective f4)")
@@ -178,7 +179,7 @@ def _tune(args: argparse.Namespace) -> int:
     progress = ProgressLine()
     try:
         result = tune(task, trials=args.trials, db=args.db, policy=policy, seed=args.seed,
-                      batch_size=args.batch_size, callbacks=[progress], policy_options=options)
+                      batch_size=args.batch_size or 64, callbacks=[progress], policy_options=options)
     finally:
         progress.close()
     print(summary_table(result, args.db))

@@ -152,3 +152,17 @@ def test_cli_models_build_bench(tmp_path, capsys):
 def test_cli_errors_are_one_line(capsys):
     assert cli(["build", "no_such_model", "-o", "/tmp/x"]) == 2
     assert "no_such_model" in capsys.readouterr().err
+
+
+def test_cli_tune_model_then_build_uses_the_records(tmp_path, capsys):
+    path, db = tmp_path / "tiny.onnx", str(tmp_path / "t.db")
+    onnx.save(_tiny_model(), path)
+    assert cli(["tune", str(path), "--trials", "4", "--policy", "random", "--db", db,
+                "--json", str(tmp_path / "t.json")]) == 0
+    out = capsys.readouterr().out
+    assert "estimated end-to-end latency" in out and "Task" in out
+    result = json.loads((tmp_path / "t.json").read_text())
+    assert result["trials"] == 4 and result["tasks"][0]["best_seconds"] > 0
+    assert cli(["build", str(path), "--db", db, "-o", str(tmp_path / "out")]) == 0
+    manifest = json.loads((tmp_path / "out" / "model.json").read_text())
+    assert all(k["tuned"] for k in manifest["kernels"])

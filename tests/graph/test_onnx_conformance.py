@@ -134,7 +134,7 @@ def _frozen_parameters(case: Case) -> tuple[onnx.ModelProto, dict[str, np.ndarra
     return model, {vi.name: data[vi.name] for vi in kept}
 
 
-@pytest.mark.parametrize("name", _params())
+@pytest.mark.parametrize("name", list(_params()))
 def test_onnx_node(name):
     case = CASES[name]
     model, feeds = _frozen_parameters(case)
