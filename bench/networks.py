@@ -25,7 +25,7 @@ from tensorgen.search.scheduler import ProgressTable, TaskScheduler
 DEFAULT_MODELS = "resnet50,mobilenet_v2,bert_base,dcgan"
 
 
-def tune_model(name: str, batch: int, trials: int, db: str, seed: int, round_trials: int) -> dict:
+def tune_model(name: str, batch: int, trials: int, db: str, seed: int, round_trials: int, strategy: str) -> dict:
     graph = load_graph(name, batch=batch)
     tasks = extract_tasks(graph)
     if trials <= 0:
@@ -33,7 +33,7 @@ def tune_model(name: str, batch: int, trials: int, db: str, seed: int, round_tri
     table = ProgressTable(stream=sys.stderr)
     start = time.perf_counter()
     try:
-        result = TaskScheduler.from_models({graph.name: tasks}, seed=seed, round_trials=round_trials,
+        result = TaskScheduler.from_models({graph.name: tasks}, seed=seed, round_trials=round_trials, strategy=strategy,
                                            callbacks=[table]).tune(trials, db=db)
     finally:
         table.close()
@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--blocks", type=int, default=7, help="alternating timing blocks per engine")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--strategy", choices=("gradient", "round-robin"), default="gradient",
+                        help="task scheduler (round-robin: the 'no task scheduler' ablation of Figure 10)")
     parser.add_argument("--round-trials", type=int, default=16,
                         help="trials per scheduler round (default 16: networks have dozens of tasks)")
     parser.add_argument("--json", metavar="FILE")
@@ -57,10 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in args.models.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
-            tuning = tune_model(name, batch, args.trials, args.db, args.seed, args.round_trials)
+            tuning = tune_model(name, batch, args.trials, args.db, args.seed, args.round_trials, args.strategy)
             with SQLiteDatabase(args.db) as db:
                 result = compare(name, db=db, threads=args.threads, batch=batch, blocks=args.blocks)
-            row = {**result.__dict__, "batch": batch, **tuning, "ratios": result.ratios()}
+            row = {**result.__dict__, "batch": batch, **tuning, "strategy": args.strategy, "ratios": result.ratios()}
             rows.append(row)
             ratios = "  ".join(f"{k} {v:.2f}x" for k, v in row["ratios"].items())
             print(f"{name} b{batch}: tensorgen {result.tensorgen_ms:.2f} ms, onnxruntime {result.onnxruntime_ms} ms, "
