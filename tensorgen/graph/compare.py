@@ -108,7 +108,7 @@ def compare(model: object, db=None, threads: int = 2, batch: int = 1, blocks: in
         ort_run = onnxruntime_runner(onnx_model, graph, threads)
         if ort_run is not None:
             engines["onnxruntime"] = ort_run
-        torch_run = torch_runner(load_graph(onnx_model), threads) if with_torch else None
+        torch_run = torch_runner(graph, threads) if with_torch else None
         if torch_run is not None:
             engines["torch"] = torch_run
         err = None
