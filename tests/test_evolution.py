@@ -39,6 +39,12 @@ TASKS = {"gmm": gmm, "c2d_relu": c2d_relu}
 _CACHE: dict[str, tuple[SearchTask, list[State], list[State]]] = {}
 
 
+class EvolvingRandomModel(RandomModel):
+    """Random scores the policy takes as informative, so that these tests exercise the evolution."""
+
+    trained = True
+
+
 def setup(name: str) -> tuple[SearchTask, list[State], list[State]]:
     """(task, sketches, a 24-state random population), shared by the tests of one module run."""
     if name not in _CACHE:
@@ -182,7 +188,7 @@ def fake_results(states: list[State], rng: np.random.Generator) -> list[MeasureR
 
 def run_policy(seed: int, rounds: int = 3) -> list[list[str]]:
     task = gmm(32)
-    policy = SketchPolicy(task, RandomModel(seed), seed=seed, population=48, generations=2, init_population=24)
+    policy = SketchPolicy(task, EvolvingRandomModel(seed), seed=seed, population=48, generations=2, init_population=24)
     rng = np.random.default_rng(seed)
     batches = []
     for _ in range(rounds):
@@ -202,7 +208,7 @@ def test_sketch_policy_never_repeats_and_is_deterministic():
 
 def test_sketch_policy_excludes_measured_states_and_seeds_from_the_best():
     task = gmm(32)
-    policy = SketchPolicy(task, RandomModel(0), population=32, generations=1, init_population=16)
+    policy = SketchPolicy(task, EvolvingRandomModel(0), population=32, generations=1, init_population=16)
     earlier = sample_initial_population(task, policy.sketches, 12, np.random.default_rng(9))
     costs = [MeasureResult((1e-3 / (n + 1),)) for n in range(len(earlier))]
     policy.update([MeasureInput(task, s) for s in earlier], costs)  # as a resumed tuner replays its database
@@ -218,7 +224,7 @@ def test_sketch_policy_shares_one_feature_cache():
     """An empty extractor is falsy (len 0): it must still be the one the evolution uses."""
     task = gmm()
     ex = FeatureExtractor(task.hw)
-    policy = SketchPolicy(task, cost_model=RandomModel(0), extractor=ex, population=32, generations=1)
+    policy = SketchPolicy(task, cost_model=EvolvingRandomModel(0), extractor=ex, population=32, generations=1)
     assert policy.extractor is ex and policy.evolution.extractor is ex
     policy.next_batch(4)
     assert ex.stats["hits"] > 0 and ex.stats["misses"] == len(ex)
@@ -229,9 +235,21 @@ def test_worker_processes_make_the_same_children():
     task = gmm()
     batches = []
     for workers in (1, 2):
-        policy = SketchPolicy(task, cost_model=RandomModel(0), seed=5, population=96, generations=2,
+        policy = SketchPolicy(task, cost_model=EvolvingRandomModel(0), seed=5, population=96, generations=2,
                               init_population=32, workers=workers)
         batches.append([s.steps for s in policy.next_batch(8)])
         assert (policy.evolution._pool is not None) == (workers > 1)
         policy.evolution.close()
     assert batches[0] == batches[1] and len(batches[0]) == 8
+
+
+def test_sketch_policy_samples_without_evolving_while_the_model_is_untrained():
+    """Random scores carry nothing to evolve towards (TVM's SketchPolicy skips the search too)."""
+    task = gmm(32)
+    policy = SketchPolicy(task, RandomModel(0), population=32, generations=2, init_population=16)
+    batch = policy.next_batch(8)
+    assert len(batch) == 8 and all(is_valid(s) for s in batch)
+    assert policy.evolution.history == []
+    informed = SketchPolicy(task, EvolvingRandomModel(0), population=32, generations=2, init_population=16)
+    informed.next_batch(8)
+    assert len(informed.evolution.history) == 3

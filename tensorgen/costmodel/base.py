@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["CostModel", "RandomModel", "normalize_throughput", "pack_features"]
+__all__ = ["CostModel", "RandomModel", "is_informative", "normalize_throughput", "pack_features"]
 
 
 @runtime_checkable
@@ -30,6 +30,12 @@ class CostModel(Protocol):
     def save(self, path: str | os.PathLike) -> None: ...
 
     def load(self, path: str | os.PathLike) -> None: ...
+
+
+def is_informative(model: object) -> bool:
+    """Whether `model`'s scores carry information (optional attribute `trained`, default True): the
+    search skips evolution while they are random, as TVM's SketchPolicy does with a random model."""
+    return bool(getattr(model, "trained", True))
 
 
 def normalize_throughput(throughputs: np.ndarray, groups: np.ndarray | None = None) -> np.ndarray:
@@ -77,6 +83,8 @@ def pack_features(features: list[np.ndarray], n_features: int | None = None) -> 
 
 class RandomModel:
     """Uniform random scores: the zero-information baseline and the search's cold start."""
+
+    trained = False  # the search samples instead of evolving against noise
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tensorgen.dag import ComputeDAG
 from tensorgen.errors import ScheduleError
 from tensorgen.features.extractor import FeatureExtractor
+from tensorgen.schedule.replay import PrefixReplayer
 from tensorgen.schedule.state import State
 from tensorgen.schedule.steps import Step
 from tensorgen.search.annotate import AnnotationPolicy, sample_state
@@ -58,13 +58,13 @@ class ChildResult:
 class LazyState(State):
     """A State known by its steps; the stages are replayed on first use (most children are only scored)."""
 
-    def __init__(self, dag: ComputeDAG, steps: Steps):
-        self.dag, self.steps, self._stages = dag, tuple(steps), None
+    def __init__(self, replayer: PrefixReplayer, steps: Steps):
+        self.dag, self.steps, self._stages, self._replayer = replayer.dag, tuple(steps), None, replayer
 
     @property  # type: ignore[override]
     def stages(self):
         if self._stages is None:
-            self._stages = State.replay(self.dag, self.steps).stages
+            self._stages = self._replayer(self.steps).stages
         return self._stages
 
     @stages.setter
@@ -93,7 +93,7 @@ class ChildMaker:
     def state(self, steps: Steps) -> State:
         hit = self._states.get(steps)
         if hit is None:
-            hit = LazyState(self.task.dag, steps)
+            hit = LazyState(self.task.replayer, steps)
             self.remember(hit)
         return hit
 

@@ -51,7 +51,7 @@ ANNOTATION_STEPS = (*LOCATION_STEPS, FuseStep, AnnotationStep, PragmaStep)
 def replay(task: SearchTask, steps: Sequence[Step]) -> State | None:
     """The state `steps` make, or None when one of them no longer applies."""
     try:
-        return State.replay(task.dag, steps)
+        return task.replayer(steps)
     except ScheduleError:
         return None
 

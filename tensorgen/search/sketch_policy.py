@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from tensorgen.costmodel.base import is_informative
 from tensorgen.features.extractor import FeatureExtractor
 from tensorgen.measure.types import MeasureInput, MeasureResult
 from tensorgen.schedule.state import State
@@ -108,7 +109,9 @@ class SketchPolicy:
                 continue
             seeds = self.best_measured(int(self.seed_fraction * len(init)))
             n_random = min(need, int(round(self.eps_greedy * need)))
-            best = self.evolution.search(init + seeds, need, exclude=self.seen | keys)
+            # random scores make evolution a costly shuffle: then the batch is random samples
+            best = self.evolution.search(init + seeds, need, exclude=self.seen | keys) \
+                if is_informative(self.cost_model) else []
             self._fresh(best, need - n_random, out, keys)
             order = self.rng.permutation(len(init))
             self._fresh([init[int(i)] for i in order], n - len(out), out, keys)  # eps-greedy share
