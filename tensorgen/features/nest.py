@@ -261,8 +261,7 @@ class _Deriver:
         comp_coef = strides @ (a @ reader.roots - target.mins)
         offset = float(strides @ (a @ reader.root_const + b - target.min_const))
         n = self.n_comps
-        per_loop = np.zeros(len(self.loop_ext))
-        np.add.at(per_loop, self.comp_loop[:n], np.abs(comp_coef[:n]) * self.comp_slope[:n])
+        per_loop = np.bincount(self.comp_loop[:n], np.abs(comp_coef[:n]) * self.comp_slope[:n], len(self.loop_ext))
         coef = per_loop[loops]
         terms = int(np.count_nonzero(coef))
         muls = int(np.count_nonzero((coef != 0) & (coef != 1)))

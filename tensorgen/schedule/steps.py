@@ -72,11 +72,15 @@ def _replace(stages: tuple[Stage, ...], index: int, new: Stage) -> tuple[Stage, 
 
 
 def _reattach(stages: tuple[Stage, ...], stage: str, old: tuple[str, ...], new: str) -> tuple[Stage, ...]:
-    """Stages attached at any of `old` iterators of `stage` move to iterator `new`."""
-    return tuple(
-        s.with_(attach=(stage, new)) if s.attach and s.attach[0] == stage and s.attach[1] in old else s
-        for s in stages
-    )
+    """Stages attached at any of `old` iterators of `stage` move to iterator `new` (the same tuple
+    when none is: replay calls this for every split of every state the search builds)."""
+    out = None
+    for k, s in enumerate(stages):
+        at = s.attach
+        if at is not None and at[0] == stage and at[1] in old:
+            out = out or list(stages)
+            out[k] = s.with_(attach=(stage, new))
+    return stages if out is None else tuple(out)
 
 
 def _call(method: str, *args) -> str:

@@ -25,6 +25,7 @@ from tensorgen.schedule.state import State
 from tensorgen.schedule.steps import Step
 from tensorgen.search.annotate import AnnotationPolicy, sample_state
 from tensorgen.search.crossover import crossover, match_sketch, step_owners
+from tensorgen.search.gc_relief import relax_worker_collections
 from tensorgen.search.mutations import Mutation, mutate
 from tensorgen.search.task import SearchTask
 
@@ -154,6 +155,7 @@ class ChildMaker:
 
 def _serve(maker: ChildMaker, conn) -> None:
     """A worker: run each (kind, jobs) received, send back the new programs' steps with their features."""
+    relax_worker_collections()
     while True:
         msg = conn.recv()
         if msg is None:

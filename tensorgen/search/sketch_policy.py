@@ -21,6 +21,7 @@ from tensorgen.measure.types import MeasureInput, MeasureResult
 from tensorgen.schedule.state import State
 from tensorgen.search.annotate import AnnotationPolicy
 from tensorgen.search.evolution import EvolutionarySearch
+from tensorgen.search.gc_relief import fewer_collections
 from tensorgen.search.mutations import Mutation
 from tensorgen.search.policy import state_key
 from tensorgen.search.sketch import generate_sketches
@@ -97,6 +98,10 @@ class SketchPolicy:
         self.evolution.close()
 
     def next_batch(self, n: int) -> list[State]:
+        with fewer_collections():
+            return self._next_batch(n)
+
+    def _next_batch(self, n: int) -> list[State]:
         out: list[State] = []
         keys: set[str] = set()
         idle = 0
