@@ -41,11 +41,17 @@ class CompiledFunction:
 def build(
     program: State | ComputeDAG | Tensor | Sequence[Tensor],
     *,
-    simd_bytes: int = 32,
+    simd_bytes: int | None = None,
     march: str | None = "native",
     cc: str | None = None,
     name: str | None = None,
 ) -> CompiledFunction:
+    """Compile `program` for this machine; `simd_bytes` (vector width of `vectorize` loops) defaults
+    to the host's widest (64 with AVX-512), as the tuner's measurements use."""
+    if simd_bytes is None:
+        from tensorgen.hardware import detect_cpu
+
+        simd_bytes = detect_cpu().simd_bytes
     state = program if isinstance(program, State) else State(program)
     func = lower(state, name)
     source = render_c(func, simd_bytes)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -115,7 +115,8 @@ class ComputeDAG:
             names[id(t)] = f"T{n}"
             if t.is_placeholder:
                 role = f"input{self.inputs.index(t)}"
-                lines.append(f"T{n} = placeholder({t.dtype}, {list(t.shape)}) {role}")
+                const = " constant" if t.attrs.get("constant") else ""
+                lines.append(f"T{n} = placeholder({t.dtype}, {list(t.shape)}) {role}{const}")
                 continue
             for d, ax in enumerate(t.axes):
                 names[id(ax)] = f"i{d}"
@@ -248,21 +249,36 @@ def _uniquify_names(order: list[Tensor]) -> list[Tensor]:
     return _rebuild(order, names)
 
 
-def _rebuild(order: list[Tensor], names: dict[int, str]) -> list[Tensor]:
-    """The tensors of `order` (topological) renamed by `names` (id -> name), sharing what is unchanged."""
+def rebuild_loads(dag: ComputeDAG, replaced: dict[str, Tensor], load: Callable[[Load], Load | None]) -> ComputeDAG:
+    """`dag` with the placeholders named in `replaced` swapped for those tensors, every read of them
+    rewritten by `load` (e.g. into a new layout), and every other tensor as it was."""
+    order = _rebuild(list(dag.tensors), {}, replaced, load)
+    new_of = {id(old): new for old, new in zip(dag.tensors, order)}
+    return ComputeDAG.from_parts(order, [new_of[id(t)] for t in dag.inputs], [new_of[id(t)] for t in dag.outputs])
+
+
+def _rebuild(order: list[Tensor], names: dict[int, str], replaced: dict[str, Tensor] | None = None,
+             load: Callable[[Load], Load | None] | None = None) -> list[Tensor]:
+    """The tensors of `order` (topological) renamed by `names` (id -> name), sharing what is unchanged;
+    placeholders in `replaced` (by name) are swapped and their reads rewritten by `load`."""
     new_of: dict[int, Tensor] = {}
     out = []
+
+    def visit(n: Expr) -> Expr | None:
+        if not isinstance(n, Load):
+            return None
+        if load is not None and replaced and n.tensor.is_placeholder and n.tensor.name in replaced:
+            return load(n)
+        return Load(new_of[id(n.tensor)], n.indices, n.dtype) if new_of[id(n.tensor)] is not n.tensor else None
+
     for t in order:
         name = names.get(id(t), t.name)
         body = t.body
         if body is not None:
-            body = transform(
-                body,
-                lambda n: Load(new_of[id(n.tensor)], n.indices, n.dtype)
-                if isinstance(n, Load) and new_of[id(n.tensor)] is not n.tensor
-                else None,
-            )
-        if name == t.name and body is t.body:
+            body = transform(body, visit)
+        if replaced and t.is_placeholder and t.name in replaced:
+            new = replaced[t.name]
+        elif name == t.name and body is t.body:
             new = t
         else:
             new = Tensor(t.shape, t.dtype, name, t.axes, body, t.tag, t.attrs)

@@ -14,18 +14,21 @@ import json
 import os
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+import numpy as np
 
 from tensorgen.codegen.c import render_module
 from tensorgen.codegen.toolchain import compile_source
 from tensorgen.graph.default_schedule import default_schedule
 from tensorgen.graph.executor import executor_source, pack_weights, plan_memory
 from tensorgen.graph.fusion import Partition, Subgraph, partition
-from tensorgen.graph.ir import Graph
+from tensorgen.graph.ir import Graph, Value
 from tensorgen.graph.load import load_graph
 from tensorgen.hardware import hardware_for
 from tensorgen.records.database import Database
+from tensorgen.schedule.layout_rewrite import rewrite_layout
 from tensorgen.schedule.lower import lower
 from tensorgen.schedule.state import State
 from tensorgen.target import Target
@@ -59,10 +62,12 @@ def build_model(model: object, out_dir: str | os.PathLike[str], *, target: str |
     target = Target.parse(target)
     hw = hardware_for(target)
     graph = model if isinstance(model, Graph) else load_graph(model, batch=batch)
+    graph = replace(graph, values=dict(graph.values), constants=dict(graph.constants))  # gains repacked weights
     part = partition(graph)
     funcs, kernels = [], []
     for i, sub in enumerate(part.subgraphs):
         state, cost = schedule_subgraph(sub, target, db, hw.cores)
+        state = _repack_weights(graph, sub, state, f"k{i}")
         name = f"k{i}_{sub.name.rsplit('_', 1)[0]}"
         funcs.append(lower(state, name))
         kernels.append(KernelInfo(name, sub.workload_key, len(sub.nodes), cost is not None, cost))
@@ -80,6 +85,21 @@ def build_model(model: object, out_dir: str | os.PathLike[str], *, target: str |
     (out / "weights.bin").write_bytes(blob)
     (out / MANIFEST).write_text(json.dumps(_manifest(graph, part, kernels, plan, target), indent=1))
     return out
+
+
+def _repack_weights(graph: Graph, sub: Subgraph, state: State, tag: str) -> State:
+    """`state` with its constants' layouts rewritten (as it was measured); the repacked data become new
+    constants of `graph` that `sub` reads instead (the originals are then not saved unless still read)."""
+    state, plans = rewrite_layout(state)
+    names = [t.name for t in state.dag.inputs]
+    for plan in plans:
+        k = names.index(plan.name)
+        value = graph.value(sub.inputs[k])
+        packed = f"{value.name}.{tag}"
+        graph.constants[packed] = plan.pack(np.asarray(graph.constants[value.name]))
+        graph.values[packed] = Value(packed, plan.new_shape, value.dtype)
+        sub.inputs[k] = packed
+    return state
 
 
 def _in_place(part: Partition) -> set[str]:

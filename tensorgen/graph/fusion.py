@@ -129,7 +129,8 @@ def _finish(group: Subgraph, graph: Graph, users: dict[str, list[Node]], outputs
             if dtype not in KERNEL_DTYPES:
                 raise GraphError(f"{_reader(group, name)} reads {name!r} of type {value.dtype}; values passed "
                                  f"between kernels must be one of {', '.join(sorted(KERNEL_DTYPES))}")
-            tensors[name] = placeholder(te_shape(value.shape), dtype, f"arg{len(group.inputs)}")
+            tensors[name] = placeholder(te_shape(value.shape), dtype, f"arg{len(group.inputs)}",
+                                        constant=graph.is_constant(name))
             group.inputs.append(name)
         return tensors[name]
 

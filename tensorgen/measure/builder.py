@@ -18,6 +18,7 @@ from tensorgen.codegen.toolchain import compile_source
 from tensorgen.errors import CompileError, LoweringError, ScheduleError
 from tensorgen.measure.types import BuildResult, ErrorKind, MeasureInput
 from tensorgen.measure.worker import WorkerDied, WorkerPool, WorkerTimeout
+from tensorgen.schedule.layout_rewrite import rewrite_layout
 from tensorgen.schedule.lower import lower
 
 #: Name of the kernel in every candidate module, so the runner knows what to call.
@@ -41,11 +42,15 @@ def build_candidate(inp: MeasureInput, timeout: float, source_hook: SourceHook |
     start = time.perf_counter()
     source = ""
 
+    rewritten = None
+
     def result(kind: ErrorKind, msg: str, path: str | None = None) -> BuildResult:
-        return BuildResult(path, source, kind, msg, time.perf_counter() - start)
+        return BuildResult(path, source, kind, msg, time.perf_counter() - start, rewritten)
 
     try:
-        func = lower(inp.state, KERNEL_NAME)
+        state, plans = rewrite_layout(inp.state)  # constants repacked as a model build will
+        rewritten = state.dag if plans else None
+        func = lower(state, KERNEL_NAME)
         source = render_c(func, inp.task.hw.simd_bytes)
         if source_hook is not None:
             source = source_hook(inp, source)

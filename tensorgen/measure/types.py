@@ -6,6 +6,7 @@ import enum
 import time
 from dataclasses import dataclass, field
 
+from tensorgen.dag import ComputeDAG
 from tensorgen.schedule.state import State
 from tensorgen.search.task import SearchTask
 
@@ -29,13 +30,15 @@ class MeasureInput:
 
 @dataclass(frozen=True)
 class BuildResult:
-    """A compiled candidate: the shared object and the C source, or why there is none."""
+    """A compiled candidate: the shared object and the C source, or why there is none. `dag` is the
+    DAG the program computes when the build rewrote constant layouts (its arguments differ)."""
 
     path: str | None
     source: str
     error_kind: ErrorKind = ErrorKind.NONE
     error_msg: str = ""
     build_seconds: float = 0.0
+    dag: ComputeDAG | None = None
 
 
 @dataclass(frozen=True)

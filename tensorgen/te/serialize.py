@@ -227,6 +227,8 @@ def _encode_var(v: Var) -> list:
 def _encode_tensor(t: Tensor, tensor_ids: dict[int, int]) -> dict:
     out: dict[str, Any] = {"name": t.name, "shape": list(t.shape), "dtype": t.dtype}
     if t.is_placeholder:
+        if t.attrs:
+            out["attrs"] = _encode_value(t.attrs)
         return out
     var_ids: dict[Var, int] = {}
     for v in [*t.axes, *t.reduce_axes, *(n for n in walk(t.body) if isinstance(n, Var))]:
@@ -256,7 +258,7 @@ def dag_to_json(dag: ComputeDAG) -> dict:
 def _decode_tensor(d: dict, tensors: list[Tensor]) -> Tensor:
     shape, dtype, name = tuple(d["shape"]), d["dtype"], d["name"]
     if "body" not in d:
-        return Tensor(shape, dtype, name)
+        return Tensor(shape, dtype, name, attrs=_decode_value(d.get("attrs", {})))
     variables = [Var(v[0], v[3] if len(v) > 3 else "int32", v[1], bool(v[2])) for v in d["vars"]]
     axes = tuple(variables[i] for i in d["axes"])
     body = _Decoder(tensors, variables, f"tensor {name}")(d["body"])

@@ -103,8 +103,12 @@ def _check_name(name: str) -> str:
     return name
 
 
-def placeholder(shape: Sequence[int], dtype: str = "float32", name: str = "placeholder") -> Tensor:
-    return Tensor(_check_shape(shape, f"placeholder {name}"), check_dtype(dtype), _check_name(name))
+def placeholder(shape: Sequence[int], dtype: str = "float32", name: str = "placeholder",
+                constant: bool = False) -> Tensor:
+    """An input. `constant` marks one that is the same on every call (a weight): its layout may then be
+    rewritten at build time to suit the schedule (Ansor's layout rewrite, schedule/layout_rewrite.py)."""
+    return Tensor(_check_shape(shape, f"placeholder {name}"), check_dtype(dtype), _check_name(name),
+                  attrs={"constant": True} if constant else {})
 
 
 def reduce_axis(extent: int | tuple[int, int], name: str = "k") -> Var:

@@ -117,6 +117,29 @@ def test_tuned_records_are_used(tmp_path):
     _check_against_ort(proto, directory, rtol=1e-5)
 
 
+def test_tuned_conv_weights_are_repacked_at_build_time(tmp_path):
+    """Records measured with a rewritten weight layout build with the weight repacked (Ansor §4.2)."""
+    from tensorgen.schedule.layout_rewrite import plan_layout_rewrites
+    from tensorgen.tune import tune
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 12, 12])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [16, 8, 3, 3],
+                           np.random.default_rng(0).uniform(-1, 1, 16 * 8 * 9).astype(np.float32))
+    conv = helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1])
+    graph = helper.make_graph([conv, helper.make_node("Relu", ["c"], ["y"])], "conv", [x], [y], [w])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    db = SQLiteDatabase(tmp_path / "t.db")
+    rewritten = False
+    for t in extract_tasks(load_graph(proto)):
+        result = tune(t.task, trials=8, db=db, seed=0)
+        rewritten |= bool(plan_layout_rewrites(result.best_state))
+    assert rewritten
+    directory = build_model(proto, tmp_path / "out", db=db)
+    assert (directory / "weights.bin").stat().st_size >= 16 * 8 * 9 * 4
+    _check_against_ort(proto, directory, rtol=1e-4)
+
+
 def test_c_example_runs_the_model_without_python(tmp_path):
     proto = _tiny_model()
     directory = build_model(proto, tmp_path / "out")
