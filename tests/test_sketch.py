@@ -188,3 +188,46 @@ def test_transpose_read_by_a_tiled_stage_is_inlined_or_materialized():
     assert where == {("inline", "inline"), ("root", "inline")}  # K^T walks k's rows: both; Q's copy keeps rows
     fresh = State(task.dag)
     assert is_transpose(fresh, fresh.stage_id("k_transpose")) and not is_transpose(fresh, fresh.stage_id("q_transpose"))
+
+
+def _const_matrix(values: np.ndarray, name: str):
+    """A small constant tensor as a compute of nested selects (how a Winograd op writes its matrices)."""
+    from tensorgen import te
+
+    def body(i, j):
+        e = te.const(0.0)
+        for (r, c), v in np.ndenumerate(values):
+            if v:
+                e = te.select(te.all_of(te.eq(i, r), te.eq(j, c)), float(v), e)
+        return e
+
+    return te.compute(values.shape, body, name=name)
+
+
+def test_const_tensor_axes_are_unrolled_innermost():
+    """simplify-compute-with-const-tensor: a Winograd-style input transform B^T d B."""
+    from tensorgen import te
+    from tensorgen.schedule.steps import AnnotationStep, ReorderStep
+    from tensorgen.search.rules import CONST_TENSOR_INDICES
+    from tensorgen.tune import make_task
+
+    bt = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.float32)
+    b = _const_matrix(bt.T.copy(), "B")
+    d = te.placeholder((4, 4, 64), name="d")
+    r1, r2 = te.reduce_axis(4, "r1"), te.reduce_axis(4, "r2")
+    v = te.compute((4, 4, 64), lambda a, c, t: te.sum(b[r1, a] * d[r1, r2, t] * b[r2, c], axis=[r1, r2]),
+                   name="V", attrs={CONST_TENSOR_INDICES: ["a", "c", "r1", "r2"]})
+    task = make_task([d, v])
+    sketches = generate_sketches(task)
+    assert len(sketches) == 1
+    (sk,) = sketches
+    unrolled = {sk.stages[st.stage_id].iters[st.iter_id].name for st in sk.steps
+                if isinstance(st, AnnotationStep) and st.annotation == "unroll"}
+    assert unrolled == {"a", "c", "r1", "r2"}
+    order = [it.name for it in sk.stages[sk.stage_id("V")].iters]
+    assert order[-4:] == ["a", "c", "r1", "r2"] and any(isinstance(st, ReorderStep) for st in sk.steps)
+    pop = sample_initial_population(task, sketches, 6, np.random.default_rng(0))
+    data = np.random.default_rng(1).random((4, 4, 64), dtype=np.float32)
+    expected = np.einsum("ia,ijt,jc->act", bt.T, data, bt.T)
+    for s in pop:
+        np.testing.assert_allclose(build(s).run(data)[0], expected, rtol=1e-5, atol=1e-5)

@@ -10,7 +10,9 @@ ResNet-50 from this alone.
 The rewrite applies when the constant is read once, by one stage that is not inlined, with each index
 a plain loop axis, and every split of those axes is perfect (what the search samples). The rewritten
 State is the same steps replayed on a DAG whose placeholder has the new shape and whose read indexes it
-by `(axis // place) % extent`, which lowering simplifies back to the tile loop variables.
+by `(axis // place) % extent`, which lowering simplifies back to the tile loop variables. Candidates
+are measured rewritten (measure/builder.py) and models built rewritten (graph/build.py); the cost
+model's features stay those of the original state, as in TVM.
 """
 
 from __future__ import annotations

@@ -217,6 +217,40 @@ class AlwaysInline(SketchRule):
         return [(state.copy().compute_inline(i), i - 1)]
 
 
+#: compute attribute naming the axes that index small constant tensors (e.g. Winograd's matrices)
+CONST_TENSOR_INDICES = "const_tensor_indices"
+
+
+class SimplifyComputeWithConstTensor(SketchRule):
+    """Ansor's rule for stages that read small constant tensors by some axes (a Winograd transform's
+    matrices, declared by the op in `attrs[CONST_TENSOR_INDICES]`): those loops are unrolled innermost,
+    so every constant becomes a literal the compiler folds, and the other loops are tiled in two levels."""
+
+    name = "simplify_compute_with_const_tensor"
+
+    def condition(self, task: SearchTask, state: State, i: int) -> Cond:
+        st = state.stages[i]
+        ok = not st.is_placeholder and st.location != "inline" and st.tensor.attrs.get(CONST_TENSOR_INDICES)
+        return Cond.APPLY_AND_SKIP_REST if ok else Cond.SKIP
+
+    def apply(self, task: SearchTask, state: State, i: int) -> list[Derivation]:
+        s = state.copy()
+        const = set(s.stages[i].tensor.attrs[CONST_TENSOR_INDICES])
+        outer, inner, unrolled = [], [], []
+        for name in [it.name for it in s.stages[i].iters]:
+            if name in const:
+                unrolled.append(name)
+                continue
+            k = s.stages[i].iter_index(name)
+            s.split(i, name, [None])
+            outer.append(s.stages[i].iters[k].name)
+            inner.append(s.stages[i].iters[k + 1].name)
+        s.reorder(i, outer + inner + unrolled)
+        for name in unrolled:
+            s.unroll(i, name)
+        return [(s, i - 1)]
+
+
 class InlineOrMaterializeTranspose(SketchRule):
     """A transposing copy read by a tiled stage is either inlined (no copy; strided reads) or kept as
     its own stage (one copy; the consumer reads it contiguously): both are sketches. Not in Ansor's
@@ -343,6 +377,7 @@ class SkipStage(SketchRule):
 DEFAULT_RULES: list[SketchRule] = [
     InlineOrMaterializeTranspose(),
     AlwaysInline(),
+    SimplifyComputeWithConstTensor(),
     AddRfactor(),
     AddCacheWrite(),
     MultiLevelTilingWithFusion(),
