@@ -42,14 +42,14 @@ def build_candidate(inp: MeasureInput, timeout: float, source_hook: SourceHook |
     start = time.perf_counter()
     source = ""
 
-    rewritten = None
+    layouts: tuple = ()
 
     def result(kind: ErrorKind, msg: str, path: str | None = None) -> BuildResult:
-        return BuildResult(path, source, kind, msg, time.perf_counter() - start, rewritten)
+        return BuildResult(path, source, kind, msg, time.perf_counter() - start, layouts)
 
     try:
         state, plans = rewrite_layout(inp.state)  # constants repacked as a model build will
-        rewritten = state.dag if plans else None
+        layouts = tuple(plans)
         func = lower(state, KERNEL_NAME)
         source = render_c(func, inp.task.hw.simd_bytes)
         if source_hook is not None:

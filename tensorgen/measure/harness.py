@@ -21,6 +21,8 @@ import numpy as np
 from tensorgen.codegen.toolchain import cache_dir, find_compiler
 from tensorgen.dag import ComputeDAG
 from tensorgen.errors import CompileError
+from tensorgen.loopir.nodes import row_major
+from tensorgen.schedule.layout_rewrite import LayoutRewrite
 
 MAX_ARGS = 64
 #: dtype -> (harness kind letter, numpy dtype of the bytes it writes)
@@ -75,6 +77,33 @@ static void fill(void *p, char k, long n, uint64_t seed) {
     }
   }
 }
+/* A repacked constant (layout rewrite): spec suffix ":e,s;e,s;..." gives the new layout's dims, outer
+   to inner, as (extent, stride in the original layout). The data are generated in the original order,
+   as for the naive program, then element j of the new layout takes the original element it stands for. */
+static void fill_repacked(void *p, char k, long n, uint64_t seed, const char *layout) {
+  long ext[16], stride[16], digit[16] = {0};
+  int nd = 0;
+  for (const char *c = layout; *c && nd < 16; nd++) {
+    if (sscanf(c, "%ld,%ld", &ext[nd], &stride[nd]) != 2) die("bad layout in arg spec", layout);
+    while (*c && *c != ';') c++;
+    if (*c == ';') c++;
+  }
+  size_t es = elem_size(k);
+  unsigned char *orig = malloc(es * (size_t)n);
+  if (!orig) die("out of memory repacking", layout);
+  fill(orig, k, n, seed);
+  long at = 0; /* original index of element j */
+  for (long j = 0; j < n; j++) {
+    memcpy((unsigned char *)p + es * (size_t)j, orig + es * (size_t)at, es);
+    for (int d = nd - 1; d >= 0; d--) { /* next j: mixed-radix increment */
+      at += stride[d];
+      if (++digit[d] < ext[d]) break;
+      at -= stride[d] * ext[d];
+      digit[d] = 0;
+    }
+  }
+  free(orig);
+}
 typedef void *P;
 static void call(void *fn, int n, P *a) {
   switch (n) {
@@ -100,11 +129,15 @@ int main(int argc, char **argv) {
   if (set_threads && threads > 0) set_threads(threads);
   P bufs[@MAX@]; char kinds[@MAX@], io[@MAX@]; long counts[@MAX@];
   for (int i = 0; i < nargs; i++) {
-    if (sscanf(argv[13 + i], "%c:%ld:%c", &kinds[i], &counts[i], &io[i]) != 3) die("bad arg spec", argv[13 + i]);
+    int used = 0;
+    if (sscanf(argv[13 + i], "%c:%ld:%c%n", &kinds[i], &counts[i], &io[i], &used) != 3)
+      die("bad arg spec", argv[13 + i]);
     size_t bytes = elem_size(kinds[i]) * (size_t)(counts[i] > 0 ? counts[i] : 1);
     bufs[i] = aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!bufs[i]) die("out of memory allocating", argv[13 + i]);
-    if (io[i] == 'i') fill(bufs[i], kinds[i], counts[i], seed + (uint64_t)i);
+    if (io[i] == 'i' && argv[13 + i][used] == ':')
+      fill_repacked(bufs[i], kinds[i], counts[i], seed + (uint64_t)i, argv[13 + i] + used + 1);
+    else if (io[i] == 'i') fill(bufs[i], kinds[i], counts[i], seed + (uint64_t)i);
     else memset(bufs[i], 0xff, bytes); /* NaN / -1: elements a kernel forgets to write show up */
   }
   double warm = now();
@@ -218,11 +251,21 @@ class HarnessRun:
     timed_out: bool = False
 
 
-def arg_specs(dag: ComputeDAG) -> list[str]:
-    """Harness argument specs `kind:count:io` for the kernel's arguments, in dag.args order."""
+def arg_specs(dag: ComputeDAG, layouts: Sequence[LayoutRewrite] = ()) -> list[str]:
+    """Harness argument specs `kind:count:io` for the kernel's arguments, in dag.args order; a constant
+    repacked by one of `layouts` gets its new layout as `:extent,stride;...` (strides of the original),
+    so that it holds the data the naive program reads, repacked."""
     outs = {t.name for t in dag.outputs}
-    return [f"{KINDS[t.dtype][0]}:{int(np.prod(t.shape, dtype=np.int64))}:{'o' if t.name in outs else 'i'}"
-            for t in dag.args]
+    repacked = {r.name: r for r in layouts}
+    specs = []
+    for t in dag.args:
+        spec = f"{KINDS[t.dtype][0]}:{int(np.prod(t.shape, dtype=np.int64))}:{'o' if t.name in outs else 'i'}"
+        if t.name in repacked:
+            r = repacked[t.name]
+            strides = row_major(r.shape)
+            spec += ":" + ";".join(f"{extent},{strides[dim] * place}" for dim, place, extent in r.parts)
+        specs.append(spec)
+    return specs
 
 
 def read_outputs(dag: ComputeDAG, path: str | os.PathLike) -> list[np.ndarray]:

@@ -19,7 +19,6 @@ import numpy as np
 
 from tensorgen.codegen.c import render_c
 from tensorgen.codegen.toolchain import compile_source
-from tensorgen.dag import ComputeDAG
 from tensorgen.measure.builder import KERNEL_NAME
 from tensorgen.measure.guard import ErrorGuard
 from tensorgen.measure.harness import (
@@ -160,18 +159,18 @@ class LocalRunner:
         if br.path is None:
             return MeasureResult((), ErrorKind.UNKNOWN, "build reported success but no shared object",
                                  br.build_seconds)
-        dag = br.dag or inp.task.dag
+        dag = inp.task.dag
         with tempfile.TemporaryDirectory(prefix="tensorgen-run-") as tmp:
             out_path = os.path.join(tmp, "outputs.bin") if self.check_correctness else None
             timeout = self.timeout_for(inp.task)
-            run = run_harness(self.executable(), br.path, KERNEL_NAME, arg_specs(dag), self.config(inp.task),
-                              timeout, out_path)
+            run = run_harness(self.executable(), br.path, KERNEL_NAME, arg_specs(dag, br.layouts),
+                              self.config(inp.task), timeout, out_path)
             all_cost = br.build_seconds + run.wall_seconds
             error = classify_run(run, timeout, self.repeat)
             if error is not None:
                 return MeasureResult((), error[0], error[1], all_cost)
             if out_path is not None:
-                refs = self.reference(inp.task, dag)
+                refs = self.reference(inp.task)
                 if isinstance(refs, str):
                     return MeasureResult((), ErrorKind.UNKNOWN, f"cannot check correctness: {refs}", all_cost)
                 names = [t.name for t in dag.outputs]
@@ -185,23 +184,20 @@ class LocalRunner:
             self._exe = harness_executable()
         return self._exe
 
-    def reference(self, task: SearchTask, dag: ComputeDAG | None = None) -> list[np.ndarray] | str:
-        """Outputs of the naive program of `dag` (default the task's; a layout-rewritten one computes
-        the same on its repacked constants) on the harness inputs (cached), or why there are none."""
-        dag = dag or task.dag
-        key = f"{task.key}|{dag.workload_key}"
-        if key not in self._references:
-            self._references[key] = self._compute_reference(task, dag)
-        return self._references[key]
+    def reference(self, task: SearchTask) -> list[np.ndarray] | str:
+        """Outputs of the naive program on the harness inputs (cached per task), or why there are none."""
+        if task.key not in self._references:
+            self._references[task.key] = self._compute_reference(task)
+        return self._references[task.key]
 
-    def _compute_reference(self, task: SearchTask, dag: ComputeDAG) -> list[np.ndarray] | str:
-        func = lower(State(dag), KERNEL_NAME)
+    def _compute_reference(self, task: SearchTask) -> list[np.ndarray] | str:
+        func = lower(State(task.dag), KERNEL_NAME)
         so = compile_source(render_c(func, task.hw.simd_bytes), march=task.target.march)
         with tempfile.TemporaryDirectory(prefix="tensorgen-ref-") as tmp:
             out_path = os.path.join(tmp, "outputs.bin")
-            run = run_harness(self.executable(), str(so), KERNEL_NAME, arg_specs(dag),
+            run = run_harness(self.executable(), str(so), KERNEL_NAME, arg_specs(task.dag),
                               self.config(task, number=1, repeat=1), self.reference_timeout, out_path)
             error = classify_run(run, self.reference_timeout, 1)
             if error is not None:
                 return f"the naive reference program failed ({error[0].value}): {error[1]}"
-            return [a.copy() for a in read_outputs(dag, out_path)]
+            return [a.copy() for a in read_outputs(task.dag, out_path)]

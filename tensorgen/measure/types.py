@@ -6,7 +6,7 @@ import enum
 import time
 from dataclasses import dataclass, field
 
-from tensorgen.dag import ComputeDAG
+from tensorgen.schedule.layout_rewrite import LayoutRewrite
 from tensorgen.schedule.state import State
 from tensorgen.search.task import SearchTask
 
@@ -30,15 +30,15 @@ class MeasureInput:
 
 @dataclass(frozen=True)
 class BuildResult:
-    """A compiled candidate: the shared object and the C source, or why there is none. `dag` is the
-    DAG the program computes when the build rewrote constant layouts (its arguments differ)."""
+    """A compiled candidate: the shared object and the C source, or why there is none. `layouts` are
+    the constants the build repacked (the runner hands it their data repacked)."""
 
     path: str | None
     source: str
     error_kind: ErrorKind = ErrorKind.NONE
     error_msg: str = ""
     build_seconds: float = 0.0
-    dag: ComputeDAG | None = None
+    layouts: tuple[LayoutRewrite, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -85,11 +85,8 @@ def rewrite_layout(state: State) -> tuple[State, list[LayoutRewrite]]:
         p.name: Tensor(p.new_shape, dag.by_name[p.name].dtype, p.name) for p in plans
     }  # no longer `constant`: a rewritten DAG is not rewritten again
 
-    def load(n: Load) -> Load | None:
-        plan = by_name.get(n.tensor.name)
-        if plan is None or not n.tensor.is_placeholder:
-            return None
-        return Load(new_inputs[plan.name], plan.index(n.indices), n.dtype)
+    def load(n: Load) -> Load:  # called for reads of the replaced placeholders only
+        return Load(new_inputs[n.tensor.name], by_name[n.tensor.name].index(n.indices), n.dtype)
 
     new_dag = rebuild_loads(dag, new_inputs, load)
     return State.replay(new_dag, state.steps), plans
