@@ -25,7 +25,8 @@ from tensorgen.search.scheduler import ProgressTable, TaskScheduler
 DEFAULT_MODELS = "resnet50,mobilenet_v2,bert_base,dcgan"
 
 
-def tune_model(name: str, batch: int, trials: int, db: str, seed: int, round_trials: int, strategy: str) -> dict:
+def tune_model(name: str, batch: int, trials: int, db: str, seed: int, round_trials: int, strategy: str,
+               transfer: bool) -> dict:
     graph = load_graph(name, batch=batch)
     tasks = extract_tasks(graph)
     if trials <= 0:
@@ -34,7 +35,7 @@ def tune_model(name: str, batch: int, trials: int, db: str, seed: int, round_tri
     start = time.perf_counter()
     try:
         result = TaskScheduler.from_models({graph.name: tasks}, seed=seed, round_trials=round_trials, strategy=strategy,
-                                           callbacks=[table]).tune(trials, db=db)
+                                           transfer=transfer, callbacks=[table]).tune(trials, db=db)
     finally:
         table.close()
     return {"tasks": len(tasks), "trials": result.trials, "tuning_wall_s": time.perf_counter() - start,
@@ -52,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--strategy", choices=("gradient", "round-robin"), default="gradient",
                         help="task scheduler (round-robin: the 'no task scheduler' ablation of Figure 10)")
+    parser.add_argument("--no-transfer", dest="transfer", action="store_false",
+                        help="do not seed tasks with adapted best programs of similar tasks (Ansor as published)")
     parser.add_argument("--round-trials", type=int, default=16,
                         help="trials per scheduler round (default 16: networks have dozens of tasks)")
     parser.add_argument("--json", metavar="FILE")
@@ -59,10 +62,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in args.models.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
-            tuning = tune_model(name, batch, args.trials, args.db, args.seed, args.round_trials, args.strategy)
+            tuning = tune_model(name, batch, args.trials, args.db, args.seed, args.round_trials, args.strategy,
+                                args.transfer)
             with SQLiteDatabase(args.db) as db:
                 result = compare(name, db=db, threads=args.threads, batch=batch, blocks=args.blocks)
-            row = {**result.__dict__, "batch": batch, **tuning, "strategy": args.strategy, "ratios": result.ratios()}
+            row = {**result.__dict__, "batch": batch, **tuning, "strategy": args.strategy,
+                   "transfer": args.transfer, "ratios": result.ratios()}
             rows.append(row)
             ratios = "  ".join(f"{k} {v:.2f}x" for k, v in row["ratios"].items())
             print(f"{name} b{batch}: tensorgen {result.tensorgen_ms:.2f} ms, onnxruntime {result.onnxruntime_ms} ms, "

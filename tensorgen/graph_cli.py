@@ -46,7 +46,7 @@ def tune_model(args: argparse.Namespace) -> int:
     table = ProgressTable()
     scheduler = TaskScheduler.from_models(
         {graph.name: tasks}, strategy=args.strategy, seed=args.seed, round_trials=args.batch_size or 16,
-        early_stopping=args.early_stopping, callbacks=[table])
+        early_stopping=args.early_stopping, transfer=args.transfer, callbacks=[table])
     try:
         result = scheduler.tune(args.trials, db=args.db, policy=args.policy)
     finally:

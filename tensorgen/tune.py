@@ -370,6 +370,13 @@ class TaskTuner:
         finally:
             tally.busy_s += time.perf_counter() - tally.since
 
+    def offer(self, states: Sequence[State]) -> None:
+        """Hand the policy programs of this task made elsewhere (see SketchPolicy.offer); policies that cannot
+        use them ignore them."""
+        offer = getattr(self.policy, "offer", None)
+        if offer is not None:
+            offer(states)
+
     def _measure(self, inputs: list[MeasureInput]) -> list[MeasureResult]:
         tally, setup = self.tally, self.setup
         t0 = time.perf_counter()

@@ -46,6 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="models: stop tuning a task after this many rounds without improvement (objective f4)")
     tune.add_argument("--strategy", choices=("gradient", "round-robin"), default="gradient",
                       help="models: how rounds are given to tasks (default: Ansor's gradient scheduler)")
+    tune.add_argument("--no-transfer", dest="transfer", action="store_false",
+                      help="models: do not seed tasks with the best programs of similar tasks (Ansor as published)")
     tune.set_defaults(fn=_tune)
     show = workload(subparsers.add_parser("show", help="print the best tuned program of a suite operator"))
     show.set_defaults(fn=_show)

@@ -1,7 +1,8 @@
 """build_model: a whole model to one shared library (all kernels + the executor) and a weights file.
 
-Every subgraph gets its best record from the database, replayed on its own DAG, or the default
-schedule when it has none. The output directory holds:
+Every subgraph gets its best record from the database, replayed on its own DAG; one without a record
+gets the best program of the tuned subgraph of the same structure and the closest size, adapted to its
+shapes (tensorgen.search.transfer), else the default schedule. The output directory holds:
     model.so        kernels + executor, C ABI in tensorgen/graph/executor.py
     model.c         its source, for people to read
     weights.bin     the constants, at the offsets the executor uses
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from tensorgen.records.database import Database
 from tensorgen.schedule.layout_rewrite import rewrite_layout
 from tensorgen.schedule.lower import lower
 from tensorgen.schedule.state import State
+from tensorgen.search.transfer import transfer_candidates
 from tensorgen.target import Target
 
 MANIFEST = "model.json"
@@ -43,16 +45,28 @@ class KernelInfo:
     nodes: int
     tuned: bool
     cost: float | None  # seconds, of the record used
+    schedule: str  # "tuned" | "transferred" (from a similar subgraph's record) | "default"
 
 
-def schedule_subgraph(sub: Subgraph, target: Target, db: Database | None, cores: int) -> tuple[State, float | None]:
-    """The state to compile for `sub`: its best record on `target`, else the default schedule."""
-    assert sub.dag is not None
-    if db is not None:
-        record = db.best(sub.workload_key, str(target))
-        if record is not None:
-            return record.state(sub.dag), record.result.median_cost
-    return default_schedule(sub.dag, cores), None
+def schedule_subgraphs(subs: Sequence[Subgraph], target: Target, db: Database | None,
+                       cores: int) -> list[tuple[State, float | None, str]]:
+    """(state, its recorded cost or None, how it was chosen) per subgraph: its best record on `target`, else
+    one adapted from the tuned subgraph of the same structure and closest size, else the default schedule."""
+    found: list[tuple[State, float] | None] = []
+    for sub in subs:
+        record = db.best(sub.workload_key, str(target)) if db is not None else None
+        found.append((record.state(sub.dag), record.result.median_cost) if record is not None else None)
+    donors = [(state, sub.dag.flop_count / cost) for sub, f in zip(subs, found) if f is not None
+              for state, cost in [f] if cost > 0]
+    out = []
+    for sub, f in zip(subs, found):
+        if f is not None:
+            out.append((*f, "tuned"))
+            continue
+        adapted = transfer_candidates(sub.dag, donors, limit=1)
+        fallback = (adapted[0], "transferred") if adapted else (default_schedule(sub.dag, cores), "default")
+        out.append((fallback[0], None, fallback[1]))
+    return out
 
 
 def build_model(model: object, out_dir: str | os.PathLike[str], *, target: str | Target = "cpu",
@@ -65,15 +79,17 @@ def build_model(model: object, out_dir: str | os.PathLike[str], *, target: str |
     graph = replace(graph, values=dict(graph.values), constants=dict(graph.constants))  # gains repacked weights
     part = partition(graph)
     funcs, kernels = [], []
-    for i, sub in enumerate(part.subgraphs):
-        state, cost = schedule_subgraph(sub, target, db, hw.cores)
+    schedules = schedule_subgraphs(part.subgraphs, target, db, hw.cores)
+    for i, (sub, (state, cost, how)) in enumerate(zip(part.subgraphs, schedules)):
         state = _repack_weights(graph, sub, state, f"k{i}")
         name = f"k{i}_{sub.name.rsplit('_', 1)[0]}"
         funcs.append(lower(state, name))
-        kernels.append(KernelInfo(name, sub.workload_key, len(sub.nodes), cost is not None, cost))
+        kernels.append(KernelInfo(name, sub.workload_key, len(sub.nodes), how == "tuned", cost, how))
     if progress:
         tuned = sum(k.tuned for k in kernels)
-        progress(f"{graph.name}: {len(kernels)} kernels ({tuned} tuned), compiling")
+        transferred = sum(k.schedule == "transferred" for k in kernels)
+        progress(f"{graph.name}: {len(kernels)} kernels ({tuned} tuned, {transferred} adapted from tuned ones), "
+                 "compiling")
     blob, weight_offsets = pack_weights(part)
     plan = plan_memory(part, _in_place(part))
     source = render_module(funcs, hw.simd_bytes, executor_source(part, [k.name for k in kernels], weight_offsets, plan))

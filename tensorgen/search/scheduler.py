@@ -48,6 +48,7 @@ from tensorgen.search.objectives import (
 )
 from tensorgen.search.policy import SearchPolicy
 from tensorgen.search.task import SearchTask
+from tensorgen.search.transfer import transfer_candidates
 from tensorgen.tune import MeasureSetup, TaskTuner, make_cost_model, make_policy
 
 LOGGER = logging.getLogger("tensorgen.scheduler")
@@ -211,6 +212,7 @@ class _Session:
     done: int = 0
     rounds: int = 0
     dead: set[int] = field(default_factory=set)  # tasks whose policy proposed nothing new
+    offered: dict[int, dict[int, float]] = field(default_factory=dict)  # task -> {donor task: its best then}
 
     def best(self) -> np.ndarray:
         return np.array([h[-1] if h else math.inf for h in self.history])
@@ -223,13 +225,15 @@ class TaskScheduler:
     or ModelTasks (several models tuned at once; a task several models share is tuned once for all).
     `objective` is any `f(latencies, view) -> float` (tensorgen.search.objectives; default TotalLatency, f1).
     `early_stopping` (rounds): a task whose best has not improved in that many of its rounds gets no more.
+    `transfer`: before a round, the task's policy is offered the best programs of tasks of the same structure
+    whose best changed since (tensorgen.search.transfer), adapted to its shapes; False is Ansor as published.
     """
 
     def __init__(self, tasks: Sequence[SearchTask], weights: Sequence[float] | Sequence[ModelTasks] | None = None, *,
                  objective: Objective | None = None, strategy: str = "gradient", alpha: float = 0.2,
                  beta: float = 2.0, backward_window: int = 3, eps_greedy: float = 0.05, seed: int = 0,
                  round_trials: int = 64, early_stopping: int | None = None, similarity_factor: float = 2.0,
-                 callbacks: Sequence[SchedulerCallback] = ()) -> None:
+                 transfer: bool = True, callbacks: Sequence[SchedulerCallback] = ()) -> None:
         self.tasks = list(tasks)
         if not self.tasks:
             raise SchedulerError("TaskScheduler needs at least one task")
@@ -250,7 +254,7 @@ class TaskScheduler:
         self.objective: Objective = objective if objective is not None else TotalLatency()
         self.strategy, self.alpha, self.beta, self.backward_window = strategy, alpha, beta, backward_window
         self.eps_greedy, self.seed, self.round_trials = eps_greedy, seed, round_trials
-        self.early_stopping = early_stopping
+        self.early_stopping, self.transfer = early_stopping, transfer
         self.callbacks = tuple(callbacks)
         self.flops = np.array([t.dag.flop_count for t in self.tasks], dtype=np.float64)
         self.similar = similar_tasks([similarity_tag(t.dag) for t in self.tasks], self.flops, similarity_factor)
@@ -360,6 +364,8 @@ class TaskScheduler:
                 if i is None:
                     stopped = "exhausted" if not self._open_tasks(session) else "converged"
                     break
+                if self.transfer:
+                    self._offer_transfers(session, i)
                 measured = tuners[i].round(min(self.round_trials, trials - session.done))
                 release = getattr(getattr(tuners[i], "policy", None), "close", None)
                 if release is not None:  # a model has dozens of tasks: keep only one task's workers alive
@@ -379,6 +385,21 @@ class TaskScheduler:
         return ScheduleResult(self.tasks, self._rows(session), [t.best_state for t in tuners],
                               self._model_latencies(session.best()), session.done, session.rounds, stopped,
                               time.perf_counter() - session.start)
+
+    def _offer_transfers(self, session: _Session, i: int) -> None:
+        """Offer task i the adapted best programs of the other tasks whose best is new to it."""
+        offer = getattr(session.tuners[i], "offer", None)
+        if offer is None:
+            return
+        seen = session.offered.setdefault(i, {})
+        donors = []
+        for k, tuner in enumerate(session.tuners):
+            best = session.history[k][-1] if session.history[k] else min(tuner.costs, default=math.inf)
+            if k != i and tuner.best_state is not None and math.isfinite(best) and seen.get(k) != best:
+                seen[k] = best
+                donors.append((tuner.best_state, self.flops[k] / best))
+        if donors:
+            offer(transfer_candidates(self.tasks[i].dag, donors, limit=max(self.round_trials // 2, 1)))
 
     def _open_tasks(self, session: _Session) -> list[int]:
         stop = self.early_stopping

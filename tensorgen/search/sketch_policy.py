@@ -3,7 +3,8 @@
 Every batch starts from a fresh random sample of the sketches plus the best programs measured so
 far (`seed_fraction` of the sample size), evolves it against the cost model and proposes the best
 predicted programs, with an eps-greedy share of plain random samples so a wrong model cannot starve
-exploration. Measurements retrain the model. Nothing is proposed twice: states already proposed or
+exploration. Programs offered from outside (a similar task's best, adapted by tensorgen.search.transfer)
+are measured first and join the seeds. Measurements retrain the model. Nothing is proposed twice: states already proposed or
 measured (including those a resumed tuner replays from its database) are excluded by `state_key`.
 """
 
@@ -72,6 +73,7 @@ class SketchPolicy:
         self.seen: set[str] = set()  # keys of states proposed or measured
         self.measured: dict[str, float] = {}  # key -> mean cost (inf for failures)
         self._good: list[tuple[float, int, State]] = []  # (cost, order, state) of successful measurements
+        self._offered: list[State] = []  # programs from other tasks, for the next batch
         self.num_trained = 0
 
     # ---- proposing --------------------------------------------------------------------------
@@ -97,6 +99,11 @@ class SketchPolicy:
         """Stop the search's worker processes; the next batch starts them again."""
         self.evolution.close()
 
+    def offer(self, states: Sequence[State]) -> None:
+        """Programs of this task made elsewhere (adapted from similar tasks' best, tensorgen.search.transfer):
+        the next batch measures up to half of itself from them, in their order, and evolves from all of them."""
+        self._offered = list(states)
+
     def next_batch(self, n: int) -> list[State]:
         with fewer_collections():
             return self._next_batch(n)
@@ -104,6 +111,8 @@ class SketchPolicy:
     def _next_batch(self, n: int) -> list[State]:
         out: list[State] = []
         keys: set[str] = set()
+        offered, self._offered = self._offered, []
+        self._fresh(offered, max(n // 2, 1), out, keys)
         idle = 0
         while len(out) < n and idle < self.patience:
             before = len(out)
@@ -112,7 +121,7 @@ class SketchPolicy:
             if not init:
                 idle += 1
                 continue
-            seeds = self.best_measured(int(self.seed_fraction * len(init)))
+            seeds = self.best_measured(int(self.seed_fraction * len(init))) + offered
             n_random = min(need, int(round(self.eps_greedy * need)))
             # random scores make evolution a costly shuffle: then the batch is random samples
             best = self.evolution.search(init + seeds, need, exclude=self.seen | keys) \

@@ -140,6 +140,29 @@ def test_tuned_conv_weights_are_repacked_at_build_time(tmp_path):
     _check_against_ort(proto, directory, rtol=1e-4)
 
 
+def test_untuned_conv_gets_the_tuned_similar_conv_program(tmp_path):
+    """A subgraph without a record is built with the best program of a tuned one of the same structure,
+    adapted to its shapes (tensorgen.search.transfer) — and still matches ONNX Runtime."""
+    from tensorgen.tune import tune
+
+    rng = np.random.default_rng(0)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 24, 12, 12])
+    w1 = helper.make_tensor("w1", TensorProto.FLOAT, [16, 8, 3, 3], rng.uniform(-1, 1, 16 * 8 * 9).astype(np.float32))
+    w2 = helper.make_tensor("w2", TensorProto.FLOAT, [24, 16, 3, 3], rng.uniform(-1, 1, 24 * 16 * 9).astype(np.float32))
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c2"], ["y"])]
+    proto = helper.make_model(helper.make_graph(nodes, "two_convs", [x], [y], [w1, w2]),
+                              opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    first, second = extract_tasks(load_graph(proto))
+    db = SQLiteDatabase(tmp_path / "t.db")
+    tune(first.task, trials=8, db=db, seed=0)
+    directory = build_model(proto, tmp_path / "out", db=db)
+    kernels = json.loads((directory / "model.json").read_text())["kernels"]
+    assert [k["schedule"] for k in kernels] == ["tuned", "transferred"]
+    _check_against_ort(proto, directory, rtol=1e-4)
+
+
 def test_c_example_runs_the_model_without_python(tmp_path):
     proto = _tiny_model()
     directory = build_model(proto, tmp_path / "out")
