@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < n_out; ++i) outputs[i] = malloc(tensorgen_model_output_bytes(i));
 
   tensorgen_model* model = tensorgen_model_init(weights);
+  free(weights); /* the model keeps an aligned copy */
   if (!model || tensorgen_model_run(model, (const void* const*)inputs, outputs) != 0) {
     fprintf(stderr, "model failed\n");
     return 1;

@@ -92,7 +92,8 @@ def build_model(model: object, out_dir: str | os.PathLike[str], *, target: str |
                  "compiling")
     blob, weight_offsets = pack_weights(part)
     plan = plan_memory(part, _in_place(part))
-    source = render_module(funcs, hw.simd_bytes, executor_source(part, [k.name for k in kernels], weight_offsets, plan))
+    executor = executor_source(part, [k.name for k in kernels], weight_offsets, len(blob), plan)
+    source = render_module(funcs, hw.simd_bytes, executor)
     library = compile_source(source, march=march)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -128,7 +129,7 @@ def _manifest(graph: Graph, part: Partition, kernels: list[KernelInfo], plan, ta
         return [{"name": n, "shape": list(graph.value(n).shape), "dtype": graph.value(n).dtype} for n in names]
 
     return {
-        "format": 1, "model": graph.name, "target": str(target),
+        "format": 2, "model": graph.name, "target": str(target),
         "inputs": values(graph.inputs), "outputs": values(graph.outputs),
         "kernels": [k.__dict__ for k in kernels],
         "arena_bytes": plan.arena_bytes, "unshared_bytes": plan.naive_bytes,

@@ -2,12 +2,14 @@
 
 The C ABI of a compiled model (see examples/run_model.c):
 
-    tensorgen_model* tensorgen_model_init(const void* weights);   // the weights file's bytes
+    tensorgen_model* tensorgen_model_init(const void* weights);   // the weights file's bytes (copied)
     int tensorgen_model_run(tensorgen_model* m, const void* const* inputs, void* const* outputs);
     void tensorgen_model_free(tensorgen_model* m);
     int tensorgen_model_num_inputs(void), tensorgen_model_num_outputs(void);
     long tensorgen_model_input_bytes(int i), tensorgen_model_output_bytes(int i);
 
+init copies the weights into 64-byte aligned memory of its own: a buffer read from a file is 16-byte
+aligned, and every vector load of a weight then splits a cache line (tuned 3x3 convs ran 1.3x slower).
 Intermediate values live in one arena allocated by init; values whose lifetimes do not overlap
 share memory. Reshape-like values alias their source, graph outputs are written in place.
 """
@@ -96,7 +98,7 @@ def pack_weights(part: Partition) -> tuple[bytes, dict[str, int]]:
     return b"".join(chunks), offsets
 
 
-def executor_source(part: Partition, kernel_names: list[str], weight_offsets: dict[str, int],
+def executor_source(part: Partition, kernel_names: list[str], weight_offsets: dict[str, int], weight_bytes: int,
                     plan: MemoryPlan) -> str:
     """C source of the model entry points (appended to the module holding the kernels)."""
     graph = part.graph
@@ -133,14 +135,15 @@ def executor_source(part: Partition, kernel_names: list[str], weight_offsets: di
 #include <string.h>
 
 /* ---- executor: {graph.name}, {len(part.subgraphs)} kernels, arena {plan.arena_bytes} bytes ---- */
-typedef struct {{ char* arena; const char* weights; }} tensorgen_model;
+typedef struct {{ char* arena; char* weights; }} tensorgen_model;
 
 tensorgen_model* tensorgen_model_init(const void* weights) {{
   tensorgen_model* m = (tensorgen_model*)malloc(sizeof(tensorgen_model));
   if (!m) return NULL;
-  m->arena = (char*)aligned_alloc({ALIGN}, {max(plan.arena_bytes, ALIGN)});
-  m->weights = (const char*)weights;
-  if (!m->arena) {{ free(m); return NULL; }}
+  m->arena = (char*)aligned_alloc({ALIGN}, {_aligned(max(plan.arena_bytes, 1))});
+  m->weights = (char*)aligned_alloc({ALIGN}, {_aligned(max(weight_bytes, 1))});
+  if (!m->arena || !m->weights) {{ free(m->arena); free(m->weights); free(m); return NULL; }}
+  memcpy(m->weights, weights, {weight_bytes});
   return m;
 }}
 
@@ -150,7 +153,7 @@ int tensorgen_model_run(tensorgen_model* m, const void* const* inputs, void* con
 }}
 
 void tensorgen_model_free(tensorgen_model* m) {{
-  if (m) {{ free(m->arena); free(m); }}
+  if (m) {{ free(m->arena); free(m->weights); free(m); }}
 }}
 
 int tensorgen_model_num_inputs(void) {{ return {len(graph.inputs)}; }}

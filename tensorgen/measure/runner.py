@@ -97,6 +97,7 @@ class LocalRunner:
     repeat: int = 3
     min_repeat_ms: float = 0.0
     enable_cpu_cache_flush: bool = False
+    evict_weights: bool = False  # evict the constant inputs before every timed call (see measure.harness)
     cooldown_interval: float = 0.0
     check_correctness: bool = False
     rtol: float = 1e-3
@@ -144,7 +145,7 @@ class LocalRunner:
         return min(self.timeout, max(1.0, self.timeout_factor * self._fastest[task.key] * calls))
 
     def config(self, task: SearchTask, number: int | None = None, repeat: int | None = None) -> HarnessConfig:
-        flush = 2 * task.hw.l3_bytes if self.enable_cpu_cache_flush else 0
+        flush = -1 if self.evict_weights else 2 * task.hw.l3_bytes if self.enable_cpu_cache_flush else 0
         return HarnessConfig(
             number=self.number if number is None else number, repeat=self.repeat if repeat is None else repeat,
             min_repeat_ms=self.min_repeat_ms if number is None else 0.0, flush_bytes=flush,

@@ -20,7 +20,7 @@ class CompiledModel:
         self.directory = Path(directory)
         try:
             self.manifest = json.loads((self.directory / "model.json").read_text())
-            self._weights = np.fromfile(self.directory / "weights.bin", dtype=np.uint8)
+            weights = np.fromfile(self.directory / "weights.bin", dtype=np.uint8)
             self._lib = ctypes.CDLL(str(self.directory / "model.so"))
         except (OSError, ValueError) as err:
             raise RuntimeCallError(f"{self.directory} is not a built tensorgen model: {err}") from err
@@ -31,7 +31,8 @@ class CompiledModel:
         lib.tensorgen_model_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         lib.tensorgen_model_run.restype = ctypes.c_int
         lib.tensorgen_model_free.argtypes, lib.tensorgen_model_free.restype = [ctypes.c_void_p], None
-        self._handle = lib.tensorgen_model_init(self._weights.ctypes.data)
+        self._handle = lib.tensorgen_model_init(weights.ctypes.data)  # format 2 on: init copies the weights
+        self._weights = weights if self.manifest.get("format", 1) < 2 else None  # format 1 keeps reading ours
         if not self._handle:
             raise RuntimeCallError(f"{self.directory}: out of memory initializing the model")
         if threads is not None:

@@ -4,8 +4,8 @@ Every batch starts from a fresh random sample of the sketches plus the best prog
 far (`seed_fraction` of the sample size), evolves it against the cost model and proposes the best
 predicted programs, with an eps-greedy share of plain random samples so a wrong model cannot starve
 exploration. Programs offered from outside (a similar task's best, adapted by tensorgen.search.transfer)
-are measured first and join the seeds. Measurements retrain the model. Nothing is proposed twice: states already proposed or
-measured (including those a resumed tuner replays from its database) are excluded by `state_key`.
+are measured first and join the seeds. Measurements retrain the model. Nothing is proposed twice: states
+already proposed or measured (including those a resumed tuner replays from its database) are excluded by `state_key`.
 """
 
 from __future__ import annotations
