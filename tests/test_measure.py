@@ -196,6 +196,29 @@ def test_cache_flush_and_cooldown(builder):
     assert res.all_cost >= 2 * 0.05
 
 
+def test_weights_are_marked_and_evicted_before_every_call(builder):
+    """A model's constant inputs are `w` args; evicting them keeps results right and times only the calls."""
+    x = te.placeholder((64, 256), name="x")
+    w = te.placeholder((256, 256), name="w", constant=True)
+    k = te.reduce_axis(256, "k")
+    y = te.compute((64, 256), lambda i, j: te.sum(x[i, k] * w[k, j], axis=k), name="y")
+    t = SearchTask(ComputeDAG([x, w, y]), Target.parse("cpu"), HardwareParams(cores=2))
+    assert arg_specs(t.dag) == ["f:16384:i", "f:65536:w", "f:16384:o"]
+    s = State(t.dag)
+    s.split("y", "j", [16])
+    s.reorder("y", ["i", "j_0", "k", "j_1"])
+    s.parallel("y", "i")
+    s.vectorize("y", "j_1")
+    inp = MeasureInput(t, s)
+    built = builder.build([inp])
+    runner = LocalRunner(number=4, repeat=3, evict_weights=True, check_correctness=True)
+    assert runner.config(t).flush_bytes == -1
+    (res,) = runner.run([inp], built)
+    assert_good(res)
+    (hot,) = LocalRunner(number=4, repeat=3, check_correctness=True).run([inp], built)
+    assert_good(hot)
+
+
 def test_timing_noise(builder):
     inp = tiled(task(512))
     (build,) = builder.build([inp])

@@ -121,6 +121,21 @@ def test_scheduler_gradients_use_weights_and_similar_tasks():
     np.testing.assert_allclose(sched.gradients(history), expected, rtol=1e-6)
 
 
+def test_a_stalled_task_loses_its_similarity_term():
+    """A task far slower than its similar peers that stopped improving is not fed forever (Ansor's formula
+    alone would: its beta * C / V - g stays large); similarity_patience=None is the formula as published."""
+    tasks = [gmm_task(16), gmm_task(18)]
+    flops = [t.dag.flop_count for t in tasks]
+    stalled_slow = [1e-3] * 5  # five rounds, no gain, 100x slower than its peer
+    history = [stalled_slow, [flops[1] / 1e11] * 5]
+    with_term = TaskScheduler(tasks, alpha=0.2, similarity_patience=None).gradients(history)[0]
+    without = TaskScheduler(tasks, alpha=0.2).gradients(history)[0]
+    assert with_term == pytest.approx(0.8 * (2 * flops[0] / 1e11 - 1e-3))
+    assert without == pytest.approx(0.8 * (-1e-3 / 5))
+    improving = [2e-3, 1.8e-3, 1.5e-3, 1.2e-3, 1e-3]  # still gaining: keeps the term
+    assert TaskScheduler(tasks, alpha=0.2).gradients([improving, history[1]])[0] < without
+
+
 def test_estimates_for_failed_tasks_are_finite():
     best = np.array([1e-3, math.inf, 2e-3, math.inf])
     flops = np.array([1e6, 4e6, 1e6, 0.0])
