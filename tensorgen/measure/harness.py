@@ -5,10 +5,9 @@ hang in a candidate kills only that process. Inputs come from a seeded xorshift 
 harness, so a candidate and the naive reference see identical data without shipping arrays around.
 
 Arguments are inputs (`i`), outputs (`o`) or weights (`w`: a model's constant inputs). With `flush_bytes`
--1 the weights are evicted from the caches before every timed call and only the calls are timed: in a
-network each layer finds its weights in memory, having streamed 100 MB of other layers' weights since
-its last run, while its input was just written by the layer before (TVM's cache_flush_cpu_non_first_arg).
-Tuned on hot weights, a model's 3x3 convs ran 1.5x slower inside the model than their records said.
+-1 the weights are evicted from every cache level before each timed call and only the calls are timed,
+like TVM's cache_flush_cpu_non_first_arg: a layer of a network whose weights do not fit the last-level
+cache finds them in memory, while its input was just written by the layer before.
 """
 
 from __future__ import annotations

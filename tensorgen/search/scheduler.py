@@ -61,7 +61,8 @@ __all__ = ["ModelTasks", "ProgressTable", "RoundTuner", "ScheduleResult", "Sched
 
 
 class RoundTuner(Protocol):
-    """What the scheduler drives per task (tensorgen.tune.TaskTuner; tests use fakes)."""
+    """What the scheduler drives per task (tensorgen.tune.TaskTuner; tests use fakes). A tuner may also have
+    `offer(states)`, which takes programs adapted from similar tasks before a round (see TaskTuner.offer)."""
 
     task: SearchTask
     best_state: State | None
