@@ -52,20 +52,18 @@ def schedule_subgraphs(subs: Sequence[Subgraph], target: Target, db: Database | 
                        cores: int) -> list[tuple[State, float | None, str]]:
     """(state, its recorded cost or None, how it was chosen) per subgraph: its best record on `target`, else
     one adapted from the tuned subgraph of the same structure and closest size, else the default schedule."""
-    found: list[tuple[State, float] | None] = []
-    for sub in subs:
-        record = db.best(sub.workload_key, str(target)) if db is not None else None
-        found.append((record.state(sub.dag), record.result.median_cost) if record is not None else None)
-    donors = [(state, sub.dag.flop_count / cost) for sub, f in zip(subs, found) if f is not None
-              for state, cost in [f] if cost > 0]
+    records = [db.best(sub.workload_key, str(target)) if db is not None else None for sub in subs]
+    tuned = {i: (r.state(sub.dag), r.result.median_cost) for i, (sub, r) in enumerate(zip(subs, records))
+             if r is not None}
+    donors = [(state, subs[i].dag.flop_count / cost) for i, (state, cost) in tuned.items() if cost > 0]
     out = []
-    for sub, f in zip(subs, found):
-        if f is not None:
-            out.append((*f, "tuned"))
-            continue
-        adapted = transfer_candidates(sub.dag, donors, limit=1)
-        fallback = (adapted[0], "transferred") if adapted else (default_schedule(sub.dag, cores), "default")
-        out.append((fallback[0], None, fallback[1]))
+    for i, sub in enumerate(subs):
+        if i in tuned:
+            out.append((*tuned[i], "tuned"))
+        elif adapted := transfer_candidates(sub.dag, donors, limit=1):
+            out.append((adapted[0], None, "transferred"))
+        else:
+            out.append((default_schedule(sub.dag, cores), None, "default"))
     return out
 
 

@@ -402,8 +402,7 @@ class TaskScheduler:
             return
         seen = session.offered.setdefault(i, {})
         donors = []
-        for k, tuner in enumerate(session.tuners):
-            best = session.history[k][-1] if session.history[k] else min(tuner.costs, default=math.inf)
+        for k, (tuner, best) in enumerate(zip(session.tuners, session.best())):
             if k != i and tuner.best_state is not None and math.isfinite(best) and seen.get(k) != best:
                 seen[k] = best
                 donors.append((tuner.best_state, self.flops[k] / best))

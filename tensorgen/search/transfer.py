@@ -17,11 +17,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from tensorgen.dag import ComputeDAG
-from tensorgen.errors import LoweringError, ScheduleError
-from tensorgen.schedule.lower import lower
+from tensorgen.errors import ScheduleError
 from tensorgen.schedule.state import State
 from tensorgen.schedule.steps import SplitStep
-from tensorgen.search.annotate import divisors
+from tensorgen.search.annotate import divisors, is_valid
 
 
 def refit_lengths(extent: int, lengths: Sequence[int], inner_to_outer: bool = True) -> tuple[int, ...]:
@@ -53,10 +52,9 @@ def adapt(state: State, dag: ComputeDAG) -> State | None:
                     return None
                 step = replace(step, extent=extent, lengths=refit_lengths(extent, step.lengths, step.inner_to_outer))
             out.apply(step)
-        lower(out)
-    except (ScheduleError, LoweringError, IndexError):
+    except (ScheduleError, IndexError):
         return None
-    return out
+    return out if is_valid(out) else None
 
 
 def structure_key(dag: ComputeDAG) -> tuple:
