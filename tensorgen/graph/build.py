@@ -76,6 +76,7 @@ def build_model(model: object, out_dir: str | os.PathLike[str], *, target: str |
     graph = model if isinstance(model, Graph) else load_graph(model, batch=batch)
     graph = replace(graph, values=dict(graph.values), constants=dict(graph.constants))  # gains repacked weights
     part = partition(graph)
+    graph = part.graph  # the partitioned graph (channels-last convs) is the one the kernels read
     funcs, kernels = [], []
     schedules = schedule_subgraphs(part.subgraphs, target, db, hw.cores)
     for i, (sub, (state, cost, how)) in enumerate(zip(part.subgraphs, schedules)):

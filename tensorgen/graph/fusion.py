@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from tensorgen.dag import ComputeDAG, topological
 from tensorgen.graph.ir import Graph, GraphError, Node
+from tensorgen.graph.layout import to_channels_last
 from tensorgen.graph.ops import lower_node, op_kind
 from tensorgen.graph.ops_base import te_shape
 from tensorgen.runtime.module import DTYPES as KERNEL_DTYPES
@@ -60,8 +61,11 @@ class Partition:
     aliases: dict[str, str]  # value -> the value whose memory it shares (resolved to the root)
 
 
-def partition(graph: Graph) -> Partition:
-    """Group the nodes of `graph` (already optimized) into subgraphs and lower each to a ComputeDAG."""
+def partition(graph: Graph, channels_last: bool = True) -> Partition:
+    """Group the nodes of `graph` (already optimized) into subgraphs and lower each to a ComputeDAG;
+    with `channels_last`, after rewriting its convolutions to NHWC (see graph.layout)."""
+    if channels_last:
+        graph = to_channels_last(graph)
     users = graph.consumers()
     outputs = set(graph.outputs)
     groups: list[Subgraph] = []

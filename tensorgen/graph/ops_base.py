@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from tensorgen.graph.ir import Graph, GraphError, Node, Value
-from tensorgen.te.expr import Expr, const, is_float
+from tensorgen.te.expr import Expr, Var, const, is_float
 from tensorgen.te.tensor import Tensor
 
 FLOATS = ("float32", "float64")
@@ -155,9 +155,11 @@ class Args:
 
 def broadcast_index(shape: Sequence[int], idx: Sequence[Expr]) -> tuple:
     """Where a tensor of `shape` is read for output index `idx` under ONNX (NumPy) multidirectional
-    broadcasting: right-aligned, size-1 dims read at 0."""
+    broadcasting: right-aligned, size-1 dims read at 0 — unless the output dim is size 1 as well: then
+    at the output's own axis, so an element-wise op on equal shapes reads its input at its own axes
+    and the sketch rules see a fusible consumer (batch-1 conv -> bias -> clip)."""
     tail = idx[len(idx) - len(shape):]
-    return tuple(0 if n == 1 else i for i, n in zip(tail, shape))
+    return tuple(i if n != 1 or (isinstance(i, Var) and i.extent == 1) else 0 for i, n in zip(tail, shape))
 
 
 def broadcast_load(t: Tensor, idx: Sequence[Expr]) -> Expr:

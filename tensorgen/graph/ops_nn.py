@@ -22,33 +22,40 @@ LAYOUTS = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
 CONV_TAGS = {1: CONV1D, 2: CONV2D, 3: CONV3D}
 
 
-def _geometry(args: Args, x: Tensor, w: Tensor) -> tuple[int, Sequence[int], Sequence[int], Sequence[int], int]:
+def _geometry(args: Args, x: Tensor, w: Tensor,
+              channels_last: bool = False) -> tuple[int, Sequence[int], Sequence[int], Sequence[int], int]:
     """(spatial rank, strides, dilations, pads, group), checked against the tensors."""
     nd = x.ndim - 2
     if nd not in LAYOUTS or w.ndim != x.ndim:
         raise args.error(f"data {list(x.shape)} and weight {list(w.shape)} are not a 1-D, 2-D or 3-D convolution")
     kernel = tuple(args.attr("kernel_shape"))
-    if kernel != w.shape[2:]:
+    if kernel != (w.shape[:nd] if channels_last else w.shape[2:]):
         raise args.error(f"kernel_shape {list(kernel)} disagrees with the weight shape {list(w.shape)}")
     return nd, args.attr("strides"), args.attr("dilations"), args.attr("pads"), int(args.attr("group"))
 
 
-def _with_bias(args: Args, y: Tensor) -> Tensor:
+def _with_bias(args: Args, y: Tensor, channel_axis: int = 1) -> Tensor:
     """`y + B[channel]` when the optional bias input is present."""
     if not args.present(2):
         return y
     bias = args.tensor(2)
-    if bias.shape != (y.shape[1],):
-        raise args.error(f"bias {list(bias.shape)} does not match the {y.shape[1]} output channels")
-    return compute(y.shape, lambda *idx: y[idx] + bias[idx[1]], name=args.name("bias"), tag=BROADCAST)
+    if bias.shape != (y.shape[channel_axis],):
+        raise args.error(f"bias {list(bias.shape)} does not match the {y.shape[channel_axis]} output channels")
+    return compute(y.shape, lambda *idx: y[idx] + bias[idx[channel_axis]], name=args.name("bias"), tag=BROADCAST)
 
 
 @lowering("Conv", kind="compute", dtypes=FLOATS)
 def _conv(node: Node, args: Args) -> list[Tensor]:
+    """ONNX's channels-first Conv, or with attribute `layout` (set by graph.layout.to_channels_last) a
+    channels-last one: data (N, spatial..., C), weight (kernel..., C/group, M)."""
     x, w = args.tensor(0), args.tensor(1)
-    nd, strides, dilations, pads, group = _geometry(args, x, w)
-    y = conv_nd(x, w, strides, pads, dilations, group, LAYOUTS[nd], nd, "Conv", args.name(), CONV_TAGS[nd])
-    return [_with_bias(args, y)]
+    layout = node.attrs.get("layout")
+    channels_last = layout is not None
+    nd, strides, dilations, pads, group = _geometry(args, x, w, channels_last)
+    if layout is None:
+        layout = LAYOUTS[nd]
+    y = conv_nd(x, w, strides, pads, dilations, group, layout, nd, "Conv", args.name(), CONV_TAGS[nd])
+    return [_with_bias(args, y, nd + 1 if channels_last else 1)]
 
 
 @lowering("ConvTranspose", kind="compute", dtypes=FLOATS)
