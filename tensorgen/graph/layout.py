@@ -11,7 +11,8 @@ the data layout is part of the schedule).
   with its weight repacked at compile time to (kernel..., C/group, M);
 - an element-wise node whose tensor inputs all exist channels-last runs channels-last too (its
   constants are permuted to match), so bias adds, activations and residual adds stay in that layout;
-- a Concat over the channel axis of such inputs concatenates over the last axis.
+- a Concat over the channel axis of such inputs concatenates over the last axis, and a pool over such
+  an input pools channels-last.
 Each rewritten node's channels-first result is still defined by a Transpose, so every other reader
 (pools, reshapes, graph outputs) sees the value it saw before; the Transposes nobody reads are then
 removed, and Transpose pairs that cancel are removed by the reshape/transpose simplification.
@@ -30,6 +31,7 @@ from tensorgen.graph.passes import _copy, eliminate_dead_code, remove_noops, sim
 
 #: the layout attribute a channels-last Conv carries, by spatial rank
 CHANNELS_LAST = {1: "NWC", 2: "NHWC", 3: "NDHWC"}
+POOLS = frozenset({"MaxPool", "AveragePool", "GlobalAveragePool"})
 
 
 def to_last(rank: int) -> tuple[int, ...]:
@@ -78,8 +80,12 @@ class _Rewriter:
             outputs.append(self.value(f"{out}_cl", tuple(v.shape[p] for p in perm), v.dtype))
         self.nodes.append(replace(node, inputs=inputs, outputs=outputs, attrs=attrs))
         for out, twin in zip(node.outputs, outputs):
-            rank = len(self.g.value(out).shape)
-            self.nodes.append(Node("Transpose", f"{out}_to_channels_first", [twin], [out], {"perm": to_first(rank)}))
+            shape = self.g.value(out).shape
+            if [d for d in shape if d != 1] == [d for d in self.g.value(twin).shape if d != 1]:  # (1, 1, 1, C)
+                back = Node("Reshape", f"{out}_to_channels_first", [twin], [out], {"shape": shape})
+            else:
+                back = Node("Transpose", f"{out}_to_channels_first", [twin], [out], {"perm": to_first(len(shape))})
+            self.nodes.append(back)
             self.last[out] = twin
 
     def constant(self, name: str, array: np.ndarray) -> str:
@@ -114,6 +120,14 @@ class _Rewriter:
         self.emit_channels_last(node, inputs, node.attrs)
         return True
 
+    def pool(self, node: Node) -> bool:
+        """A pool over a value that exists channels-last pools it there (no Transpose before it)."""
+        rank = len(self.g.value(node.inputs[0]).shape)
+        if node.inputs[0] not in self.last or rank - 2 not in CHANNELS_LAST:
+            return False
+        self.emit_channels_last(node, [self.last[node.inputs[0]]], {**node.attrs, "layout": CHANNELS_LAST[rank - 2]})
+        return True
+
     def concat(self, node: Node) -> bool:
         rank = len(self.g.value(node.outputs[0]).shape)
         if rank < 3 or node.attrs["axis"] % rank != 1 or any(x not in self.last for x in node.inputs):
@@ -124,7 +138,7 @@ class _Rewriter:
     def run(self) -> Graph:
         for node in self.g.nodes:
             handled = ((node.op == "Conv" and self.conv(node)) or (node.op == "Concat" and self.concat(node))
-                       or (_layout_free(node) and self.elementwise(node)))
+                       or (node.op in POOLS and self.pool(node)) or (_layout_free(node) and self.elementwise(node)))
             if not handled:
                 self.nodes.append(node)
         self.g.nodes = self.nodes

@@ -19,8 +19,23 @@ from tensorgen.te.tensor import max as te_max
 from tensorgen.te.tensor import sum as te_sum
 
 
-def _spatial_names(nd: int) -> list[str]:
-    return ["n", "c", *(f"o{d}" for d in range(nd))]
+class _Layout:
+    """Where a pooling node's channel axis is: second (ONNX) or last (attribute `layout`, set by
+    graph.layout.to_channels_last)."""
+
+    def __init__(self, node: Node, nd: int):
+        self.last = node.attrs.get("layout") is not None
+        self.names = list(self.join("n", "c", [f"o{d}" for d in range(nd)]))
+
+    def spatial(self, seq: Sequence) -> tuple:
+        return tuple(seq[1:-1] if self.last else seq[2:])
+
+    def split(self, idx: Sequence) -> tuple:
+        """(n, c, spatial) of an index in this layout."""
+        return (idx[0], idx[-1], idx[1:-1]) if self.last else (idx[0], idx[1], idx[2:])
+
+    def join(self, n, c, sp: Sequence) -> tuple:
+        return (n, *sp, c) if self.last else (n, c, *sp)
 
 
 class _Window:
@@ -30,13 +45,14 @@ class _Window:
         self.nd = x.ndim - 2
         if self.nd < 1:
             raise args.error(f"input {list(x.shape)} has no spatial dimensions")
-        self.size = x.shape[2:]
+        self.layout = _Layout(args.node, self.nd)
+        self.size = self.layout.spatial(x.shape)
         self.kernel = tuple(args.attr("kernel_shape"))
         self.strides = tuple(args.attr("strides"))
         self.dilations = tuple(args.attr("dilations"))
         pads = tuple(args.attr("pads"))
         self.before, self.after = pads[:self.nd], pads[self.nd:]
-        self.out = args.out(0).shape[2:]
+        self.out = self.layout.spatial(args.out(0).shape)
         if not len(self.kernel) == len(self.strides) == len(self.dilations) == len(self.out) == self.nd:
             raise args.error(f"kernel_shape, strides, dilations and the output disagree on the {self.nd} "
                              "spatial dims")
@@ -47,19 +63,21 @@ class _Window:
     def padded(self, x: Tensor, value: float, name: str) -> Tensor:
         if not any(self.before) and not any(self.reach):
             return x
-        return pad(x, (0, 0, *self.before), (0, 0, *self.reach), value, name)
+        return pad(x, self.layout.join(0, 0, self.before), self.layout.join(0, 0, self.reach), value, name)
 
     def reduction(self, src: Tensor, combiner, name: str) -> Tensor:
         raxes = [reduce_axis(k, f"r{d}") for d, k in enumerate(self.kernel)]
 
-        def body(n, c, *sp):
-            pos = (scaled(o, s) + scaled(r, dl) for o, s, r, dl in zip(sp, self.strides, raxes, self.dilations))
-            return combiner(src[(n, c, *pos)], axis=raxes)
+        def body(*idx):
+            n, c, sp = self.layout.split(idx)
+            pos = [scaled(o, s) + scaled(r, dl) for o, s, r, dl in zip(sp, self.strides, raxes, self.dilations)]
+            return combiner(src[self.layout.join(n, c, pos)], axis=raxes)
 
-        shape = (src.shape[0], src.shape[1], *self.out)
+        n, c, _ = self.layout.split(src.shape)
         attrs = {"kernel": self.kernel, "stride": self.strides, "dilation": self.dilations,
                  "padding": (self.before, self.after)}
-        return compute(shape, named(body, _spatial_names(self.nd)), name=name, tag=POOL, attrs=attrs)
+        return compute(self.layout.join(n, c, self.out), named(body, self.layout.names), name=name, tag=POOL,
+                       attrs=attrs)
 
     def count(self, d: int, o: E.Expr, include_pad: bool) -> int | E.Expr:
         """How many window elements along dim d fall inside the input (plus the explicit padding if
@@ -103,11 +121,11 @@ def _avg_pool(node: Node, args: Args) -> list[Tensor]:
     include_pad = bool(args.attr("count_include_pad"))
     total = win.reduction(win.padded(x, 0.0, args.name("pad")), te_sum, args.name("sum"))
 
-    def average(n, c, *sp):
-        counts = [win.count(d, o, include_pad) for d, o in enumerate(sp)]
+    def average(*idx):
+        counts = [win.count(d, o, include_pad) for d, o in enumerate(win.layout.split(idx)[2])]
         fixed = math.prod(v for v in counts if isinstance(v, int))
         varying = [v for v in counts if not isinstance(v, int)]
-        value = total[(n, c, *sp)] * (1.0 / fixed)
+        value = total[idx] * (1.0 / fixed)
         if not varying:
             return value
         divisor = varying[0]
@@ -115,7 +133,7 @@ def _avg_pool(node: Node, args: Args) -> list[Tensor]:
             divisor = divisor * v
         return value / E.cast(divisor, x.dtype)
 
-    return [compute(total.shape, named(average, _spatial_names(win.nd)), name=args.name(), tag=BROADCAST)]
+    return [compute(total.shape, named(average, win.layout.names), name=args.name(), tag=BROADCAST)]
 
 
 @lowering("GlobalAveragePool", kind="reduce", dtypes=FLOATS)
@@ -123,15 +141,18 @@ def _global_avg_pool(node: Node, args: Args) -> list[Tensor]:
     x = args.tensor(0)
     if x.ndim < 3:
         raise args.error(f"input {list(x.shape)} has no spatial dimensions")
-    args.expect_shape(0, x.shape[:2] + (1,) * (x.ndim - 2))
-    raxes = [reduce_axis(n, f"r{d}") for d, n in enumerate(x.shape[2:])]
-    scale = 1.0 / math.prod(x.shape[2:])
     nd = x.ndim - 2
+    layout = _Layout(node, nd)
+    n, c, size = layout.split(x.shape)
+    args.expect_shape(0, layout.join(n, c, (1,) * nd))
+    raxes = [reduce_axis(k, f"r{d}") for d, k in enumerate(size)]
+    scale = 1.0 / math.prod(size)
 
-    def body(n, c, *sp):
-        return te_sum(x[(n, c, *raxes)] * scale, axis=raxes)
+    def body(*idx):
+        n, c, _ = layout.split(idx)
+        return te_sum(x[layout.join(n, c, raxes)] * scale, axis=raxes)
 
-    return [compute(args.out_shape(), named(body, _spatial_names(nd)), name=args.name(), tag=POOL)]
+    return [compute(args.out_shape(), named(body, layout.names), name=args.name(), tag=POOL)]
 
 
 @lowering("Softmax", kind="reduce", dtypes=FLOATS)
