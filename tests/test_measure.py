@@ -257,3 +257,29 @@ def test_guard_logs_first_errors_then_summaries(caplog):
     with pytest.raises(TooManyErrors, match="20 consecutive"):
         for _ in range(20):
             guard.observe(bad[0])
+
+
+def test_long_sums_are_checked_against_an_accurate_reference(builder):
+    """A float32 sum of 4M terms in a row drifts (~1% here); the runner's reference splits long sums, so
+    a candidate that sums in 64 partial sums is accepted, and the reference is within float32 rounding
+    of the float64 sum."""
+    from tensorgen.build import build
+    from tensorgen.measure.runner import reference_state
+    from tensorgen.te.ops import matrix_norm
+
+    a = te.placeholder((2048, 2048), name="A")
+    dag = ComputeDAG(matrix_norm(a))
+    x = np.random.default_rng(0).uniform(-1, 1, (2048, 2048)).astype(np.float32)
+    exact = np.sqrt(np.sum(x.astype(np.float64) ** 2))
+    naive, accurate = np.zeros(1, np.float32), np.zeros(1, np.float32)
+    build(State(dag))(x, naive)
+    build(reference_state(dag))(x, accurate)
+    assert abs(accurate[0] - exact) < 1e-5 * exact < abs(naive[0] - exact)
+
+    t = SearchTask(dag, Target.parse("cpu"), HardwareParams(cores=2))
+    s = State(dag)
+    stage = next(i for i, st in enumerate(s.stages) if st.iters and st.iters[-1].kind == "reduce")
+    s.fuse(stage, [it.name for it in s.stages[stage].iters if it.kind == "reduce"])
+    s.split(stage, s.stages[stage].iters[-1].name, [65536])
+    s.rfactor(stage, s.stages[stage].relations[-1].children[0], 0)
+    assert_good(measure(builder, LocalRunner(check_correctness=True), [MeasureInput(t, s)])[0])
