@@ -339,3 +339,22 @@ def test_workload_key_sees_combiner_init_where_tag_attrs_dtype_constants():
             key(dtype="float64"), key(scale=0.5), key(scale=0.5000001)]
     assert len(set(keys)) == len(keys)
     assert key(scale=0.5) == key(scale=0.5)
+
+
+def test_heap_buffers_outside_parallel_loops_share_the_module_scratch():
+    """render_module(scratch=True): a root-level heap buffer is an offset into the shared scratch (sized by
+    the largest function), one allocated inside a parallel loop stays a per-thread buffer."""
+    from tensorgen.codegen.c import STACK_LIMIT, render_module
+
+    n = STACK_LIMIT // 4 + 16  # past the stack limit
+    a = te.placeholder((4, n), name="A")
+    b = te.compute((4, n), lambda i, j: a[i, j] * 2.0, name="B")
+    c = te.compute((4, n), lambda i, j: b[i, j] + 1.0, name="C")
+    root = State(ComputeDAG(c))  # B at root: one buffer of 4n floats outside any loop
+    inner = State(ComputeDAG(c))
+    inner.parallel("C", "i")
+    inner.compute_at("B", "C", "i")  # B per row, inside the parallel loop
+    source = render_module([lower(root, "root_f"), lower(inner, "inner_f")], scratch=True)
+    assert "return (float*)(tensorgen_scratch + 0);" in source
+    assert f"#define TENSORGEN_SCRATCH_BYTES {-(-4 * n * 4 // 64) * 64}" in source
+    assert source.count("static __thread float* buffer;") == 1  # inner_f's row buffer, per thread

@@ -92,7 +92,7 @@ def build_model(model: object, out_dir: str | os.PathLike[str], *, target: str |
     blob, weight_offsets = pack_weights(part)
     plan = plan_memory(part, _in_place(part))
     executor = executor_source(part, [k.name for k in kernels], weight_offsets, len(blob), plan)
-    source = render_module(funcs, hw.simd_bytes, executor)
+    source = render_module(funcs, hw.simd_bytes, executor, scratch=True)
     library = compile_source(source, march=march)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -135,25 +135,29 @@ def executor_source(part: Partition, kernel_names: list[str], weight_offsets: di
 #include <string.h>
 
 /* ---- executor: {graph.name}, {len(part.subgraphs)} kernels, arena {plan.arena_bytes} bytes ---- */
-typedef struct {{ char* arena; char* weights; }} tensorgen_model;
+typedef struct {{ char* arena; char* weights; char* scratch; }} tensorgen_model;
 
 tensorgen_model* tensorgen_model_init(const void* weights) {{
   tensorgen_model* m = (tensorgen_model*)malloc(sizeof(tensorgen_model));
   if (!m) return NULL;
   m->arena = (char*)aligned_alloc({ALIGN}, {_aligned(max(plan.arena_bytes, 1))});
   m->weights = (char*)aligned_alloc({ALIGN}, {_aligned(max(weight_bytes, 1))});
-  if (!m->arena || !m->weights) {{ free(m->arena); free(m->weights); free(m); return NULL; }}
+  m->scratch = (char*)aligned_alloc({ALIGN}, TENSORGEN_SCRATCH_BYTES + {ALIGN});
+  if (!m->arena || !m->weights || !m->scratch) {{
+    free(m->arena); free(m->weights); free(m->scratch); free(m); return NULL;
+  }}
   memcpy(m->weights, weights, {weight_bytes});
   return m;
 }}
 
 int tensorgen_model_run(tensorgen_model* m, const void* const* inputs, void* const* outputs) {{
+  tensorgen_scratch = m->scratch;
 {body}
   return 0;
 }}
 
 void tensorgen_model_free(tensorgen_model* m) {{
-  if (m) {{ free(m->arena); free(m->weights); free(m); }}
+  if (m) {{ free(m->arena); free(m->weights); free(m->scratch); free(m); }}
 }}
 
 int tensorgen_model_num_inputs(void) {{ return {len(graph.inputs)}; }}
