@@ -156,8 +156,10 @@ def conv2d_transpose(data: Tensor, weight: Tensor, stride: IntOrSeq = 1, padding
     """Transposed 2-D convolution (the gradient of conv2d wrt its input), groups = 1.
 
     Weight: NCHW takes (CI, CO, kh, kw), NHWC takes (kh, kw, CI, CO). Output size per dim is
-    `(in - 1) * stride - pad_before - pad_after + k + output_padding`. Built as a `dilate_pad` stage
-    (zeros between input pixels, `k - 1 - pad` around) and a stride-1 convolution with the flipped kernel.
+    `(in - 1) * stride - pad_before - pad_after + k + output_padding`. Where each stride divides its
+    kernel size, output pixel y gathers from the k / stride taps of its phase (see _gathered); otherwise
+    it is built as a `dilate_pad` stage (zeros between input pixels, `k - 1 - pad` around) and a
+    stride-1 convolution with the flipped kernel, which multiplies stride^2 times as many terms, most of them zeros.
     """
     op = "conv2d_transpose"
     cl = _channels_last(layout, 2, op)
@@ -187,6 +189,10 @@ def conv2d_transpose(data: Tensor, weight: Tensor, stride: IntOrSeq = 1, padding
     if min(out_size) < 1:
         raise TensorExprError(f"{op}: padding {padding!r} leaves an empty output ({out_size})")
 
+    attrs = {"layout": layout, "stride": strides, "padding": (before, after), "output_padding": opad}
+    if all(s > 1 and k % s == 0 for s, k in zip(strides, ksize)):
+        return _gathered(data, weight, strides, before, out_size, cl, name, attrs)
+
     def dilate_pad(*idx):
         n, c, sp = _split(idx, cl)
         conds, src = [], []
@@ -214,7 +220,31 @@ def conv2d_transpose(data: Tensor, weight: Tensor, stride: IntOrSeq = 1, padding
         return te_sum(dp[_join(n, rc, (h + rh, w + rw), cl)] * wv, axis=axes)
 
     fn = named(lambda *idx: body(*_join_order(idx, cl)), _join("n", "co", "hw", cl))
-    attrs = {"layout": layout, "stride": strides, "padding": (before, after), "output_padding": opad}
+    return compute(_join(batch, co, out_size, cl), fn, name=name, tag=CONV2D_TRANSPOSE, attrs=attrs)
+
+
+def _gathered(data: Tensor, weight: Tensor, strides: Sequence[int], before: Sequence[int], out_size: Sequence[int],
+              cl: bool, name: str, attrs: dict) -> Tensor:
+    """Transposed conv as a gather: y = x * s + k - pad, so with q, r = divmod(y + pad, s) output y reads
+    input q - t with weight tap r + t * s for t < k / s — no multiplications by inserted zeros."""
+    batch, ci, size = _split(data.shape, cl)
+    ksize = weight.shape[:2] if cl else weight.shape[2:]
+    co = weight.shape[-1] if cl else weight.shape[1]
+    taps = [k // s for k, s in zip(ksize, strides)]
+    lo = [max(0, t - 1 - b // s) for t, b, s in zip(taps, before, strides)]
+    hi = [max(0, (o - 1 + b) // s - (n - 1)) for o, b, s, n in zip(out_size, before, strides, size)]
+    src = _padded(data, lo, hi, cl)
+    rc = reduce_axis(ci, "rc")
+    th, tw = reduce_axis(taps[0], "th"), reduce_axis(taps[1], "tw")
+
+    def body(n: Expr, o: Expr, h: Expr, w: Expr) -> Expr:
+        (qh, rh), (qw, rw) = [((y + b) // s, (y + b) % s) for y, b, s in zip((h, w), before, strides)]
+        pos = (qh - th + lo[0], qw - tw + lo[1])
+        kh, kw = rh + th * strides[0], rw + tw * strides[1]
+        wv = weight[kh, kw, rc, o] if cl else weight[rc, o, kh, kw]
+        return te_sum(src[_join(n, rc, pos, cl)] * wv, axis=[th, tw, rc] if cl else [rc, th, tw])
+
+    fn = named(lambda *idx: body(*_join_order(idx, cl)), _join("n", "co", "hw", cl))
     return compute(_join(batch, co, out_size, cl), fn, name=name, tag=CONV2D_TRANSPOSE, attrs=attrs)
 
 
