@@ -14,7 +14,7 @@ from tensorgen.graph.ops_base import FLOATS, Args, broadcast_index, lowering, op
 from tensorgen.te import expr as E
 from tensorgen.te.ops import broadcast_shape, matmul
 from tensorgen.te.ops._common import BATCH_MATMUL, BROADCAST, CONV1D, CONV2D, CONV3D, INJECTIVE, MATMUL, named, offset
-from tensorgen.te.ops.conv import conv_nd
+from tensorgen.te.ops.conv import conv2d_transpose, conv_nd
 from tensorgen.te.tensor import Tensor, compute, reduce_axis
 from tensorgen.te.tensor import sum as te_sum
 
@@ -64,7 +64,8 @@ def _conv_transpose(node: Node, args: Args) -> list[Tensor]:
 
     Stages: `<name>_dilate` (input pixels `stride` apart with `dilation * (k - 1) - pad` zeros around,
     cropping where a pad is larger), `<name>_weight` (the kernel flipped and regrouped into OI... order),
-    then a stride-1 grouped, dilated convolution.
+    then a stride-1 grouped, dilated convolution. A 2-D one without groups or dilation whose strides
+    divide the kernel (DCGAN's k4 s2) is te's conv2d_transpose instead, which gathers without the zeros.
     """
     x, w = args.tensor(0), args.tensor(1)
     nd, strides, dilations, pads, group = _geometry(args, x, w)
@@ -73,6 +74,10 @@ def _conv_transpose(node: Node, args: Args) -> list[Tensor]:
     ci, opg = x.shape[1], w.shape[1]
     if w.shape[0] != ci or ci % group:
         raise args.error(f"weight {list(w.shape)} does not match {ci} input channels in {group} group(s)")
+    gather = nd == 2 and group == 1 and set(dilations) == {1} and all(p < k for p, k in zip(pads, 2 * kernel))
+    if gather and all(s > 1 and k % s == 0 and p < s for s, k, p in zip(strides, kernel, out_pad)):
+        y = conv2d_transpose(x, w, strides, tuple(pads), tuple(out_pad), layout="NCHW", name=args.name())
+        return [_with_bias(args, y)]
     ipg = ci // group
     lo = [dl * (k - 1) - b for dl, k, b in zip(dilations, kernel, pads[:nd])]
     hi = [dl * (k - 1) - e + p for dl, k, e, p in zip(dilations, kernel, pads[nd:], out_pad)]

@@ -230,15 +230,18 @@ def test_conv(x, w, attrs, bias):
     ((1, 4, 3, 3), (4, 1, 3, 3), conv_attrs((3, 3), strides=(2, 2), group=2)),
     ((1, 2, 6), (2, 3, 4), conv_attrs((4,), strides=(2,), pads=(1, 2))),
     ((1, 1, 2, 3, 2), (1, 2, 2, 2, 2), conv_attrs((2, 2, 2), strides=(2, 1, 2))),
-], ids=["strided", "padded", "asym-pads", "dilated", "grouped", "1d", "3d"])
+    ((1, 3, 3, 4), (3, 2, 4, 4), conv_attrs((4, 4), strides=(2, 2), pads=(1, 1, 1, 1))),  # gathered (k % s == 0)
+    ((1, 2, 3, 3), (2, 2, 6, 4), conv_attrs((6, 4), strides=(3, 2), pads=(2, 0, 1, 3))),
+], ids=["strided", "padded", "asym-pads", "dilated", "grouped", "1d", "3d", "k4s2", "gathered-asym"])
 def test_conv_transpose(x, w, attrs):
     check("ConvTranspose", [rand(*x), C(rand(*w)), C(rand(w[1] * attrs["group"]))],
           {**attrs, "output_padding": (0,) * len(attrs["kernel_shape"])}, rtol=1e-4, atol=1e-5)
 
 
-def test_conv_transpose_output_padding():
-    attrs = {**conv_attrs((3, 3), strides=(2, 2), pads=(1, 1, 1, 1)), "output_padding": (1, 1)}
-    check("ConvTranspose", [rand(1, 2, 4, 4), C(rand(2, 3, 3, 3))], attrs, rtol=1e-4, atol=1e-5)
+@pytest.mark.parametrize("k", [3, 4])
+def test_conv_transpose_output_padding(k):
+    attrs = {**conv_attrs((k, k), strides=(2, 2), pads=(1, 1, 1, 1)), "output_padding": (1, 1)}
+    check("ConvTranspose", [rand(1, 2, 4, 4), C(rand(2, 3, k, k))], attrs, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("ta, tb, with_c, alpha, beta", [
