@@ -105,7 +105,8 @@ class _Rewriter:
     def elementwise(self, node: Node) -> bool:
         out_rank = len(self.g.value(node.outputs[0]).shape)
         tensors = [x for x in node.inputs if x and x not in self.g.constants]
-        if out_rank < 3 or not tensors or any(x not in self.last for x in tensors):
+        if out_rank < 3 or not tensors or any(x not in self.last or len(self.g.value(x).shape) != out_rank
+                                              for x in tensors):
             return False
         inputs = []
         for x in node.inputs:
