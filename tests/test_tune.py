@@ -208,4 +208,18 @@ def test_runner_timeout_follows_the_fastest():
     assert runner.timeout_for(t) == pytest.approx(max(1.0, 20.0 * 0.01))
     runner._fastest.clear()
     runner.note_fastest(t, 1.0)
-    assert runner.timeout_for(t) == 10.0  # never above the user's limit
+    assert runner.timeout_for(t) == 10.0  # never above the user's limit...
+
+
+def test_runner_timeout_leaves_room_for_huge_workloads():
+    """... unless a candidate's calls need longer even at SLOWEST_FLOPS (a 200 GFLOP C3D of batch 16)."""
+    from tensorgen.measure.runner import SLOWEST_FLOPS
+    from tensorgen.te.ops.suite import make_c3d
+
+    small, huge = make_task(gmm_dag(8)), make_task(make_c3d(16, 224, 224, 3, 64, 7, 2, 3, batch=16)[1])
+    runner = LocalRunner(timeout=10.0, number=1, repeat=3, timeout_factor=20.0, give_up_factor=4.0)
+    assert runner.timeout_for(small) == 10.0
+    floor = 4 * huge.dag.flop_count / SLOWEST_FLOPS
+    assert floor > 30 and runner.timeout_for(huge) == pytest.approx(floor)
+    runner.note_fastest(huge, 1.5)  # slow candidates are then timed by one call and killed at 20x
+    assert runner.timeout_for(huge) == pytest.approx(min(floor, 20 * 1.5))

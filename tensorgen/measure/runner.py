@@ -88,6 +88,7 @@ def compare_outputs(outs: list[np.ndarray], refs: list[np.ndarray], names: list[
 
 LONG_REDUCTION = 16384  # float32 terms summed in a row before the reference program splits the sum
 REFERENCE_FLOPS = 0.5e9  # the slowest the naive reference may run (FLOP/s) before it counts as hung
+SLOWEST_FLOPS = 20e9  # candidates slower than this (FLOP/s) may be killed however long the timeout allows
 
 
 def reference_state(dag: ComputeDAG) -> State:
@@ -170,12 +171,15 @@ class LocalRunner:
         return min(limits, default=0.0)
 
     def timeout_for(self, task: SearchTask) -> float:
-        """The run timeout of a candidate of `task`: `timeout`, or less once a fast candidate is known
-        (bad random samples must not eat the tuning time; one second covers process start-up)."""
+        """The run timeout of a candidate of `task`: `timeout`, but at least what its calls take at
+        SLOWEST_FLOPS (a C3D of batch 16 is 200 GFLOP per call: at a flat 10 s, all 64 candidates of a
+        run timed out), or less once a fast candidate is known (bad random samples must not eat the
+        tuning time; one second covers process start-up)."""
+        base = max(self.timeout, (1 + self.number * self.repeat) * task.dag.flop_count / SLOWEST_FLOPS)
         if self.timeout_factor <= 0 or task.key not in self._fastest:
-            return self.timeout
+            return base
         calls = 1 if self.give_up_factor > 0 else 1 + self.number * self.repeat
-        return min(self.timeout, max(1.0, self.timeout_factor * self._fastest[task.key] * calls))
+        return min(base, max(1.0, self.timeout_factor * self._fastest[task.key] * calls))
 
     def config(self, task: SearchTask, number: int | None = None, repeat: int | None = None) -> HarnessConfig:
         flush = -1 if self.evict_weights else 2 * task.hw.l3_bytes if self.enable_cpu_cache_flush else 0
