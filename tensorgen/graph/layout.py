@@ -61,23 +61,23 @@ class _Rewriter:
         self.g.values[name] = Value(name, shape, dtype)
         return name
 
+    def twin(self, name: str) -> str:
+        """A new value: `name`'s data with the channels last."""
+        v = self.g.value(name)
+        return self.value(f"{name}_cl", tuple(v.shape[p] for p in to_last(len(v.shape))), v.dtype)
+
     def channels_last(self, name: str) -> str:
         """The channels-last twin of `name`, made by a Transpose if there is none yet."""
         if name not in self.last:
-            v = self.g.value(name)
-            perm = to_last(len(v.shape))
-            twin = self.value(f"{name}_cl", tuple(v.shape[p] for p in perm), v.dtype)
+            twin = self.twin(name)
+            perm = to_last(len(self.g.value(name).shape))
             self.nodes.append(Node("Transpose", f"{name}_to_channels_last", [name], [twin], {"perm": perm}))
             self.last[name] = twin
         return self.last[name]
 
     def emit_channels_last(self, node: Node, inputs: list[str], attrs: dict) -> None:
         """`node` over channels-last `inputs`; its channels-first outputs come from Transposes."""
-        outputs = []
-        for out in node.outputs:
-            v = self.g.value(out)
-            perm = to_last(len(v.shape))
-            outputs.append(self.value(f"{out}_cl", tuple(v.shape[p] for p in perm), v.dtype))
+        outputs = [self.twin(out) for out in node.outputs]
         self.nodes.append(replace(node, inputs=inputs, outputs=outputs, attrs=attrs))
         for out, twin in zip(node.outputs, outputs):
             shape = self.g.value(out).shape
@@ -108,14 +108,14 @@ class _Rewriter:
         if out_rank < 3 or not tensors or any(x not in self.last or len(self.g.value(x).shape) != out_rank
                                               for x in tensors):
             return False
+        if any(x in self.g.constants and self.g.constants[x].ndim > out_rank for x in node.inputs):
+            return False
         inputs = []
         for x in node.inputs:
             if not x or x in self.last:
                 inputs.append(self.last.get(x, x))
                 continue
             array = self.g.constants[x]
-            if array.ndim > out_rank:
-                return False
             full = array.reshape((1,) * (out_rank - array.ndim) + array.shape)
             inputs.append(self.constant(f"{x}_cl", full.transpose(to_last(out_rank))))
         self.emit_channels_last(node, inputs, node.attrs)

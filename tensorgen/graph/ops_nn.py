@@ -14,7 +14,7 @@ from tensorgen.graph.ops_base import FLOATS, Args, broadcast_index, lowering, op
 from tensorgen.te import expr as E
 from tensorgen.te.ops import broadcast_shape, matmul
 from tensorgen.te.ops._common import BATCH_MATMUL, BROADCAST, CONV1D, CONV2D, CONV3D, INJECTIVE, MATMUL, named, offset
-from tensorgen.te.ops.conv import conv2d_transpose, conv_nd
+from tensorgen.te.ops.conv import conv2d_transpose, conv_nd, gathers
 from tensorgen.te.tensor import Tensor, compute, reduce_axis
 from tensorgen.te.tensor import sum as te_sum
 
@@ -74,8 +74,8 @@ def _conv_transpose(node: Node, args: Args) -> list[Tensor]:
     ci, opg = x.shape[1], w.shape[1]
     if w.shape[0] != ci or ci % group:
         raise args.error(f"weight {list(w.shape)} does not match {ci} input channels in {group} group(s)")
-    gather = nd == 2 and group == 1 and set(dilations) == {1} and all(p < k for p, k in zip(pads, 2 * kernel))
-    if gather and all(s > 1 and k % s == 0 and p < s for s, k, p in zip(strides, kernel, out_pad)):
+    plain = nd == 2 and group == 1 and set(dilations) == {1} and all(p < k for p, k in zip(pads, 2 * kernel))
+    if plain and gathers(strides, kernel) and all(p < s for s, p in zip(strides, out_pad)):
         y = conv2d_transpose(x, w, strides, tuple(pads), tuple(out_pad), layout="NCHW", name=args.name())
         return [_with_bias(args, y)]
     ipg = ci // group

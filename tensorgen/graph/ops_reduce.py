@@ -13,6 +13,7 @@ from tensorgen.graph.ops_base import FLOATS, Args, broadcast_load, lowering
 from tensorgen.te import expr as E
 from tensorgen.te.ops import reduce_mean, reduce_sum, softmax
 from tensorgen.te.ops._common import BROADCAST, ELEMWISE, FLOAT_LOWEST, POOL, REDUCE, named, offset, scaled
+from tensorgen.te.ops.conv import _join, _split
 from tensorgen.te.ops.transform import pad
 from tensorgen.te.tensor import Tensor, compute, reduce_axis
 from tensorgen.te.tensor import max as te_max
@@ -28,14 +29,14 @@ class _Layout:
         self.names = list(self.join("n", "c", [f"o{d}" for d in range(nd)]))
 
     def spatial(self, seq: Sequence) -> tuple:
-        return tuple(seq[1:-1] if self.last else seq[2:])
+        return tuple(self.split(seq)[2])
 
     def split(self, idx: Sequence) -> tuple:
         """(n, c, spatial) of an index in this layout."""
-        return (idx[0], idx[-1], idx[1:-1]) if self.last else (idx[0], idx[1], idx[2:])
+        return _split(idx, self.last)
 
     def join(self, n, c, sp: Sequence) -> tuple:
-        return (n, *sp, c) if self.last else (n, c, *sp)
+        return _join(n, c, sp, self.last)
 
 
 class _Window:

@@ -190,7 +190,7 @@ def conv2d_transpose(data: Tensor, weight: Tensor, stride: IntOrSeq = 1, padding
         raise TensorExprError(f"{op}: padding {padding!r} leaves an empty output ({out_size})")
 
     attrs = {"layout": layout, "stride": strides, "padding": (before, after), "output_padding": opad}
-    if all(s > 1 and k % s == 0 for s, k in zip(strides, ksize)):
+    if gathers(strides, ksize):
         return _gathered(data, weight, strides, before, out_size, cl, name, attrs)
 
     def dilate_pad(*idx):
@@ -221,6 +221,11 @@ def conv2d_transpose(data: Tensor, weight: Tensor, stride: IntOrSeq = 1, padding
 
     fn = named(lambda *idx: body(*_join_order(idx, cl)), _join("n", "co", "hw", cl))
     return compute(_join(batch, co, out_size, cl), fn, name=name, tag=CONV2D_TRANSPOSE, attrs=attrs)
+
+
+def gathers(strides: Sequence[int], ksize: Sequence[int]) -> bool:
+    """Whether conv2d_transpose gathers (every stride > 1 divides its kernel size)."""
+    return all(s > 1 and k % s == 0 for s, k in zip(strides, ksize))
 
 
 def _gathered(data: Tensor, weight: Tensor, strides: Sequence[int], before: Sequence[int], out_size: Sequence[int],
