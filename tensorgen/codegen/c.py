@@ -93,7 +93,8 @@ class _CWriter:
             self.taken.add(buf.name)
         outs = {b.name for b in self.func.args[-self.func.attrs.get("n_outputs", 1):]}
         params = ", ".join(
-            f"{'' if b.name in outs else 'const '}{CTYPES[b.dtype]}* restrict {b.name}" for b in self.func.args
+            f"{'' if b.name in outs else 'const '}{CTYPES[b.dtype]}*{self.restrict(b.name)} {b.name}"
+            for b in self.func.args
         )
         self.vec = VectorEmitter(self, self.simd_bytes)
         self.emit(self.func.body, 1)
@@ -101,6 +102,11 @@ class _CWriter:
         helpers = dict(self.helpers)
         helpers.update({line: line for line in self.vec.typedefs().splitlines(keepends=True)})
         return CFunction(f"void {self.func.name}({params}) {{\n{body}\n}}\n", helpers, self.scratch_bytes)
+
+    def restrict(self, arg: str) -> str:
+        """Arguments a model passes the same memory (attr `shared_args`: an output written over an input)
+        must not be declared restrict."""
+        return "" if arg in self.func.attrs.get("shared_args", ()) else " restrict"
 
     # ---- statements ----------------------------------------------------------------------
 
@@ -156,7 +162,8 @@ class _CWriter:
         bases = invariant_bases(s) if encloses_micro_kernel(s) and not self.rebased else {}
         for buf, base in bases.items():
             ptr = self.unique(f"{buf.name}_at")
-            self.line(depth, f"const {CTYPES[buf.dtype]}* restrict {ptr} = &{buf.name}[{self.expr(base)}];")
+            ctype = CTYPES[buf.dtype]
+            self.line(depth, f"const {ctype}*{self.restrict(buf.name)} {ptr} = &{buf.name}[{self.expr(base)}];")
             self.rebased[buf] = (ptr, base)
         name = self.var_name(s.var)
         # OpenMP allows no construct inside a simd loop, and only the outermost parallel loop forks

@@ -91,6 +91,10 @@ def build_model(model: object, out_dir: str | os.PathLike[str], *, target: str |
                  "compiling")
     blob, weight_offsets = pack_weights(part)
     plan = plan_memory(part, _in_place(part))
+    for k, victim in plan.overwritten.items():
+        args = funcs[k].args
+        shared = (args[part.subgraphs[k].inputs.index(victim)].name, args[-1].name)
+        funcs[k] = replace(funcs[k], attrs={**funcs[k].attrs, "shared_args": shared})
     executor = executor_source(part, [k.name for k in kernels], weight_offsets, len(blob), plan)
     source = render_module(funcs, hw.simd_bytes, executor, scratch=True)
     library = compile_source(source, march=march)

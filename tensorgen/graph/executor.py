@@ -17,12 +17,12 @@ share memory. Reshape-like values alias their source, graph outputs are written 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from tensorgen.codegen.c import CTYPES
-from tensorgen.graph.fusion import Partition, kernel_dtype
+from tensorgen.graph.fusion import Partition, kernel_dtype, kernel_nbytes, overwritable_input
 
 ALIGN = 64
 
@@ -36,27 +36,40 @@ class MemoryPlan:
     offsets: dict[str, int]  # arena byte offset of every intermediate root value
     arena_bytes: int
     naive_bytes: int  # what one buffer per value would take (for reporting reuse)
+    overwritten: dict[int, str] = field(default_factory=dict)  # kernel index -> input its output is written over
 
 
 def plan_memory(part: Partition, in_place: set[str]) -> MemoryPlan:
-    """First-fit reuse of arena blocks by lifetime (kernel index of definition .. last use).
+    """First-fit reuse of arena blocks by lifetime (kernel index of definition .. last use); an output
+    takes the block of an input it may overwrite (fusion.overwritable_input) when that input dies there.
 
     `in_place` are root values that need no arena (graph inputs/outputs, constants).
     """
     graph = part.graph
+    root = part.aliases.get
     last_use: dict[str, int] = {}
     for k, sub in enumerate(part.subgraphs):
         for name in sub.inputs:
-            last_use[part.aliases.get(name, name)] = k
+            last_use[root(name, name)] = k
     free: list[tuple[int, int]] = []  # (offset, size) blocks, sorted by offset
     offsets: dict[str, int] = {}
+    overwritten: dict[int, str] = {}
     top = naive = 0
     for k, sub in enumerate(part.subgraphs):
+        handed: set[str] = set()  # inputs whose block an output took over
+        victim = overwritable_input(sub, graph)
         for name in sub.outputs:
             if name in in_place:
                 continue
-            size = _aligned(graph.value(name).nbytes)
+            size = _aligned(kernel_nbytes(graph, name))
             naive += size
+            old = root(victim, victim) if victim else None
+            if (old in offsets and last_use[old] == k and size == _aligned(kernel_nbytes(graph, old))
+                    and sum(root(n, n) == old for n in sub.inputs) == 1):
+                offsets[name] = offsets[old]
+                overwritten[k] = victim
+                handed.add(old)
+                continue
             for i, (off, blk) in enumerate(free):
                 if blk >= size:
                     offsets[name] = off
@@ -64,11 +77,11 @@ def plan_memory(part: Partition, in_place: set[str]) -> MemoryPlan:
                     break
             else:
                 offsets[name], top = top, top + size
-        for name in {part.aliases.get(n, n) for n in sub.inputs} | set(sub.outputs):
-            if name in offsets and last_use.get(name, k) <= k:
-                free.append((offsets[name], _aligned(graph.value(name).nbytes)))
+        for name in {root(n, n) for n in sub.inputs} | set(sub.outputs):
+            if name in offsets and name not in handed and last_use.get(name, k) <= k:
+                free.append((offsets[name], _aligned(kernel_nbytes(graph, name))))
                 free = _coalesce(free)
-    return MemoryPlan(offsets, top, naive)
+    return MemoryPlan(offsets, top, naive, overwritten)
 
 
 def _coalesce(blocks: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -102,10 +102,43 @@ def test_memory_plan_reuses_and_never_overlaps_live_values(tmp_path):
         for n in sub.outputs:
             born[n] = k
     live = [(n, born[n], last.get(n, born[n]), plan.offsets[n], graph.value(n).nbytes) for n in plan.offsets]
+    handovers = {(part.aliases.get(v, v), part.subgraphs[k].outputs[0]) for k, v in plan.overwritten.items()}
+    assert len(handovers) == 8  # ResNet-18's residual blocks write over their residual
     for a in live:
         for b in live:
-            if a[0] < b[0] and a[1] <= b[2] and b[1] <= a[2]:  # lifetimes overlap: memory must not
-                assert a[3] + a[4] <= b[3] or b[3] + b[4] <= a[3], (a, b)
+            if a[0] < b[0] and a[1] <= b[2] and b[1] <= a[2] and {(a[0], b[0]), (b[0], a[0])}.isdisjoint(handovers):
+                assert a[3] + a[4] <= b[3] or b[3] + b[4] <= a[3], (a, b)  # lifetimes overlap: memory must not
+
+
+def _fused(nodes: list, inputs: dict[str, list[int]], consts: dict[str, np.ndarray]):
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs.items()]
+    out = helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, None)
+    inits = [helper.make_tensor(n, TensorProto.FLOAT, v.shape, v.ravel()) for n, v in consts.items()]
+    graph = helper.make_graph(nodes, "g", ins, [out], inits)
+    part = partition(load_graph(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)))
+    assert len(part.subgraphs) == 1
+    return part.subgraphs[0], part.graph
+
+
+def test_an_output_overwrites_only_inputs_read_elementwise_at_its_own_index():
+    from tensorgen.graph.fusion import overwritable_input
+
+    w = {"w": np.ones((4, 4), np.float32)}
+    residual = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "r"], ["a"]),
+                helper.make_node("Relu", ["a"], ["y"])]
+    assert overwritable_input(*_fused(residual, {"x": [2, 4], "r": [2, 4]}, w)) == "r"
+    reread = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "x"], ["y"])]
+    assert overwritable_input(*_fused(reread, {"x": [2, 4]}, w)) is None  # the MatMul reads x at other indices
+    broadcast = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])]
+    assert overwritable_input(*_fused(broadcast, {"x": [2, 4], "b": [1, 4]}, w)) is None
+
+
+def test_a_kernel_writing_over_its_input_drops_restrict_on_both(tmp_path):
+    proto = zoo_model("resnet18", image_size=32)
+    source = (build_model(load_graph(proto), tmp_path) / "model.c").read_text()
+    heads = [line for line in source.splitlines() if line.startswith("void k") and "_add_relu(" in line]
+    assert len(heads) == 8 and all(h.count("restrict") == h.count(",") - 1 for h in heads), heads
+    _check_against_ort(proto, tmp_path)
 
 
 def _tiny_model() -> onnx.ModelProto:
