@@ -21,12 +21,13 @@ from tensorgen.graph.load import load_graph
 from tensorgen.graph.tasks import extract_tasks
 from tensorgen.records.database import SQLiteDatabase
 from tensorgen.search.scheduler import ProgressTable, TaskScheduler
+from tensorgen.tune import default_runner
 
 DEFAULT_MODELS = "resnet50,mobilenet_v2,bert_base,dcgan"
 
 
 def tune_model(name: str, batch: int, trials: int, db: str, seed: int, round_trials: int, strategy: str,
-               transfer: bool) -> dict:
+               transfer: bool, hot_weights: bool = False) -> dict:
     graph = load_graph(name, batch=batch)
     tasks = extract_tasks(graph)
     if trials <= 0:
@@ -34,8 +35,9 @@ def tune_model(name: str, batch: int, trials: int, db: str, seed: int, round_tri
     table = ProgressTable(stream=sys.stderr)
     start = time.perf_counter()
     try:
-        result = TaskScheduler.from_models({graph.name: tasks}, seed=seed, round_trials=round_trials, strategy=strategy,
-                                           transfer=transfer, callbacks=[table]).tune(trials, db=db)
+        scheduler = TaskScheduler.from_models({graph.name: tasks}, seed=seed, round_trials=round_trials,
+                                              strategy=strategy, transfer=transfer, callbacks=[table])
+        result = scheduler.tune(trials, db=db, runner=default_runner(evict_weights=not hot_weights))
     finally:
         table.close()
     return {"tasks": len(tasks), "trials": result.trials, "tuning_wall_s": time.perf_counter() - start,
@@ -57,17 +59,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="do not seed tasks with adapted best programs of similar tasks (Ansor as published)")
     parser.add_argument("--round-trials", type=int, default=16,
                         help="trials per scheduler round (default 16: networks have dozens of tasks)")
+    parser.add_argument("--hot-weights", action="store_true",
+                        help="time candidates with their weights in the caches (the ablation: a model's tasks are "
+                             "timed with their weights evicted, as a model runs them)")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
     rows = []
     for name in args.models.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
             tuning = tune_model(name, batch, args.trials, args.db, args.seed, args.round_trials, args.strategy,
-                                args.transfer)
+                                args.transfer, args.hot_weights)
             with SQLiteDatabase(args.db) as db:
                 result = compare(name, db=db, threads=args.threads, batch=batch, blocks=args.blocks)
             row = {**result.__dict__, "batch": batch, **tuning, "strategy": args.strategy,
-                   "transfer": args.transfer, "ratios": result.ratios()}
+                   "transfer": args.transfer, "hot_weights": args.hot_weights, "ratios": result.ratios()}
             rows.append(row)
             ratios = "  ".join(f"{k} {v:.2f}x" for k, v in row["ratios"].items())
             print(f"{name} b{batch}: tensorgen {result.tensorgen_ms:.2f} ms, onnxruntime {result.onnxruntime_ms} ms, "

@@ -203,6 +203,13 @@ def make_cost_model(cost_model: Any, seed: int = 0) -> Any:
     raise TuneError(f"unknown cost model {cost_model!r}; choose one of {', '.join(COST_MODELS)} or pass a CostModel")
 
 
+def default_runner(run_timeout: float = 10.0, **options: Any) -> LocalRunner:
+    """The runner MeasureSetup.open makes (see there), with LocalRunner `options` changed."""
+    settings = {"timeout": run_timeout, "number": 1, "repeat": 3, "min_repeat_ms": 10.0, "check_correctness": True,
+                "give_up_factor": GIVE_UP_FACTOR, "timeout_factor": SLOW_FACTOR, **options}
+    return LocalRunner(**settings)
+
+
 @dataclass
 class MeasureSetup:
     """Where programs are measured and recorded: one builder, runner and database, shared by every task of a
@@ -219,9 +226,8 @@ class MeasureSetup:
         """`db` is a path, a Database, or None (in memory, gone on close). The default runner times each
         candidate in 3 repeats of >= 10 ms, checks its output against the naive program's, times a
         candidate GIVE_UP_FACTOR times slower than the task's fastest by its first call alone and kills
-        one SLOW_FACTOR times slower (`run_timeout`). It does not evict a model's weights before each call
-        (LocalRunner.evict_weights): where the last-level cache holds the weights it bought nothing (ResNet-50,
-        1024 trials, one seed: 117 ms with eviction, 114 ms without) and slows every measurement."""
+        one SLOW_FACTOR times slower (`run_timeout`). It times hot: a single operator is timed like its peers
+        time theirs; a model's tasks are timed with their weights evicted (TaskScheduler.tune)."""
         owned: list[Any] = []
         if db is None or isinstance(db, (str, Path)):
             db = SQLiteDatabase.in_memory() if db is None else SQLiteDatabase(db)
@@ -230,8 +236,7 @@ class MeasureSetup:
             builder = LocalBuilder(timeout=build_timeout)
             owned.append(builder)
         if runner is None:
-            runner = LocalRunner(timeout=run_timeout, number=1, repeat=3, min_repeat_ms=10.0, check_correctness=True,
-                                 give_up_factor=GIVE_UP_FACTOR, timeout_factor=SLOW_FACTOR)
+            runner = default_runner(run_timeout)
         return cls(db, builder, runner, owned)
 
     def close(self) -> None:

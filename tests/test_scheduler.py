@@ -380,3 +380,19 @@ def test_end_to_end_with_the_real_tuner_and_resume(tmp_path):
     with SQLiteDatabase(path) as db:
         counts = [len(db.records(t.workload_key, "cpu")) for t in tasks]
     assert counts == [r.trials for r in second.rows]
+
+
+def test_model_tuning_times_candidates_with_their_weights_evicted(monkeypatch):
+    """A model's kernels find their weights in memory (the other kernels' weights were read in between)."""
+    import tensorgen.search.scheduler as scheduler
+
+    class Seen(Exception):
+        pass
+
+    def capture(db, builder, runner, *args):
+        raise Seen(runner)
+
+    monkeypatch.setattr(scheduler.MeasureSetup, "open", capture)
+    with pytest.raises(Seen) as seen:
+        TaskScheduler([gmm_task(16)]).tune(4)
+    assert seen.value.args[0].evict_weights and seen.value.args[0].check_correctness

@@ -182,7 +182,7 @@ int main(int argc, char **argv) {
     spent += now() - t;
   }
   unsigned char *flush = flush_bytes > 0 ? malloc((size_t)flush_bytes) : NULL;
-  int evict_mode = flush_bytes < 0 ? (int)-flush_bytes : 0; /* 1: constants, 2: every argument */
+  int evict_weights = flush_bytes < 0;
   volatile unsigned char sink = 0;
   for (int r = 0; r < repeat; r++) {
     if (r > 0 && cooldown > 0) {
@@ -192,11 +192,11 @@ int main(int argc, char **argv) {
     double el;
     for (;;) {
       if (flush) { memset(flush, r + 1, (size_t)flush_bytes); sink += flush[(size_t)r % (size_t)flush_bytes]; }
-      if (evict_mode) {
+      if (evict_weights) {
         el = 0.0;
         for (int k = 0; k < number; k++) {
           for (int i = 0; i < nargs; i++)
-            if (io[i] == 'w' || evict_mode > 1) evict(bufs[i], elem_size(kinds[i]) * (size_t)counts[i]);
+            if (io[i] == 'w') evict(bufs[i], elem_size(kinds[i]) * (size_t)counts[i]);
           double t0 = now();
           call(fn, nargs, bufs);
           el += now() - t0;
