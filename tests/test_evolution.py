@@ -253,3 +253,19 @@ def test_sketch_policy_samples_without_evolving_while_the_model_is_untrained():
     informed = SketchPolicy(task, EvolvingRandomModel(0), population=32, generations=2, init_population=16)
     informed.next_batch(8)
     assert len(informed.evolution.history) == 3
+
+
+def test_children_whose_parallel_loop_shrank_to_one_iteration_are_rejected():
+    """A tile-size mutation can leave the fused parallel loop with one iteration: one core does it all."""
+    from tensorgen.search.annotate import shares_work
+    from tensorgen.search.children import ChildJob, ChildMaker
+
+    task, sketches, pop = setup("c2d_relu")
+    rule, rng = TileSizeMutation(), np.random.default_rng(5)
+    kids = [rule.apply(task, s, rng) for s in pop for _ in range(8)]
+    serial = [k for k in kids if k is not None and not shares_work(k)]
+    assert serial and all(shares_work(s) for s in pop)
+    maker = ChildMaker(task, FeatureExtractor(task.hw), sketches, [rule])
+    assert not any(maker._valid(serial))
+    made = maker.make([ChildJob(s.steps, None, True, seed) for seed, s in enumerate(pop)])
+    assert all(shares_work(maker.state(r.steps)) for r in made if r.steps is not None)
