@@ -273,6 +273,16 @@ def test_vectorize_extent_not_multiple_of_simd_width():
     w2.check(s2)
 
 
+def test_vectorize_rest_in_narrower_vectors():
+    w = MatmulRelu(m=4, n=23, k=3)  # 23 lanes: 16 (one or two vectors), then 4, 2 and a scalar
+    s = w.state()
+    s.vectorize("D", "j")
+    s.reorder("C", ["i", "k", "j"])
+    s.vectorize("C", "j")
+    source = w.check(s)
+    assert "*(float4*)&" in source and "*(float2*)&" in source and "j = 22; j < 23" in source
+
+
 def test_vectorize_reduce_innermost_and_unroll_reduce():
     w = Matmul()
     s = w.state()

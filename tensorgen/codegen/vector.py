@@ -2,13 +2,15 @@
 
 A vectorized loop whose statements are stores of +, -, *, / (and exp, log where glibc's libmvec
 provides vector versions) over loads that are contiguous (stride 1) or invariant (stride 0) in the
-loop variable becomes a loop over whole vectors plus a scalar remainder. Anything else falls back to
-a scalar loop under `#pragma omp simd`, which the compiler vectorizes itself when it can (it never
-vectorizes expf without -ffast-math: softmax spent most of its time in scalar expf).
+loop variable becomes a loop over whole vectors, then narrower vectors for the rest (24 lanes: 16 + 8),
+then scalars. Anything else falls back to a scalar loop under `#pragma omp simd`, which the compiler
+vectorizes itself when it can (it never vectorizes expf without -ffast-math: softmax spent most of its
+time in scalar expf).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tensorgen.codegen.toolchain import has_vector_math
@@ -31,7 +33,8 @@ class VectorEmitter:
         self.simd_bytes = simd_bytes
         self.used: set[tuple[str, int]] = set()
         self.math: set[tuple[str, str]] = set()  # (libmvec function, vector type) called
-        self._lanes = 0  # of the loop being emitted
+        self._lanes = 0  # of the vectors being emitted
+        self._lane: int | None = None  # their first lane, when fixed
 
     def typedefs(self) -> str:
         out = []
@@ -50,40 +53,52 @@ class VectorEmitter:
         if len(dtypes) != 1 or (dtype := dtypes.pop()) not in VECTOR_DTYPES:
             return False
         lanes = min(self.simd_bytes // DTYPE_BYTES[dtype], _pow2_floor(loop.extent))
-        self._lanes = lanes
-        if lanes < 2 or not all(self._vectorizable(s, loop.var) for s in stores):
+        if not self._fits(stores, loop.var, lanes):
             return False
-        ctype = VECTOR_DTYPES[dtype]
-        self.used.add((ctype, lanes))
-        vtype = f"{ctype}{lanes}"
-        w = self.w
+        w, ctype = self.w, VECTOR_DTYPES[dtype]
         name = w.var_name(loop.var)
         full = loop.extent - loop.extent % lanes
-        single = full == lanes  # one vector: no loop, the variable is 0
-        if single:
-            w.names[loop.var], inner = "0", depth
+        if full == lanes:  # one vector: no loop
+            self._vectors(stores, loop.var, ctype, 0, depth)
         else:
             w.line(depth, f"for (int32_t {name} = 0; {name} < {full}; {name} += {lanes}) {{")
-            inner = depth + 1
-        for s in stores:
-            value, is_vec = self._vexpr(s.value, loop.var, vtype)
-            if not is_vec:
-                value = f"(({vtype}){{}} + {value})"
-            w.line(inner, f"*({vtype}*)&{w.ref(s.buffer, self._at_lane(s.index, loop.var))} = {value};")
-        if not single:
+            self._vectors(stores, loop.var, ctype, None, depth + 1)
             w.line(depth, "}")
+        # the rest in narrower vectors (24 lanes: 16 + 8), then scalars
+        done = full
+        while done < loop.extent and self._fits(stores, loop.var, _pow2_floor(loop.extent - done)):
+            self._vectors(stores, loop.var, ctype, done, depth)
+            done += self._lanes
         w.names[loop.var] = name
-        if full < loop.extent:
-            w.line(depth, f"for (int32_t {name} = {full}; {name} < {loop.extent}; ++{name}) {{")
+        if done < loop.extent:
+            w.line(depth, f"for (int32_t {name} = {done}; {name} < {loop.extent}; ++{name}) {{")
             for s in stores:
                 w.emit(s, depth + 1)
             w.line(depth, "}")
         w.taken.discard(name)
         return True
 
+    def _fits(self, stores: Sequence[Store], var: Var, lanes: int) -> bool:
+        self._lanes = lanes
+        return lanes >= 2 and all(self._vectorizable(s, var) for s in stores)
+
+    def _vectors(self, stores: Sequence[Store], var: Var, ctype: str, lane: int | None, depth: int) -> None:
+        """The stores for `self._lanes` lanes from `var` (inside a vector loop) or from the fixed `lane`."""
+        vtype = f"{ctype}{self._lanes}"
+        self.used.add((ctype, self._lanes))
+        self._lane = lane
+        if lane is not None:
+            self.w.names[var] = str(lane)
+        for s in stores:
+            value, is_vec = self._vexpr(s.value, var, vtype)
+            if not is_vec:
+                value = f"(({vtype}){{}} + {value})"
+            self.w.line(depth, f"*({vtype}*)&{self.w.ref(s.buffer, self._at_lane(s.index, var))} = {value};")
+        self._lane = None
+
     def _at_lane(self, index: Expr, var: Var) -> Expr:
-        if self.w.names.get(var) == "0":
-            return simplify(substitute(index, {var: Const(0, "int32")}), self.w.ranges)
+        if self._lane is not None:
+            return simplify(substitute(index, {var: Const(self._lane, "int32")}), self.w.ranges)
         return index
 
     def _vectorizable(self, s: Store, var: Var) -> bool:

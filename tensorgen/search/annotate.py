@@ -237,7 +237,8 @@ def is_valid(state: State) -> bool:
 def shares_work(state: State) -> bool:
     """No parallel loop has a single iteration. A tile-size mutation can move every factor out of the
     fused parallel loop, and the program then runs on one core: evolution kept 12 such best programs
-    for MobileNet-V2's 7x7 and 14x14 layers (its 1x1 320->1280 conv ran at 100 GFLOP/s, a parallel program of it at 137)."""
+    for MobileNet-V2's 7x7 and 14x14 layers (its 1x1 320->1280 conv ran at 100 GFLOP/s, a parallel
+    program of it at 137)."""
     return all(it.extent != 1 for st in state.stages for it in st.iters if it.annotation == "parallel")
 
 
