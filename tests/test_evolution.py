@@ -255,17 +255,25 @@ def test_sketch_policy_samples_without_evolving_while_the_model_is_untrained():
     assert len(informed.evolution.history) == 3
 
 
-def test_children_whose_parallel_loop_shrank_to_one_iteration_are_rejected():
-    """A tile-size mutation can leave the fused parallel loop with one iteration: one core does it all."""
-    from tensorgen.search.annotate import shares_work
-    from tensorgen.search.children import ChildJob, ChildMaker
+def test_tile_size_mutation_never_leaves_the_parallel_loop_one_iteration():
+    """Moving every factor out of the fused parallel loop would leave one core doing all the work."""
+    from dataclasses import replace
 
-    task, sketches, pop = setup("c2d_relu")
-    rule, rng = TileSizeMutation(), np.random.default_rng(5)
-    kids = [rule.apply(task, s, rng) for s in pop for _ in range(8)]
-    serial = [k for k in kids if k is not None and not shares_work(k)]
-    assert serial and all(shares_work(s) for s in pop)
-    maker = ChildMaker(task, FeatureExtractor(task.hw), sketches, [rule])
-    assert not any(maker._valid(serial))
-    made = maker.make([ChildJob(s.steps, None, True, seed) for seed, s in enumerate(pop)])
-    assert all(shares_work(maker.state(r.steps)) for r in made if r.steps is not None)
+    from tensorgen.search.annotate import shares_work
+    from tensorgen.search.mutations import replay
+
+    task, _, pop = setup("c2d_relu")
+    rule = TileSizeMutation()
+    assert all(shares_work(s) for s in pop)
+    serial = 0  # children the move would make without the check
+    for s in pop:
+        for n in rule.candidates(s):
+            lengths = rule.mutate_lengths(s.steps[n], np.random.default_rng(n))
+            steps = list(s.steps)
+            steps[n] = replace(steps[n], lengths=lengths)
+            kid = replay(task, steps) if lengths else None
+            serial += kid is not None and not shares_work(kid)
+    assert serial > 0
+    rng = np.random.default_rng(5)
+    kids = [rule.apply(task, s, rng) for s in pop for _ in range(16)]
+    assert all(shares_work(k) for k in kids if k is not None) and sum(k is not None for k in kids) > len(kids) // 2

@@ -3,8 +3,8 @@
 Kept apart from selection so that the same code runs in the search process (`ChildMaker`) or, split
 by parent, in forked worker processes (`ChildWorkers`). Every job carries its own seed, so the
 children do not depend on where, or in how many processes, they were made. A child is valid when
-the feature extractor can derive its statements (the features it computes on the way are the ones
-the cost model scores, so validation costs nothing extra) and each of its parallel loops shares work.
+the feature extractor can derive its statements; the features it computes on the way are the ones
+the cost model scores, so validation costs nothing extra.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from tensorgen.features.extractor import FeatureExtractor
 from tensorgen.schedule.replay import PrefixReplayer
 from tensorgen.schedule.state import State
 from tensorgen.schedule.steps import Step
-from tensorgen.search.annotate import AnnotationPolicy, sample_state, shares_work
+from tensorgen.search.annotate import AnnotationPolicy, sample_state
 from tensorgen.search.crossover import crossover, match_sketch, step_owners
 from tensorgen.search.gc_relief import relax_worker_collections
 from tensorgen.search.mutations import Mutation, mutate
@@ -101,7 +101,7 @@ class ChildMaker:
     def _valid(self, states: Sequence[State | None]) -> list[bool]:
         real = [s for s in states if s is not None]
         ok = iter(f.shape[0] > 0 for f in self.extractor.extract(real))
-        return [s is not None and next(ok) and shares_work(s) for s in states]
+        return [s is not None and next(ok) for s in states]
 
     def _crossover(self, a: State, b: State, rng: np.random.Generator) -> State | None:
         k = match_sketch(a, self.sketches)

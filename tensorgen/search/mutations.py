@@ -39,6 +39,7 @@ from tensorgen.search.annotate import (
     annotate_vectorize,
     divisors,
     location_candidates,
+    shares_work,
 )
 from tensorgen.search.rules import has_data_reuse, is_output, is_tiled
 from tensorgen.search.task import SearchTask
@@ -169,7 +170,10 @@ class TileSizeMutation(Mutation):
             return None
         steps = list(state.steps)
         steps[n] = replace(step, lengths=lengths)
-        return replay(task, steps)
+        child = replay(task, steps)
+        if child is not None and not shares_work(child) and shares_work(state):
+            return None  # every factor left the parallel loop: the program would run on one core
+        return child
 
 
 class ParallelMutation(Mutation):
