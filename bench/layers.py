@@ -44,13 +44,15 @@ def timed_kernels(directory: Path) -> list[str]:
 
 
 def ours(model: str, db: str, threads: int, runs: int, out_dir: str) -> list[dict]:
-    directory = build_model(load_graph(model), out_dir, db=SQLiteDatabase(db))
+    proto = onnx_model_of(model)
+    graph = load_graph(proto)
+    feeds = random_inputs(proto)
+    inputs = [feeds[n] for n in graph.inputs]
+    directory = build_model(graph, out_dir, db=SQLiteDatabase(db))
     names = timed_kernels(directory)
     compiled = CompiledModel(directory, threads=threads)
     seconds = (ctypes.c_double * len(names)).in_dll(ctypes.CDLL(str(directory / "model.so")),
                                                    "tensorgen_kernel_seconds")
-    feeds = random_inputs(onnx_model_of(model))
-    inputs = [feeds[n] for n in load_graph(model).inputs]
     for _ in range(5):
         compiled.run(inputs)
     for i in range(len(names)):

@@ -58,14 +58,15 @@ def plan_memory(part: Partition, in_place: set[str]) -> MemoryPlan:
     for k, sub in enumerate(part.subgraphs):
         handed: set[str] = set()  # inputs whose block an output took over
         victim = overwritable_input(sub, graph)
+        old = root(victim, victim) if victim else None
+        if old not in offsets or last_use[old] != k or sum(root(n, n) == old for n in sub.inputs) != 1:
+            old = None  # still read later, or through another alias too: no hand-over
         for name in sub.outputs:
             if name in in_place:
                 continue
             size = _aligned(kernel_nbytes(graph, name))
             naive += size
-            old = root(victim, victim) if victim else None
-            if (old in offsets and last_use[old] == k and size == _aligned(kernel_nbytes(graph, old))
-                    and sum(root(n, n) == old for n in sub.inputs) == 1):
+            if old is not None and size == _aligned(kernel_nbytes(graph, old)):
                 offsets[name] = offsets[old]
                 overwritten[k] = victim
                 handed.add(old)
