@@ -12,6 +12,7 @@ from search_tasks import c2d_relu, gmm, nrm
 from tensorgen.build import build
 from tensorgen.errors import LoweringError
 from tensorgen.schedule.lower import lower
+from tensorgen.schedule.packing import PackLayoutStep
 from tensorgen.schedule.state import State
 from tensorgen.schedule.steps import CacheWriteStep, ComputeAtStep, ComputeInlineStep, RfactorStep, SplitStep
 from tensorgen.search.annotate import AnnotationPolicy, sample_initial_population
@@ -40,8 +41,10 @@ def kinds(state: State) -> list[type]:
 def test_gmm_sketches():
     sketches = generate_sketches(gmm())
     assert 2 <= len(sketches) < 10
-    plain = [s for s in sketches if CacheWriteStep not in kinds(s)]
-    cached = [s for s in sketches if CacheWriteStep in kinds(s)]
+    unpacked = [s for s in sketches if PackLayoutStep not in kinds(s)]
+    assert len(unpacked) * 2 == len(sketches)  # each also with B packed (test_packing.py)
+    plain = [s for s in unpacked if CacheWriteStep not in kinds(s)]
+    cached = [s for s in unpacked if CacheWriteStep in kinds(s)]
     assert len(plain) == 1 and len(cached) == 2  # cache stage fused at tile level 1 and 2
     (s,) = plain
     assert [it.name for it in s.stage("batch_matmul").iters] == [
@@ -94,8 +97,10 @@ def test_custom_rule_changes_sketches():
     rules = list(DEFAULT_RULES)
     register_rule(TwoLevelTiling(), before="add_cache_write", rules=rules)
     custom = generate_sketches(task, rules)
-    assert len(custom) == 1 and custom != before
-    assert [it.name for it in custom[0].stage("batch_matmul").iters] == ["b_0", "i_0", "j_0", "k", "b_1", "i_1", "j_1"]
+    assert len(custom) == 2 and custom != before  # and B packed in its tile layout
+    for sketch in custom:
+        assert [it.name for it in sketch.stage("batch_matmul").iters] == [
+            "b_0", "i_0", "j_0", "k", "b_1", "i_1", "j_1"]
     pop = sample_initial_population(task, custom, 3, np.random.default_rng(0))
     assert len(pop) == 3
 

@@ -30,7 +30,7 @@ from tensorgen.schedule.relations import derive
 from tensorgen.schedule.stage import Fuse, Split, Stage
 from tensorgen.schedule.state import State
 from tensorgen.schedule.steps import split_radices
-from tensorgen.te.expr import Load, Reduce, binop, walk
+from tensorgen.te.expr import BinOp, Const, Load, Reduce, binop, walk
 from tensorgen.te.tensor import identity_element
 
 _INT = len(OP_CATEGORIES)  # integer op columns follow the float ones
@@ -40,11 +40,31 @@ class NotAffine(TensorgenError):
     """The state is outside what `state_statements` derives; lower it instead."""
 
 
+#: an index term `coef * (root // place) % extent` (extent 0: no modulo) of dimension `dim`: how a
+#: reader addresses a tile layout (schedule/packing.py); it is linear in the loop components
+TileTerm = tuple[int, int, int, int, int]  # (dim, coef, root, place, extent)
+#: a read at `A @ roots + b` plus tile terms: (tensor, A (ndim, n_root), b (ndim), tile terms)
+Read = tuple[str, np.ndarray, np.ndarray, tuple[TileTerm, ...]]
+
+
+def _tile_term(atom, pos: dict[int, int]) -> tuple[int, int, int] | None:
+    """(root, place, extent) when `atom` is `v // place`, `v % extent` or `(v // place) % extent` of a
+    root axis v."""
+    extent = 0
+    if isinstance(atom, BinOp) and atom.op == "floormod" and isinstance(atom.b, Const):
+        atom, extent = atom.a, int(atom.b.value)
+    place = 1
+    if isinstance(atom, BinOp) and atom.op == "floordiv" and isinstance(atom.b, Const):
+        atom, place = atom.a, int(atom.b.value)
+    k = pos.get(id(atom))
+    return None if k is None or (place == 1 and extent == 0) else (k, place, extent)
+
+
 @dataclass(frozen=True)
 class _Body:
     """A stage's computation after inlining: reads as affine maps of its root axes, op counts."""
 
-    reads: tuple[tuple[str, np.ndarray, np.ndarray], ...]  # (tensor, A (ndim, n_root), b (ndim))
+    reads: tuple[Read, ...]
     ops: np.ndarray  # per execution of the (update) statement, index arithmetic excluded
     init_ops: np.ndarray | None  # reductions: the init statement's
 
@@ -71,15 +91,19 @@ def _analyse(s: Stage, by_name: dict[str, Stage]) -> _Body:
     for ld in (n for n in walk(body) if isinstance(n, Load)):
         a = np.zeros((len(ld.indices), len(pos)))
         b = np.zeros(len(ld.indices))
+        tiles = []
         for d, idx in enumerate(ld.indices):
             terms, c = linear(idx)
             for atom, coef in terms.items():
                 k = pos.get(id(atom))
-                if k is None:
+                if k is not None:
+                    a[d, k] += coef
+                elif (tile := _tile_term(atom, pos)) is not None:
+                    tiles.append((d, coef, *tile))
+                else:
                     raise NotAffine(f"{ld.tensor.name}[{idx}] is not affine in {s.name}'s axes")
-                a[d, k] += coef
             b[d] = c
-        reads.append((ld.tensor.name, a, b))
+        reads.append((ld.tensor.name, a, b, tuple(tiles)))
     if isinstance(body, Reduce):
         acc = Load(t, t.axes, t.dtype)  # the accumulator read of `acc = acc op value`
         update = binop({"sum": "add", "prod": "mul", "max": "max", "min": "min"}[body.combiner], acc, body.source)
@@ -200,6 +224,9 @@ class _Deriver:
                 total = self.loop_ext[lid] if lid is not None else 1
                 for p in rel.parents:
                     pe = ext[p]
+                    if lid is not None and total == 1 and p == rel.parents[0]:  # an annotated loop of one
+                        comps[p] = [(self._comp(lid, 1, 1.0), 1)]  # iteration: lowering indexes by it
+                        continue
                     comps[p] = [] if lid is None or pe == 1 else \
                         [(self._comp(lid, pe, (pe - 1) / (total - 1)), 1)]
                 if fused:  # the fused loop's own component is replaced by its parts
@@ -224,7 +251,7 @@ class _Deriver:
         free = np.zeros(self.width, dtype=bool)
         own = set(cp.loops[n_fixed:])
         free[: self.n_comps] = [int(lp) in own for lp in self.comp_loop[: self.n_comps]]
-        reads = [(a @ cp.roots, a @ cp.root_const + b) for name, a, b in body.reads if name == p.name]
+        reads = [self._index(cp, read) for read in body.reads if read[0] == p.name]
         mins = np.zeros((t.ndim, self.width))
         min_const = np.zeros(t.ndim)
         region = []
@@ -250,16 +277,35 @@ class _Deriver:
 
     # ---- statements ----------------------------------------------------------------------
 
-    def _access(self, name: str, write: bool, a: np.ndarray, b: np.ndarray, reader: _Placed,
+    def _index(self, reader: _Placed, read: Read) -> tuple[np.ndarray, np.ndarray]:
+        """A read's indices as multiples of loop components (ndim, width) plus constants. A tile term
+        `(root // place) % extent` keeps the root's components of multiplier in [place, place * extent),
+        divided by place: exact when the finer components stay below place and the coarser ones are
+        multiples of it, which perfect splits guarantee; anything else is left to lowering."""
+        _, a, b, tiles = read
+        coefs, const = a @ reader.roots, a @ reader.root_const + b
+        for dim, coef, root, place, extent in tiles:
+            m = reader.roots[root]
+            used = m != 0
+            fine, coarse = used & (np.abs(m) < place), used & (np.abs(m) >= place)
+            if reader.root_const[root] or np.any(m < 0) or np.any(m[coarse] % place) \
+                    or (m[fine] * (self.comp_ext[fine] - 1)).sum() >= place:
+                raise NotAffine(f"a tile index of {self.state.stages[0].name}'s task is not aligned to its loops")
+            keep = coarse & (m < place * extent) if extent else coarse
+            coefs[dim] += coef * np.where(keep, m / place, 0.0)
+        return coefs, const
+
+    def _access(self, name: str, write: bool, read: Read, reader: _Placed,
                 loops: list[int]) -> tuple[Access, int, int]:
-        """The access of `name` at `a @ roots + b` from a statement inside `loops`; with its index op counts."""
+        """The access `read` of `name` from a statement inside `loops`; with its index op counts."""
         target = self.placed.get(name)
         if target is None:
             raise NotAffine(f"{name} is read where it is not computed")
         buf = target.buffer
         strides = np.asarray(buf.strides, dtype=float)
-        comp_coef = strides @ (a @ reader.roots - target.mins)
-        offset = float(strides @ (a @ reader.root_const + b - target.min_const))
+        coefs, const = self._index(reader, read)
+        comp_coef = strides @ (coefs - target.mins)
+        offset = float(strides @ (const - target.min_const))
         n = self.n_comps
         per_loop = np.bincount(self.comp_loop[:n], np.abs(comp_coef[:n]) * self.comp_slope[:n], len(self.loop_ext))
         coef = per_loop[loops]
@@ -273,7 +319,7 @@ class _Deriver:
         pl = self.placed[s.name]
         body = _body(self.state, s, self.by_name)
         t = s.tensor
-        store = (s.name, np.eye(t.ndim, len(s.root_names)), np.zeros(t.ndim))
+        store = (s.name, np.eye(t.ndim, len(s.root_names)), np.zeros(t.ndim), ())
         first_red = next((k for k, it in enumerate(s.iters) if it.kind != "spatial"), None)
         for pos, it in enumerate(s.iters):
             if pos == first_red and body.init_ops is not None:  # accumulators zeroed before the reduction
@@ -288,10 +334,10 @@ class _Deriver:
         out.append(self._statement(s, pl, pl.loops, [(lp, False) for lp in pl.loops], body.ops, accesses))
 
     def _statement(self, s: Stage, pl: _Placed, loops: list[int], ids: list, ops: np.ndarray,
-                   accesses: list[tuple[str, np.ndarray, np.ndarray]]) -> Statement:
+                   accesses: list[Read]) -> Statement:
         out, muls, adds = [], 0, 0
-        for k, (name, a, b) in enumerate(accesses):
-            acc, m, ad = self._access(name, k == 0, a, b, pl, loops)
+        for k, read in enumerate(accesses):
+            acc, m, ad = self._access(read[0], k == 0, read, pl, loops)
             out.append(acc)
             muls, adds = muls + m, adds + ad
         ops = ops.copy()

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from tensorgen.dag import ComputeDAG
 from tensorgen.errors import ScheduleError
+from tensorgen.schedule.packing import PackLayoutStep
 from tensorgen.schedule.stage import Stage, make_stage, producers_of
 from tensorgen.schedule.steps import (
     AnnotationStep,
@@ -191,6 +192,9 @@ class State:
 
     def cache_write(self, stage: StageRef, scope: str = "local"):
         return self.apply(CacheWriteStep(self.stage_id(stage), scope))
+
+    def pack_layout(self, stage: StageRef, reader: StageRef):
+        return self.apply(PackLayoutStep(self.stage_id(stage), self.stage_id(reader)))
 
     def rfactor(self, stage: StageRef, it: IterRef, factor_iter_id: int):
         return self.apply(RfactorStep(*self._ids(stage, it), factor_iter_id))

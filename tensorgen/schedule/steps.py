@@ -31,6 +31,8 @@ def register_step(cls: type[Step]) -> type[Step]:
 @dataclass(frozen=True)
 class Step:
     code: ClassVar[str] = ""
+    #: where a step that adds a stage puts it, relative to `stage_id` (later stages shift up by one)
+    new_stage_offset: ClassVar[int | None] = None
     stage_id: int
 
     def apply(self, state: State) -> tuple[Stage, ...]:
@@ -465,6 +467,7 @@ class CacheWriteStep(Step):
     """Compute into a new stage `<name>_<scope>`; the original stage becomes a copy of it."""
 
     code: ClassVar[str] = "CHW"
+    new_stage_offset: ClassVar[int | None] = 0
     scope: str
 
     def apply(self, state: State) -> tuple[Stage, ...]:
@@ -489,6 +492,7 @@ class CacheReadStep(Step):
     """Copy tensor `stage` into `<name>_<scope>`, read by `reader_stage_ids` instead of the original."""
 
     code: ClassVar[str] = "CHR"
+    new_stage_offset: ClassVar[int | None] = 1
     scope: str
     reader_stage_ids: tuple[int, ...]
 
@@ -526,6 +530,7 @@ class RfactorStep(Step):
     """Factor reduce iterator `iter_id` out into a new stage `<name>_rf` where it is a spatial axis."""
 
     code: ClassVar[str] = "RF"
+    new_stage_offset: ClassVar[int | None] = 0
     iter_id: int
     factor_iter_id: int
 

@@ -24,12 +24,15 @@ def _same_skeleton(sketch_step: Step, step: Step) -> bool:
 
 
 def match_sketch(state: State, sketches: Sequence[State]) -> int | None:
-    """Index of the sketch `state` was annotated from (its steps start with the sketch's), if any."""
+    """Index of the sketch `state` was annotated from: the longest whose steps start the state's (a
+    sketch can extend another, as rules.PackOperand's do), if any."""
+    best = None
     for k, sk in enumerate(sketches):
         n = len(sk.steps)
         if len(state.steps) >= n and all(_same_skeleton(a, b) for a, b in zip(sk.steps, state.steps[:n])):
-            return k
-    return None
+            if best is None or n > len(sketches[best].steps):
+                best = k
+    return best
 
 
 def step_owners(sketch: State) -> list[str]:

@@ -72,6 +72,19 @@ def location_phase_start(steps: Sequence[Step]) -> int:
     return first
 
 
+def sketched_stages(steps: Sequence[Step], first: int) -> set[int]:
+    """Ids, in the final state, of the stages the sketch's steps (`steps[:first]`) transform: a step
+    names a stage by its index at that time, and the stages added after it shift the index."""
+    out = set()
+    for n in range(first):
+        sid = steps[n].stage_id
+        for later in steps[n + 1:first]:
+            if later.new_stage_offset is not None and later.stage_id + later.new_stage_offset <= sid:
+                sid += 1
+        out.add(sid)
+    return out
+
+
 def is_flexible(state: State, i: int) -> bool:
     """A stage whose location random annotation chose (Ansor: not multi-level tiled, not an output)."""
     st = state.stages[i]
@@ -270,7 +283,7 @@ class ComputeLocationMutation(Mutation):
     def candidates(state: State) -> list[int]:
         """Flexible stages that no sketch step touched and that have somewhere else to go."""
         first = location_phase_start(state.steps)
-        sketched = {s.stage_id for s in state.steps[:first]}
+        sketched = sketched_stages(state.steps, first)
         out = []
         for i in range(len(state.stages)):
             if i in sketched or not is_flexible(state, i):

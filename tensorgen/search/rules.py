@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from tensorgen.dag import ComputeDAG
 from tensorgen.errors import ScheduleError
+from tensorgen.schedule.packing import interleaves
 from tensorgen.schedule.stage import Split
 from tensorgen.schedule.state import State
 from tensorgen.te.expr import Load, Reduce, walk
@@ -362,6 +363,40 @@ class MultiLevelTiling(SketchRule):
         return [(multi_level_tiling(state, i, self.structure)[0], i - 1)]
 
 
+def streams(state: State, i: int, t_name: str) -> bool:
+    """Stage i reads tensor `t_name` along its last spatial axis in `t_name`'s contiguous dimension:
+    the operand its vectorized inner loop loads vectors of (GMM's B; A is broadcast)."""
+    t = state.stages[i].tensor
+    loads = [n for n in walk(t.body) if isinstance(n, Load) and n.tensor.name == t_name]
+    return bool(t.axes) and any(n.indices and n.indices[-1] is t.axes[-1] for n in loads)
+
+
+class PackOperand(SketchRule):
+    """An input that is not constant, streamed by a tiled stage (`streams`) whose tile levels interleave
+    its dimensions, is either read where it is or first copied into the reader's tile layout
+    (schedule/packing.py: the packing a BLAS does; a constant gets this layout at build time instead):
+    both are sketches. Not in Ansor's Table 1; GMM 1024 needs it to read B's column panels
+    contiguously. The broadcast operand is left alone, which keeps GMM at 6 sketches."""
+
+    name = "pack_operand"
+
+    def condition(self, task: SearchTask, state: State, i: int) -> Cond:
+        st = state.stages[i]
+        if not st.is_placeholder or st.tensor.attrs.get("constant"):
+            return Cond.SKIP
+        readers = state.consumers(st.name)
+        if len(readers) != 1:
+            return Cond.SKIP
+        r = state.stage_id(readers[0])
+        ok = (is_tiled(state, r) and has_data_reuse(state, r) and streams(state, r, st.name)
+              and interleaves(state.stages[r], st.tensor))
+        return Cond.APPLY_AND_SKIP_REST if ok else Cond.SKIP
+
+    def apply(self, task: SearchTask, state: State, i: int) -> list[Derivation]:
+        reader = state.consumers(state.stages[i].name)[0]
+        return [(state, i - 1), (state.copy().pack_layout(i, reader), i - 1)]
+
+
 class SkipStage(SketchRule):
     """Rule 1: leave the stage as it is and move on (always applies, so derivation never stalls)."""
 
@@ -382,6 +417,7 @@ DEFAULT_RULES: list[SketchRule] = [
     AddCacheWrite(),
     MultiLevelTilingWithFusion(),
     MultiLevelTiling(),
+    PackOperand(),
     SkipStage(),
 ]
 

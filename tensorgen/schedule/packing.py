@@ -1,0 +1,207 @@
+"""Tile layouts: a tensor laid out in the order its tiled reader walks it, packed at build or at run time.
+
+A conv or matmul schedule splits each axis of an operand into tile levels and interleaves them with
+the other axes' levels; read in its original layout, the innermost loops then jump through memory.
+The tile layout gives the operand one dimension per tile level, in the order the reader's loops
+nest — e.g. GMM's B (k, n) under an SSRSRS tiling becomes [j0, j1, k0, j2, k1, j3], so each
+k-block of a column panel is one contiguous run, the layout a BLAS packs its operands into.
+
+A constant is repacked once at build time (schedule/layout_rewrite.py, Ansor §4.2). Any other input
+is repacked on every call by a stage of the program (`PackLayoutStep`, a layout-changing cache_read,
+offered as a sketch by rules.PackOperand): a copy that costs one pass over the operand and can be
+computed at the root (once, in parallel) or inside the reader's tiles (a panel at a time, in cache).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+from tensorgen.errors import ScheduleError
+from tensorgen.schedule.stage import Fuse, Split, Stage, make_stage
+from tensorgen.schedule.steps import (
+    Step,
+    _call,
+    _compute_stage,
+    _stage,
+    _unique_stage_name,
+    _with_body,
+    register_step,
+    split_radices,
+)
+from tensorgen.te.expr import Expr, Load, Var, const, transform, walk
+from tensorgen.te.tensor import Tensor
+
+if TYPE_CHECKING:
+    from tensorgen.schedule.state import State
+
+
+@dataclass(frozen=True)
+class LayoutRewrite:
+    """How tensor `name` of `shape` is repacked: new dimensions outer to inner, each a tile level
+    (original dim, place value, extent) of one original dimension."""
+
+    name: str
+    shape: tuple[int, ...]
+    parts: tuple[tuple[int, int, int], ...]
+    loop_names: tuple[str, ...] = field(default=(), compare=False)  # the reader's loop of each part
+
+    @property
+    def new_shape(self) -> tuple[int, ...]:
+        return tuple(extent for _, _, extent in self.parts)
+
+    def index(self, indices: tuple[Expr, ...]) -> tuple[Expr, ...]:
+        """Indices into the new layout of the element at original `indices`."""
+        out: list[Expr] = []
+        for dim, place, extent in self.parts:
+            e = indices[dim] // place if place != 1 else indices[dim]
+            out.append(const(0) if extent == 1 else e % extent if place * extent != self.shape[dim] else e)
+        return tuple(out)
+
+    def source_index(self, axes: tuple[Var, ...]) -> tuple[Expr, ...]:
+        """Indices into the original layout of the element at new-layout `axes`."""
+        terms: list[list[Expr]] = [[] for _ in self.shape]
+        for (dim, place, _), axis in zip(self.parts, axes):  # every axis, extent-1 ones too: an axis
+            terms[dim].append(axis * place if place != 1 else axis)  # not read would look like reuse
+        return tuple(sum(ts[1:], ts[0]) if ts else const(0) for ts in terms)
+
+    def pack(self, array: np.ndarray) -> np.ndarray:
+        """`array` (original layout) in the new layout."""
+        if tuple(array.shape) != self.shape:
+            raise ValueError(f"layout rewrite of {self.name}: expected shape {list(self.shape)}, "
+                             f"got {list(array.shape)}")
+        levels = sorted(self.parts, key=lambda p: (p[0], -p[1]))  # per dim, outer to inner
+        where = {p: k for k, p in enumerate(levels)}
+        split = array.reshape([extent for _, _, extent in levels])
+        return np.ascontiguousarray(split.transpose([where[p] for p in self.parts]))
+
+
+def tile_layout(stage: Stage, t: Tensor, every_level: bool = False) -> LayoutRewrite | None:
+    """The layout of `t` in the order `stage`'s loops walk it; None when `stage` does not read it
+    once with each index a distinct plain loop axis, when a split is not perfect or an axis is fused,
+    or (unless `every_level`) when the tile order is `t`'s own. Levels of extent 1 get no dimension
+    unless `every_level`: a packing stage keeps one loop per level, so that its later steps still
+    find their loops when a tile-size mutation moves a level to 1 or away from it."""
+    roots = _plain_read(stage, t)
+    if roots is None:
+        return None
+    extents = dict(zip(stage.root_names, list(stage.tensor.shape) + [a.extent for a in stage.tensor.reduce_axes]))
+    levels = _tile_levels(stage, {r: extents[r] for r in roots})
+    if levels is None:
+        return None
+    position = {it.name: k for k, it in enumerate(stage.iters)}
+    parts = sorted((position[leaf], dim, place, extent, leaf)
+                   for dim, root in enumerate(roots) for leaf, (r, place, extent) in levels.items()
+                   if r == root and (extent > 1 or every_level))
+    plan = LayoutRewrite(t.name, t.shape, tuple((d, p, e) for _, d, p, e, _ in parts), tuple(p[-1] for p in parts))
+    identity = tuple((d, 1, n) for d, n in enumerate(t.shape) if n > 1)
+    return None if plan.parts == identity and not every_level else plan
+
+
+def _plain_read(stage: Stage, t: Tensor) -> list[str] | None:
+    """The root axes `stage` reads `t` at, when it reads it once, each index a distinct root axis."""
+    loads = [n for n in walk(stage.tensor.body) if isinstance(n, Load) and n.tensor.name == t.name]
+    root_of = {id(v): r for v, r in zip(stage.tensor.axes + stage.tensor.reduce_axes, stage.root_names)}
+    if len(loads) != 1 or not all(isinstance(i, Var) and id(i) in root_of for i in loads[0].indices):
+        return None
+    roots = [root_of[id(i)] for i in loads[0].indices]
+    return roots if len(set(roots)) == len(roots) else None
+
+
+def _tile_levels(stage: Stage, extents: dict[str, int]) -> dict[str, tuple[str, int, int]] | None:
+    """Leaf iterator -> (root axis, place value, extent) for the leaves of `extents`' root axes, from
+    the stage's splits at full extent; None when one is fused or split imperfectly (or unfilled)."""
+    levels = {root: (root, 1, extent) for root, extent in extents.items()}
+    for rel in stage.relations:
+        if isinstance(rel, Fuse):
+            if any(p in levels for p in rel.parents):
+                return None
+            continue
+        if not isinstance(rel, Split) or rel.parent not in levels:
+            continue
+        root, place, extent = levels.pop(rel.parent)
+        radices = split_radices(extent, rel.lengths, rel.inner_to_outer)
+        if None in radices or math.prod(radices) != extent:
+            return None
+        inner = place
+        for child, radix in zip(reversed(rel.children), reversed(radices)):
+            levels[child] = (root, inner, radix)
+            inner *= radix
+    return levels
+
+
+def interleaves(stage: Stage, t: Tensor) -> bool:
+    """`stage` reads `t` at plain loop axes whose tile levels (split lengths may be unfilled) nest in
+    an order other than `t`'s dimension order, with a level of `t`'s last dimension innermost: a tile
+    layout of `t` differs from its own and still reads contiguous runs in the innermost loop."""
+    roots = _plain_read(stage, t)
+    if roots is None:
+        return False
+    dim_of = {r: d for d, r in enumerate(roots) if t.shape[d] > 1}
+    leaf_root = {r: r for r in dim_of}
+    for rel in stage.relations:
+        if isinstance(rel, Split) and rel.parent in leaf_root:
+            root = leaf_root.pop(rel.parent)
+            leaf_root.update(dict.fromkeys(rel.children, root))
+        elif isinstance(rel, Fuse) and any(p in leaf_root for p in rel.parents):
+            return False
+    dims = [dim_of[leaf_root[it.name]] for it in stage.iters if it.name in leaf_root and it.extent != 1]
+    return bool(dims) and dims != sorted(dims) and dims[-1] == t.ndim - 1
+
+
+_PACKED: dict[tuple, tuple[Tensor, Tensor, Tensor, Tensor]] = {}
+
+
+def _packed_tensors(t: Tensor, reader: Tensor, layout: LayoutRewrite, name: str) -> tuple[Tensor, Tensor]:
+    """The packed copy `name` of `t` in `layout`, and `reader` rewritten to read it. Memoized (by the
+    tensors' identity): replaying a state then rebuilds no tensors, and their stages are memoized too."""
+    key = (id(t), id(reader), layout.parts, name)
+    hit = _PACKED.get(key)
+    if hit is not None and hit[0] is t and hit[1] is reader:
+        return hit[2], hit[3]
+    names = layout.loop_names or [f"ax{d}" for d in range(len(layout.parts))]
+    axes = tuple(Var(n, "int32", e) for n, (_, _, e) in zip(names, layout.parts))
+    packed = Tensor(layout.new_shape, t.dtype, name, axes, Load(t, layout.source_index(axes), t.dtype), "injective",
+                    {"packs": t.name})
+    body = transform(reader.body, lambda n: Load(packed, layout.index(n.indices), n.dtype)
+                     if isinstance(n, Load) and n.tensor.name == t.name else None)
+    new_reader = _with_body(reader, reader.axes, body)
+    if len(_PACKED) > 4096:
+        _PACKED.clear()
+    _PACKED[key] = (t, reader, packed, new_reader)
+    return packed, new_reader
+
+
+@register_step
+@dataclass(frozen=True)
+class PackLayoutStep(Step):
+    """Copy tensor `stage` into `<name>_packed`, laid out in the tile order of stage `reader_stage_id`
+    (its only reader, which then reads the copy). The layout follows the reader's split lengths at the
+    time of replay, so tile-size mutations move it along; with lengths unfilled (a sketch), or when the
+    tiling admits none, the copy keeps the original layout."""
+
+    code: ClassVar[str] = "PK"
+    new_stage_offset: ClassVar[int | None] = 1
+    reader_stage_id: int
+
+    def apply(self, state: State) -> tuple[Stage, ...]:
+        st = _stage(state, self.stage_id)
+        if st.location == "inline":
+            raise ScheduleError(f"pack_layout: {st.name} is inlined")
+        reader = _compute_stage(state, self.reader_stage_id, "pack_layout reader")
+        if state.consumers(st.name) != [reader.name]:
+            raise ScheduleError(f"pack_layout of {st.name}: {reader.name} must be its only reader")
+        t = st.tensor
+        own = LayoutRewrite(t.name, t.shape, tuple((d, 1, n) for d, n in enumerate(t.shape)))
+        layout = tile_layout(reader, t, every_level=True) or own
+        packed, new_reader = _packed_tensors(t, reader.tensor, layout, _unique_stage_name(state, f"{t.name}_packed"))
+        stages = list(state.stages)
+        stages[self.reader_stage_id] = reader.with_(tensor=new_reader, body_text=str(new_reader.body))
+        stages.insert(self.stage_id + 1, make_stage(packed))
+        return tuple(stages)
+
+    def to_python(self, state: State) -> str:
+        return _call("pack_layout", state.stages[self.stage_id].name, state.stages[self.reader_stage_id].name)
