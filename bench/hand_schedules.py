@@ -30,6 +30,7 @@ import numpy as np  # noqa: E402
 
 from tensorgen.build import build  # noqa: E402
 from tensorgen.demo import conv2d_nhwc_reference, conv2d_state, gmm_state, max_rel_error, median_seconds  # noqa: E402
+from tensorgen.runtime import aligned  # noqa: E402
 
 SLEEP_S = 0.5
 
@@ -67,8 +68,8 @@ def bench_gmm(repeat: int, rounds: int, threads: int, size: int = 1024) -> dict:
     func = build(state)
     func.set_num_threads(threads)
     rng = np.random.default_rng(0)
-    a = rng.random((size, size), dtype=np.float32)
-    b = rng.random((size, size), dtype=np.float32)
+    a = aligned(rng.random((size, size), dtype=np.float32))
+    b = aligned(rng.random((size, size), dtype=np.float32))
     (c,) = func.run(a, b)
     err = max_rel_error(c, a @ b)
     if err > RTOL:
@@ -104,8 +105,8 @@ def bench_conv(repeat: int, rounds: int, threads: int) -> dict:
     func = build(state)
     func.set_num_threads(threads)
     rng = np.random.default_rng(1)
-    x = rng.random((n, h, w, ci), dtype=np.float32)
-    wt = rng.random((3, 3, ci, co), dtype=np.float32)
+    x = aligned(rng.random((n, h, w, ci), dtype=np.float32))
+    wt = aligned(rng.random((3, 3, ci, co), dtype=np.float32))
     (y,) = func.run(x, wt)
     ref = conv2d_nhwc_reference(x, wt, padding=1, stride=1)
     err = max_rel_error(y, ref)

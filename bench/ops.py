@@ -64,6 +64,7 @@ import numpy as np  # noqa: E402
 
 from tensorgen.build import build  # noqa: E402
 from tensorgen.dag import ComputeDAG  # noqa: E402
+from tensorgen.runtime import aligned, aligned_empty  # noqa: E402
 from tensorgen.target import Target  # noqa: E402
 from tensorgen.te.ops.suite import SUITE  # noqa: E402
 from tensorgen.tune import make_task, tune  # noqa: E402
@@ -223,8 +224,8 @@ def make_inputs(dag: ComputeDAG, seed: int) -> dict[str, np.ndarray]:
     out = {}
     for t in dag.inputs:
         lo, hi = (0.5, 1.5) if t.name.endswith("var") else (-1.0, 1.0)
-        out[t.name] = rng.uniform(lo, hi, t.shape).astype(t.dtype)
-    return out
+        out[t.name] = aligned(rng.uniform(lo, hi, t.shape).astype(t.dtype))  # as every framework's
+    return out  # own arrays are: see tensorgen.runtime.ALIGNMENT
 
 
 # ---------------------------------------------------------------------------------------------
@@ -356,7 +357,7 @@ def run_case(op: str, shape_index: int | None, config: tuple[int, ...], batch: i
 
         arrays = make_inputs(dag, args.seed)
         ordered = [arrays[t.name] for t in dag.inputs]
-        outs = [np.empty(t.shape, t.dtype) for t in dag.outputs]
+        outs = [aligned_empty(t.shape, t.dtype) for t in dag.outputs]
         func(*ordered, *outs)
         ref = torch_reference(op, config)
         with torch.inference_mode():

@@ -19,6 +19,7 @@ import numpy as np  # noqa: E402
 
 from tensorgen import build, tune  # noqa: E402
 from tensorgen.demo import median_seconds  # noqa: E402
+from tensorgen.runtime import aligned, aligned_empty  # noqa: E402
 from tensorgen.te.ops.suite import make_gmm  # noqa: E402
 
 
@@ -36,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     func = build(result.best_state)
     func.set_num_threads(2)
     rng = np.random.default_rng(0)
-    a, b = (rng.uniform(-1, 1, (1, n, n)).astype("float32") for _ in range(2))
-    c = np.empty((1, n, n), "float32")
+    a, b = (aligned(rng.uniform(-1, 1, (1, n, n)).astype("float32")) for _ in range(2))
+    c = aligned_empty((1, n, n), "float32")
     func(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-3, atol=1e-3 * n)
     flops = 2.0 * n**3

@@ -10,7 +10,7 @@ import numpy as np
 from tensorgen.codegen.c import render_c
 from tensorgen.codegen.toolchain import compile_source
 from tensorgen.dag import ComputeDAG
-from tensorgen.runtime import ArgSpec, Kernel, Module
+from tensorgen.runtime import ArgSpec, Kernel, Module, aligned, aligned_empty
 from tensorgen.schedule.lower import lower
 from tensorgen.schedule.state import State
 from tensorgen.te.tensor import Tensor
@@ -29,9 +29,10 @@ class CompiledFunction:
         self.kernel(*arrays)
 
     def run(self, *inputs: np.ndarray) -> list[np.ndarray]:
-        """Allocate outputs, call, and return them."""
-        outs = [np.empty(t.shape, t.dtype) for t in self.dag.outputs]
-        self.kernel(*inputs, *outs)
+        """Allocate outputs, call, and return them (inputs that are not 64-byte aligned are copied first,
+        see runtime.module.ALIGNMENT)."""
+        outs = [aligned_empty(t.shape, t.dtype) for t in self.dag.outputs]
+        self.kernel(*[aligned(x) if isinstance(x, np.ndarray) and x.flags.c_contiguous else x for x in inputs], *outs)
         return outs
 
     def set_num_threads(self, n: int) -> None:

@@ -6,12 +6,15 @@ from tensorgen.target import HardwareParams, Target
 from tensorgen.te import ops
 
 
-def make_task(inputs, outputs, cores: int = 4) -> SearchTask:
-    return SearchTask(ComputeDAG(list(inputs) + list(outputs)), Target.parse("cpu"), HardwareParams(cores=cores))
+def make_task(inputs, outputs, cores: int = 4, l2_bytes: int = 512 * 1024) -> SearchTask:
+    hw = HardwareParams(cores=cores, l2_bytes=l2_bytes)
+    return SearchTask(ComputeDAG(list(inputs) + list(outputs)), Target.parse("cpu"), hw)
 
 
 def gmm(n: int = 64) -> SearchTask:
-    return make_task(*ops.make_gmm(n, n, n))
+    """GMM on a machine whose L2 is smaller than B, so that B's packing is among the sketches
+    (rules.PackOperand), as for GMM 1024 on a real one."""
+    return make_task(*ops.make_gmm(n, n, n), l2_bytes=4 * n * n - 1)
 
 
 def c2d_relu() -> SearchTask:

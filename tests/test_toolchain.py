@@ -198,3 +198,23 @@ def test_vectorized_exp_and_log_call_libmvec(lanes):
     y = np.empty_like(x)
     f(x, y)
     np.testing.assert_allclose(y, np.exp(x - 1) * 2 + np.log(x), rtol=1e-5, atol=1e-6)
+
+
+def test_aligned_buffers_are_what_kernels_get():
+    """Kernels are tuned on 64-byte aligned buffers; `aligned` copies only arrays that are not."""
+    from tensorgen import te
+    from tensorgen.build import build
+    from tensorgen.runtime import ALIGNMENT, aligned, aligned_empty
+
+    for shape, dtype in [((3, 5), "float32"), ((7,), "float64"), ((2, 2, 2), "int32")]:
+        assert aligned_empty(shape, dtype).ctypes.data % ALIGNMENT == 0
+        assert aligned_empty(shape, dtype).shape == shape and aligned_empty(shape, dtype).dtype == dtype
+    off = np.arange(65, dtype="float32")[1:]  # 4 bytes past an aligned start at best
+    assert off.ctypes.data % ALIGNMENT != 0
+    fixed = aligned(off)
+    assert fixed.ctypes.data % ALIGNMENT == 0 and np.array_equal(fixed, off)
+    assert aligned(fixed) is fixed
+    x = te.placeholder((64,), name="x")
+    y = te.compute((64,), lambda i: x[i] * 2.0, name="y")
+    (out,) = build([x, y]).run(off)
+    assert out.ctypes.data % ALIGNMENT == 0 and np.array_equal(out, off * 2)

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from tensorgen.errors import RuntimeCallError
+from tensorgen.runtime.module import aligned, aligned_empty
 
 
 class CompiledModel:
@@ -64,12 +65,12 @@ class CompiledModel:
             if arr.shape != shape or arr.dtype != dtype:
                 raise RuntimeCallError(f"input {name!r}: expected {dtype.name}{list(shape)}, "
                                        f"got {arr.dtype.name}{list(arr.shape)}")
-            arrays.append(np.ascontiguousarray(arr))
+            arrays.append(aligned(arr))
         return arrays
 
     def run(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> list[np.ndarray]:
         arrays = self._arrays(inputs)
-        outs = [np.empty(shape, dtype) for _, shape, dtype in self.outputs]
+        outs = [aligned_empty(shape, dtype) for _, shape, dtype in self.outputs]
         ins = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
         ptrs = (ctypes.c_void_p * len(outs))(*[o.ctypes.data for o in outs])
         if self._lib.tensorgen_model_run(self._handle, ins, ptrs) != 0:
