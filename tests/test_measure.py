@@ -283,3 +283,24 @@ def test_long_sums_are_checked_against_an_accurate_reference(builder):
     s.split(stage, s.stages[stage].iters[-1].name, [65536])
     s.rfactor(stage, s.stages[stage].relations[-1].children[0], 0)
     assert_good(measure(builder, LocalRunner(check_correctness=True), [MeasureInput(t, s)])[0])
+
+
+def test_reference_reads_the_output_axis_contiguously_and_sums_in_the_naive_order():
+    """The reference program loops over the innermost output axis inside the reduction (a conv's
+    weight is then read along its output channels, not one cache line per term: C3D 7x7 512->512
+    went from 40 s to 0.8 s); every element sums its terms in the naive order (up to the compiler's
+    fused multiply-adds, which differ between the vectorized and the scalar loop)."""
+    from tensorgen.build import build
+    from tensorgen.measure.runner import reference_state
+    from tensorgen.te import ops
+
+    ins, outs = ops.make_c2d(6, 6, 8, 24, 3, 1, 1)
+    dag = ComputeDAG(list(ins) + list(outs))
+    ref = reference_state(dag)
+    conv = ref.stage(outs[0].name)
+    assert [it.kind for it in conv.iters][-1] == "spatial" and conv.iters[-1].extent == 24
+    assert [it.kind for it in conv.iters][-2] == "reduce"
+    rng = np.random.default_rng(0)
+    arrays = [rng.uniform(-1, 1, t.shape).astype(np.float32) for t in dag.inputs]
+    (want,), (got,) = build(State(dag)).run(*arrays), build(ref).run(*arrays)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
