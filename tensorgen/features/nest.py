@@ -290,7 +290,7 @@ class _Deriver:
             fine, coarse = used & (np.abs(m) < place), used & (np.abs(m) >= place)
             if reader.root_const[root] or np.any(m < 0) or np.any(m[coarse] % place) \
                     or (m[fine] * (self.comp_ext[fine] - 1)).sum() >= place:
-                raise NotAffine(f"a tile index of {self.state.stages[0].name}'s task is not aligned to its loops")
+                raise NotAffine(f"a tile index ({place}, {extent}) of root axis {root} does not align with its loops")
             keep = coarse & (m < place * extent) if extent else coarse
             coefs[dim] += coef * np.where(keep, m / place, 0.0)
         return coefs, const

@@ -158,14 +158,13 @@ _PACKED: dict[tuple, tuple[Tensor, Tensor, Tensor, Tensor]] = {}
 def _packed_tensors(t: Tensor, reader: Tensor, layout: LayoutRewrite, name: str) -> tuple[Tensor, Tensor]:
     """The packed copy `name` of `t` in `layout`, and `reader` rewritten to read it. Memoized (by the
     tensors' identity): replaying a state then rebuilds no tensors, and their stages are memoized too."""
-    key = (id(t), id(reader), layout.parts, name)
+    key = (id(t), id(reader), layout.parts, layout.loop_names, name)
     hit = _PACKED.get(key)
     if hit is not None and hit[0] is t and hit[1] is reader:
         return hit[2], hit[3]
     names = layout.loop_names or [f"ax{d}" for d in range(len(layout.parts))]
     axes = tuple(Var(n, "int32", e) for n, (_, _, e) in zip(names, layout.parts))
-    packed = Tensor(layout.new_shape, t.dtype, name, axes, Load(t, layout.source_index(axes), t.dtype), "injective",
-                    {"packs": t.name})
+    packed = Tensor(layout.new_shape, t.dtype, name, axes, Load(t, layout.source_index(axes), t.dtype), "injective")
     body = transform(reader.body, lambda n: Load(packed, layout.index(n.indices), n.dtype)
                      if isinstance(n, Load) and n.tensor.name == t.name else None)
     new_reader = _with_body(reader, reader.axes, body)
