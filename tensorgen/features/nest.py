@@ -295,9 +295,9 @@ class _Deriver:
             coefs[dim] += coef * np.where(keep, m / place, 0.0)
         return coefs, const
 
-    def _access(self, name: str, write: bool, read: Read, reader: _Placed,
-                loops: list[int]) -> tuple[Access, int, int]:
-        """The access `read` of `name` from a statement inside `loops`; with its index op counts."""
+    def _access(self, read: Read, write: bool, reader: _Placed, loops: list[int]) -> tuple[Access, int, int]:
+        """The access `read` from a statement inside `loops`; with its index op counts."""
+        name = read[0]
         target = self.placed.get(name)
         if target is None:
             raise NotAffine(f"{name} is read where it is not computed")
@@ -337,7 +337,7 @@ class _Deriver:
                    accesses: list[Read]) -> Statement:
         out, muls, adds = [], 0, 0
         for k, read in enumerate(accesses):
-            acc, m, ad = self._access(read[0], k == 0, read, pl, loops)
+            acc, m, ad = self._access(read, k == 0, pl, loops)
             out.append(acc)
             muls, adds = muls + m, adds + ad
         ops = ops.copy()

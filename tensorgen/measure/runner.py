@@ -113,15 +113,14 @@ def reference_state(dag: ComputeDAG) -> State:
         n_space = sum(it.kind != "reduce" for it in s.stages[i].iters)
         s.rfactor(i, s.stages[i].relations[-1].children[0], n_space)
     for i, st in enumerate(s.stages):
-        names = [it.name for it in st.iters]
-        if not st.is_placeholder and st.iters[-1].kind == "reduce" and st.iters[0].kind == "spatial" \
-                and len(st.iters) > 2 and st.tensor.reduce_axes and not st.relations:
+        spatial = [it for it in st.iters if it.kind == "spatial"]
+        if st.iters and st.iters[-1].kind == "reduce" and not st.relations and len(spatial) > 1 \
+                and spatial[-1].extent > 1:
             # the innermost output axis moves inside the reduction loops: every element still sums its
             # terms in the same order, but the reads along that axis (a conv's output channels in its
             # weight, GMM's columns of B) become contiguous instead of one cache line per term
-            spatial = [it.name for it in st.iters if it.kind == "spatial"]
-            if len(spatial) > 1 and st.iters[names.index(spatial[-1])].extent > 1:
-                s.reorder(i, spatial[:-1] + [it.name for it in st.iters if it.kind == "reduce"] + spatial[-1:])
+            reduce = [it.name for it in st.iters if it.kind == "reduce"]
+            s.reorder(i, [it.name for it in spatial[:-1]] + reduce + [spatial[-1].name])
         if not st.is_placeholder and st.location == "root" and st.iters and st.iters[0].kind == "spatial":
             s.parallel(i, s.stages[i].iters[0].name)  # output elements are independent: every core works
     return s

@@ -88,7 +88,7 @@ def tile_layout(stage: Stage, t: Tensor, every_level: bool = False) -> LayoutRew
     roots = _plain_read(stage, t)
     if roots is None:
         return None
-    extents = dict(zip(stage.root_names, list(stage.tensor.shape) + [a.extent for a in stage.tensor.reduce_axes]))
+    extents = _root_extents(stage)
     levels = _tile_levels(stage, {r: extents[r] for r in roots})
     if levels is None:
         return None
@@ -111,10 +111,16 @@ def _plain_read(stage: Stage, t: Tensor) -> list[str] | None:
     return roots if len(set(roots)) == len(roots) else None
 
 
-def _tile_levels(stage: Stage, extents: dict[str, int]) -> dict[str, tuple[str, int, int]] | None:
+def _root_extents(stage: Stage) -> dict[str, int]:
+    return dict(zip(stage.root_names, list(stage.tensor.shape) + [a.extent for a in stage.tensor.reduce_axes]))
+
+
+def _tile_levels(stage: Stage, extents: dict[str, int], partial: bool = False) \
+        -> dict[str, tuple[str, int | None, int | None]] | None:
     """Leaf iterator -> (root axis, place value, extent) for the leaves of `extents`' root axes, from
-    the stage's splits at full extent; None when one is fused or split imperfectly (or unfilled)."""
-    levels = {root: (root, 1, extent) for root, extent in extents.items()}
+    the stage's splits at full extent; None when one is fused, or split imperfectly or unfilled (with
+    `partial`, such a split's leaves get place and extent None instead)."""
+    levels: dict[str, tuple[str, int | None, int | None]] = {root: (root, 1, e) for root, e in extents.items()}
     for rel in stage.relations:
         if isinstance(rel, Fuse):
             if any(p in levels for p in rel.parents):
@@ -124,8 +130,11 @@ def _tile_levels(stage: Stage, extents: dict[str, int]) -> dict[str, tuple[str, 
             continue
         root, place, extent = levels.pop(rel.parent)
         radices = split_radices(extent, rel.lengths, rel.inner_to_outer)
-        if None in radices or math.prod(radices) != extent:
-            return None
+        if place is None or None in radices or math.prod(radices) != extent:
+            if not partial:
+                return None
+            levels.update((child, (root, None, None)) for child in rel.children)
+            continue
         inner = place
         for child, radix in zip(reversed(rel.children), reversed(radices)):
             levels[child] = (root, inner, radix)
@@ -140,15 +149,12 @@ def interleaves(stage: Stage, t: Tensor) -> bool:
     roots = _plain_read(stage, t)
     if roots is None:
         return False
-    dim_of = {r: d for d, r in enumerate(roots) if t.shape[d] > 1}
-    leaf_root = {r: r for r in dim_of}
-    for rel in stage.relations:
-        if isinstance(rel, Split) and rel.parent in leaf_root:
-            root = leaf_root.pop(rel.parent)
-            leaf_root.update(dict.fromkeys(rel.children, root))
-        elif isinstance(rel, Fuse) and any(p in leaf_root for p in rel.parents):
-            return False
-    dims = [dim_of[leaf_root[it.name]] for it in stage.iters if it.name in leaf_root and it.extent != 1]
+    extents = _root_extents(stage)
+    levels = _tile_levels(stage, {r: extents[r] for d, r in enumerate(roots) if t.shape[d] > 1}, partial=True)
+    if levels is None:
+        return False
+    dim_of = {r: d for d, r in enumerate(roots)}
+    dims = [dim_of[levels[it.name][0]] for it in stage.iters if it.name in levels and it.extent != 1]
     return bool(dims) and dims != sorted(dims) and dims[-1] == t.ndim - 1
 
 
@@ -194,8 +200,8 @@ class PackLayoutStep(Step):
         if state.consumers(st.name) != [reader.name]:
             raise ScheduleError(f"pack_layout of {st.name}: {reader.name} must be its only reader")
         t = st.tensor
-        own = LayoutRewrite(t.name, t.shape, tuple((d, 1, n) for d, n in enumerate(t.shape)))
-        layout = tile_layout(reader, t, every_level=True) or own
+        layout = tile_layout(reader, t, every_level=True) \
+            or LayoutRewrite(t.name, t.shape, tuple((d, 1, n) for d, n in enumerate(t.shape)))  # its own
         packed, new_reader = _packed_tensors(t, reader.tensor, layout, _unique_stage_name(state, f"{t.name}_packed"))
         stages = list(state.stages)
         stages[self.reader_stage_id] = reader.with_(tensor=new_reader, body_text=str(new_reader.body))
