@@ -303,7 +303,8 @@ def summarize_rounds(per: dict[str, list[float]], stat: str) -> tuple[dict[str, 
 
 
 def policy_options(args: argparse.Namespace) -> dict[str, Any]:
-    return {} if args.population is None else {"population": args.population}
+    options: dict[str, Any] = {} if args.population is None else {"population": args.population}
+    return options | ({"prefilter": args.prefilter} if args.prefilter else {})
 
 
 def _existing_trials(db: str | None, workload_key: str, target: str) -> int:
@@ -517,6 +518,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="seed of tuning and inputs (default 0)")
     parser.add_argument("--population", type=int, default=None,
                         help="evolutionary population of the Ansor policy (default: SketchPolicy's)")
+    parser.add_argument("--prefilter", choices=("psa",), default=None,
+                        help="prune each round's random programs with Pruner's static analyzer (default: none)")
     parser.add_argument("--db", default=None,
                         help="tuning database; makes the run resumable (--trials is then the total per case)")
     parser.add_argument("--target", default="cpu", help="tuning target (default cpu)")
@@ -539,8 +542,9 @@ def _write_json(path: str, args: argparse.Namespace, cases: list[dict], summary:
 
     out = {
         "config": {"trials": args.trials, "batch_size": args.batch_size, "population": args.population,
-                   "seed": args.seed, "threads": args.threads, "rounds": args.rounds, "repeat": args.repeat,
-                   "pause": args.pause, "stat": args.stat, "target": args.target, "db": args.db, "rtol": RTOL,
+                   "prefilter": args.prefilter, "seed": args.seed, "threads": args.threads, "rounds": args.rounds,
+                   "repeat": args.repeat, "pause": args.pause, "stat": args.stat, "target": args.target, "db": args.db,
+                   "rtol": RTOL,
                    "atol_rel": ATOL, "torch_version": torch.__version__, "numpy_version": np.__version__,
                    "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count()},
         "wall_s": wall, "cases": cases, "summary": summary,

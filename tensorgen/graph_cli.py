@@ -48,7 +48,9 @@ def tune_model(args: argparse.Namespace) -> int:
         {graph.name: tasks}, strategy=args.strategy, seed=args.seed, round_trials=args.batch_size or 16,
         early_stopping=args.early_stopping, transfer=args.transfer, callbacks=[table])
     try:
-        result = scheduler.tune(args.trials, db=args.db, policy=args.policy)
+        prefilter = getattr(args, "prefilter", None)
+        result = scheduler.tune(args.trials, db=args.db, policy=args.policy,
+                                policy_options={"prefilter": prefilter} if prefilter else None)
     finally:
         table.close()
     latency = result.models.get(graph.name)

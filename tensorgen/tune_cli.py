@@ -38,6 +38,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="a search variant of the paper's ablation (Figure 7); overrides --policy: "
                            "no-fine-tuning = evolution with 0 generations, limited-space = only the plain "
                            "multi-level-tiling sketch, random = the random policy")
+    tune.add_argument("--prefilter", choices=("psa",), default=None,
+                      help="operators, policy ansor: keep the best of 4x as many random programs per round by "
+                           "Pruner's static analyzer (default: none, Ansor as published)")
     tune.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     tune.add_argument("--batch-size", type=int, default=None,
                       help="programs measured per round (default 64 for an operator, 16 per task round for a model)")
@@ -178,6 +181,10 @@ def _tune(args: argparse.Namespace) -> int:
     policy, options = args.policy, {}
     if getattr(args, "ablation", None):
         policy, options = ablation_policy(args.ablation, task)
+    if args.prefilter:
+        if policy != "ansor":
+            raise TensorgenError(f"--prefilter prunes the ansor policy's random programs; not for {policy!r}")
+        options = {**options, "prefilter": args.prefilter}
     progress = ProgressLine()
     try:
         result = tune(task, trials=args.trials, db=args.db, policy=policy, seed=args.seed,
@@ -187,7 +194,7 @@ def _tune(args: argparse.Namespace) -> int:
     print(summary_table(result, args.db))
     if args.json:
         data = {**result.to_dict(), "op": name, "shape": list(config), "batch": args.batch, "policy": policy,
-                "ablation": getattr(args, "ablation", None),
+                "ablation": getattr(args, "ablation", None), "prefilter": args.prefilter,
                 "seed": args.seed, "db": args.db}
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=2)

@@ -1,6 +1,8 @@
 """Small search tasks shared by the sketch and evolution tests."""
 
+from tensorgen import te
 from tensorgen.dag import ComputeDAG
+from tensorgen.schedule.state import State
 from tensorgen.search.task import SearchTask
 from tensorgen.target import HardwareParams, Target
 from tensorgen.te import ops
@@ -24,3 +26,14 @@ def c2d_relu() -> SearchTask:
 
 def nrm() -> SearchTask:
     return make_task(*ops.make_nrm(256, 256))
+
+
+def cached_gmm(m: int, n: int, k: int) -> State:
+    """C = A @ B (A: m x k, B: k x n) with its accumulation in a cache stage C_local, untiled."""
+    a = te.placeholder((m, k), name="A")
+    b = te.placeholder((k, n), name="B")
+    r = te.reduce_axis(k, "k")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+    s = State([a, b, c])
+    s.cache_write("C", "local")
+    return s

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from search_tasks import c2d_relu, gmm, make_task
+from search_tasks import c2d_relu, cached_gmm, gmm, make_task
 
 from tensorgen import te
 from tensorgen.build import build
@@ -20,12 +20,7 @@ M, N, K = 64, 96, 80
 
 
 def tiled_gmm() -> State:
-    a = te.placeholder((M, K), name="A")
-    b = te.placeholder((K, N), name="B")
-    r = te.reduce_axis(K, "k")
-    c = te.compute((M, N), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
-    s = State([a, b, c])
-    s.cache_write("C", "local")
+    s = cached_gmm(M, N, K)
     s.split("C_local", "i", [4, 2])
     s.split("C_local", "j", [3, 16])
     s.split("C_local", "k", [8])

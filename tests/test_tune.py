@@ -159,11 +159,20 @@ def test_cli_tune_json_and_show(tmp_path, capsys):
     assert "s.split(" in shown and "void " in shown and "GFLOP/s" in shown
 
 
+def test_cli_tune_with_the_psa_prefilter(tmp_path):
+    out = tmp_path / "r.json"
+    assert cli(["tune", "gmm", "--shape", "32,32,32", "--trials", "4", "--prefilter", "psa", "--db",
+                str(tmp_path / "p.db"), "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["prefilter"] == "psa" and data["trials"] == 4 and data["best_gflops"] > 0
+
+
 @pytest.mark.parametrize("argv, message", [
     (["tune", "nosuchop", "--shape", "1,2"], "unknown operator 'nosuchop'"),
     (["tune", "gmm", "--shape", "64,64"], "GMM takes 3 shape values (n, m, k)"),
     (["tune", "gmm", "--shape", "64,x,64"], "not a comma-separated list of integers"),
     (["show", "nrm", "--shape", "8,8"], "has no records for NRM(8,8)"),
+    (["tune", "gmm", "--shape", "8,8,8", "--policy", "random", "--prefilter", "psa"], "prunes the ansor policy"),
 ])
 def test_cli_errors_exit_2(tmp_path, capsys, argv, message):
     db = tmp_path / "e.db"

@@ -72,6 +72,17 @@ class LazyState(State):
     def stages(self, value) -> None:
         self._stages = value
 
+    def __reduce__(self):
+        """Pickled as the plain State it stands for: the replayer and its prefix cache (megabytes after an
+        evolution) stay in this process, or every candidate sent to a builder would carry them."""
+        return _plain_state, (self.dag, self.steps, self.stages)
+
+
+def _plain_state(dag, steps: Steps, stages) -> State:
+    state = State.__new__(State)
+    state.dag, state.steps, state.stages = dag, steps, stages
+    return state
+
 
 class ChildMaker:
     """Children in this process. A failed crossover falls back to a mutation; a failed mutation is

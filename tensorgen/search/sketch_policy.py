@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tensorgen.costmodel.base import is_informative
+from tensorgen.costmodel.psa import StaticAnalyzer
 from tensorgen.features.extractor import FeatureExtractor
 from tensorgen.measure.types import MeasureInput, MeasureResult
 from tensorgen.schedule.state import State
@@ -54,7 +55,9 @@ class SketchPolicy:
                  extractor: FeatureExtractor | None = None, annotation: AnnotationPolicy | None = None,
                  init_population: int | None = None, sketches: Sequence[State] | None = None,
                  mutation_prob: float = 0.85, crossover_prob: float = 0.05,
-                 mutations: Sequence[Mutation] | None = None, patience: int = 5, workers: int | None = None) -> None:
+                 mutations: Sequence[Mutation] | None = None, patience: int = 5, workers: int | None = None,
+                 prefilter: StaticAnalyzer | str | None = None, prefilter_pool: int = 4,
+                 prefilter_random: float = 0.1) -> None:
         self.task = task
         self.seed = seed
         self.rng = np.random.default_rng(seed)
@@ -64,6 +67,10 @@ class SketchPolicy:
         self.sketches = list(sketches) if sketches is not None else generate_sketches(task)
         self.eps_greedy, self.seed_fraction, self.patience = eps_greedy, seed_fraction, patience
         self.init_population = init_population if init_population is not None else min(population, 256)
+        if prefilter not in (None, "psa") and not isinstance(prefilter, StaticAnalyzer):
+            raise ValueError(f"prefilter must be 'psa', a StaticAnalyzer or None, not {prefilter!r}")
+        self.prefilter = StaticAnalyzer(task.hw) if prefilter == "psa" else prefilter
+        self.prefilter_pool, self.prefilter_random = prefilter_pool, prefilter_random
         self.evolution = EvolutionarySearch(
             task, self.cost_model, self.extractor, self.rng, population=population, generations=generations,
             mutation_prob=mutation_prob, crossover_prob=crossover_prob, sketches=self.sketches,
@@ -117,7 +124,7 @@ class SketchPolicy:
         while len(out) < n and idle < self.patience:
             before = len(out)
             need = n - len(out)
-            init = self.evolution.sample(self.init_population)
+            init = self._sample()
             if not init:
                 idle += 1
                 continue
@@ -133,6 +140,19 @@ class SketchPolicy:
             idle = 0 if len(out) > before else idle + 1
         self.seen |= keys
         return out
+
+    def _sample(self) -> list[State]:
+        """The batch's random programs; with a `prefilter` (Pruner's PSA) the best-estimated of
+        `prefilter_pool` times as many, and a `prefilter_random` share of the rest (the space PSA prunes
+        is kept reachable)."""
+        if self.prefilter is None:
+            return self.evolution.sample(self.init_population)
+        pool = self.evolution.sample(self.init_population * self.prefilter_pool)
+        order = np.argsort(self.prefilter.latencies(pool), kind="stable")
+        n_best = int(round(self.init_population * (1 - self.prefilter_random)))
+        rest = order[n_best:]
+        kept = self.rng.choice(rest, min(rest.size, self.init_population - n_best), replace=False)
+        return [pool[int(i)] for i in (*order[:n_best], *kept)]
 
     # ---- learning ---------------------------------------------------------------------------
 

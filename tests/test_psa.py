@@ -1,0 +1,102 @@
+"""Pruner's static analyzer on a CPU (costmodel/psa.py) and the search's use of it as a prefilter.
+
+The analyzer must order programs the way a CPU does where the reason is structural: a serial program
+behind a parallel one, one dependency chain behind a register tile, half-filled vectors behind full
+ones, a register tile that spills behind one that fits. The prefilter must keep PSA's best samples
+and a random share of the rest.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+
+import numpy as np
+import pytest
+from search_tasks import cached_gmm, gmm
+
+from tensorgen.costmodel import RandomModel
+from tensorgen.costmodel.psa import StaticAnalyzer
+from tensorgen.schedule.state import State
+from tensorgen.search.children import LazyState
+from tensorgen.search.sketch import generate_sketches
+from tensorgen.search.sketch_policy import SketchPolicy
+from tensorgen.target import HardwareParams
+
+HW = HardwareParams(cores=2, simd_bytes=64, l2_bytes=1 << 20, peak_gflops=300.0)
+N = 256
+
+
+def gmm_program(i_inner: int = 4, j_inner: int = 64, *, parallel: int = 8, k_innermost: bool = False) -> State:
+    """C = A @ B with a register tile i_inner x j_inner inside the reduction loop k_1 (or k_1 innermost)."""
+    s = cached_gmm(N, N, N)
+    s.split("C_local", "i", [parallel, N // parallel // i_inner, i_inner][1:])
+    s.split("C_local", "j", [1, j_inner])
+    s.split("C_local", "k", [16])
+    inner = ["i_2", "j_2", "k_1"] if k_innermost else ["k_1", "i_2", "j_2"]
+    s.reorder("C_local", ["i_0", "j_0", "k_0", "i_1", "j_1", *inner])
+    if parallel > 1:
+        s.parallel("C_local", "i_0")
+    if not k_innermost:
+        s.vectorize("C_local", "j_2")
+    return s
+
+
+def latency(state: State) -> float:
+    return StaticAnalyzer(HW).latency(state)
+
+
+def test_register_tile_in_parallel_is_the_fastest_estimate():
+    good = latency(gmm_program())
+    assert 0 < good < math.inf
+    worse = {
+        "serial": gmm_program(parallel=1),
+        "one accumulator chain": gmm_program(k_innermost=True),
+        "half-filled vectors": gmm_program(i_inner=8, j_inner=8),
+        "spilling tile": gmm_program(i_inner=16, j_inner=64),
+    }
+    for what, state in worse.items():
+        assert latency(state) > good, what
+
+
+def test_serial_program_costs_about_cores_times_more():
+    # compute bound: only the kernel-level penalty differs (the copy out of C_local is serial in both)
+    ratio = latency(gmm_program(parallel=1)) / latency(gmm_program())
+    assert 0.9 * HW.cores < ratio <= HW.cores
+
+
+def test_incomplete_program_is_infinitely_slow():
+    sketch = generate_sketches(gmm())[0]  # split lengths still unfilled
+    assert StaticAnalyzer(HW).latency(sketch) == math.inf
+
+
+def test_prefilter_keeps_psa_best_and_a_random_share(monkeypatch):
+    task = gmm()
+    policy = SketchPolicy(task, RandomModel(0), prefilter="psa", init_population=10, prefilter_pool=4,
+                          prefilter_random=0.2, workers=1)
+    pool = policy.evolution.sample(40)
+    monkeypatch.setattr(policy.evolution, "sample", lambda n: pool[:n])
+    lat = policy.prefilter.latencies(pool)
+    kept = policy._sample()
+    assert len(kept) == 10
+    best = [pool[i] for i in np.argsort(lat, kind="stable")[:8]]
+    assert kept[:8] == best
+    assert all(s not in best for s in kept[8:])  # the random share comes from the pruned rest
+    batch = policy.next_batch(6)
+    assert len({s.steps for s in batch}) == 6
+
+
+def test_prefilter_must_be_known():
+    with pytest.raises(ValueError, match="prefilter must be 'psa'"):
+        SketchPolicy(gmm(), RandomModel(0), prefilter="roofline")
+
+
+def test_lazy_state_pickles_as_the_plain_program_without_its_replayer():
+    task = gmm()
+    done = SketchPolicy(task, RandomModel(0), workers=1).evolution.sample(8)
+    for s in done:  # fill the replayer's prefix cache
+        _ = LazyState(task.replayer, s.steps).stages
+    lazy = LazyState(task.replayer, done[0].steps)
+    back = pickle.loads(pickle.dumps(lazy))
+    assert type(back) is State and back.steps == done[0].steps and str(back) == str(done[0])
+    assert len(pickle.dumps(lazy)) <= len(pickle.dumps(back)) + 64  # no replayer inside
