@@ -2,6 +2,7 @@
 
     python bench/ops.py [--ops C2D,GMM,...] [--shapes 0,1,2,3] [--batch 1,16] [--trials 64]
                         [--db FILE] [--json FILE] [--seed 0] [--batch-size 64] [--population N]
+                        [--generations N] [--prefilter psa]
                         [--threads 2] [--rounds 3] [--repeat 10] [--pause 0.5] [--stat median|best]
                         [--config a,b,c] [--quiet]
 
@@ -303,8 +304,8 @@ def summarize_rounds(per: dict[str, list[float]], stat: str) -> tuple[dict[str, 
 
 
 def policy_options(args: argparse.Namespace) -> dict[str, Any]:
-    options: dict[str, Any] = {} if args.population is None else {"population": args.population}
-    return options | ({"prefilter": args.prefilter} if args.prefilter else {})
+    given = {"population": args.population, "generations": args.generations, "prefilter": args.prefilter}
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def _existing_trials(db: str | None, workload_key: str, target: str) -> int:
@@ -518,6 +519,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="seed of tuning and inputs (default 0)")
     parser.add_argument("--population", type=int, default=None,
                         help="evolutionary population of the Ansor policy (default: SketchPolicy's)")
+    parser.add_argument("--generations", type=int, default=None,
+                        help="evolutionary generations per round of the Ansor policy (default: SketchPolicy's)")
     parser.add_argument("--prefilter", choices=("psa",), default=None,
                         help="prune each round's random programs with Pruner's static analyzer (default: none)")
     parser.add_argument("--db", default=None,
@@ -542,7 +545,8 @@ def _write_json(path: str, args: argparse.Namespace, cases: list[dict], summary:
 
     out = {
         "config": {"trials": args.trials, "batch_size": args.batch_size, "population": args.population,
-                   "prefilter": args.prefilter, "seed": args.seed, "threads": args.threads, "rounds": args.rounds,
+                   "generations": args.generations, "prefilter": args.prefilter, "seed": args.seed,
+                   "threads": args.threads, "rounds": args.rounds,
                    "repeat": args.repeat, "pause": args.pause, "stat": args.stat, "target": args.target, "db": args.db,
                    "rtol": RTOL,
                    "atol_rel": ATOL, "torch_version": torch.__version__, "numpy_version": np.__version__,

@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from search_tasks import c2d_relu, gmm, nrm
+from search_tasks import c2d_relu, gmm, make_task, nrm
 
+from tensorgen import te
 from tensorgen.build import build
 from tensorgen.errors import LoweringError
 from tensorgen.schedule.lower import lower
 from tensorgen.schedule.packing import PackLayoutStep
 from tensorgen.schedule.state import State
 from tensorgen.schedule.steps import CacheWriteStep, ComputeAtStep, ComputeInlineStep, RfactorStep, SplitStep
-from tensorgen.search.annotate import AnnotationPolicy, sample_initial_population
+from tensorgen.search.annotate import AnnotationPolicy, sample_initial_population, starves_cores
 from tensorgen.search.rules import (
     DEFAULT_RULES,
     Cond,
@@ -171,6 +172,24 @@ def test_tile_sizes_are_perfect_and_bounded():
                 assert st.extent % np.prod(st.lengths) == 0 and st.lengths[-1] <= 8
     assert len(policy.factorizations(12, 2)) == 17  # (a, b) with a * b | 12 and b <= 8
     assert all(12 % (a * b) == 0 and b <= 8 for a, b in policy.factorizations(12, 2))
+
+
+def test_sizeable_programs_are_sampled_parallel():
+    # a GEMV with a bias (ResNet-50's fc, smaller): 1000 outputs in 4 tile levels often leave the loops
+    # before the bias stage's attach point with a single iteration
+    x, w = te.placeholder((1, 512), name="x"), te.placeholder((1000, 512), name="w")
+    b = te.placeholder((1000,), name="b")
+    k = te.reduce_axis(512, "k")
+    gemv = te.compute((1, 1000), lambda i, j: te.sum(x[i, k] * w[j, k], axis=k), name="gemv")
+    out = te.compute((1, 1000), lambda i, j: gemv[i, j] + b[j], name="out")
+    task = make_task([x, w, b], [gemv, out], cores=2)
+    assert task.dag.flop_count >= AnnotationPolicy().min_parallel_flops
+    sketches = generate_sketches(task)
+    anything = AnnotationPolicy(min_parallel_flops=float("inf"))
+    before = sample_initial_population(task, sketches, 100, np.random.default_rng(0), anything)
+    assert sum(starves_cores(s, 2) for s in before) >= 3
+    after = sample_initial_population(task, sketches, 100, np.random.default_rng(0))
+    assert len(after) == 100 and not any(starves_cores(s, 2) for s in after)
 
 
 def test_padding_location_varies():

@@ -35,6 +35,7 @@ class AnnotationPolicy:
     max_vectorize: int = 16
     unroll_steps: tuple[int, ...] = (0, 16, 64, 512)
     parallel_per_core: int = 16  # stop fusing outer loops beyond cores * this
+    min_parallel_flops: float = 1e6  # programs this big must use every core (see `starves_cores`)
     memo: dict[tuple[int, int, int, bool], list[tuple[int, ...]]] = field(default_factory=dict, repr=False)
 
     def factorizations(self, extent: int, n: int, inner_to_outer: bool = True) -> list[tuple[int, ...]]:
@@ -220,9 +221,29 @@ def sample_state(task: SearchTask, sketch: State, rng: np.random.Generator,
     state = fill_tile_sizes(sketch, rng, policy)
     change_compute_location(state, rng)
     annotate_parallel(state, task.hw.cores, rng, policy)
+    if task.dag.flop_count >= policy.min_parallel_flops and starves_cores(state, task.hw.cores):
+        raise ScheduleError("the sampled tile sizes leave no outer loop to run on every core")
     annotate_unroll(state, rng, policy)
     annotate_vectorize(state, rng, policy)
     return state
+
+
+def starves_cores(state: State, cores: int) -> bool:
+    """A tiled root stage has no parallel loop of `cores` iterations although its space has them.
+
+    Its tile sizes put every factor inside the loops that may be fused and parallelized (those before
+    an attach point), so the program runs on one core. Such samples are drawn often (ResNet-50's fc,
+    1000 outputs in 4 tile levels, sampled j_0 = 1 in every program of its first rounds) and are never
+    what a sizeable program wants; the sampler draws other tile sizes instead."""
+    for i, st in enumerate(state.stages):
+        if st.is_placeholder or st.location != "root" or not is_tiled(state, i):
+            continue
+        if any(it.annotation == "parallel" and (it.extent or 0) >= cores for it in st.iters):
+            continue
+        space = math.prod(it.extent or 1 for it in st.iters if it.kind == "spatial")
+        if space >= cores:
+            return True
+    return False
 
 
 def is_valid(state: State) -> bool:
