@@ -235,6 +235,28 @@ def test_weights_are_marked_and_evicted_before_every_call(builder):
     assert_good(hot)
 
 
+def test_evicting_weights_does_not_stretch_a_repeat_past_min_repeat_ms(builder):
+    """Evicting a GEMV's 5 MB of weights costs ~20x its call. Growing `number` until the calls alone
+    filled min_repeat_ms made each repeat take 20x that: MobileNet's fc candidates, the fastest most
+    of all, were killed at their 1 s timeout."""
+    x = te.placeholder((1, 1280), name="x")
+    w = te.placeholder((1280, 1000), name="w", constant=True)
+    k = te.reduce_axis(1280, "k")
+    y = te.compute((1, 1000), lambda i, j: te.sum(x[i, k] * w[k, j], axis=k), name="y")
+    t = SearchTask(ComputeDAG([x, w, y]), Target.parse("cpu"), HardwareParams(cores=2))
+    s = State(t.dag)
+    s.split("y", "j", [8, 16])
+    s.reorder("y", ["i", "j_0", "k", "j_1", "j_2"])
+    s.parallel("y", "j_0")
+    s.vectorize("y", "j_2")
+    inp = MeasureInput(t, s)
+    (build,) = builder.build([inp])
+    config = HarnessConfig(number=1, repeat=3, min_repeat_ms=50.0, flush_bytes=-1, threads=2)
+    run = run_harness(harness_executable(), build.path, KERNEL_NAME, arg_specs(t.dag), config, 30.0)
+    assert run.returncode == 0 and len(run.costs) == 3, run.stderr
+    assert run.wall_seconds < 3 * 3 * 0.05 + 0.5  # three repeats of ~50 ms, not ~1 s each
+
+
 def test_timing_noise(builder):
     inp = tiled(task(512))
     (build,) = builder.build([inp])
