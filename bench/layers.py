@@ -3,9 +3,9 @@ ONNX Runtime's profiler gives the node it matches, in one run.
 
     python bench/layers.py resnet50 --db networks.db [--runs 30] [--threads 2] [--json FILE]
 
-Each kernel call of the built model is wrapped in a clock read (the executor's source is compiled again
-with the timing), so a kernel is timed in the state the model leaves it: its weights come from memory,
-its inputs from the previous kernel. The harness estimate (the record's cost) is printed beside it.
+Each kernel is timed inside whole runs of the model (`CompiledModel.profile`), in the state the model
+leaves it: its weights come from memory, its inputs from the previous kernel. The harness estimate
+(the record's cost) is printed beside it.
 Convolution kernels are matched to ONNX Runtime's Conv nodes in order (both run the graph in
 topological order); other kernels and nodes are listed without a match.
 """
@@ -13,34 +13,17 @@ topological order); other kernels and nodes are listed without a match.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
-import re
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-from tensorgen.codegen.toolchain import compile_source
 from tensorgen.graph.build import build_model
 from tensorgen.graph.load import load_graph, onnx_model_of
 from tensorgen.graph.zoo import random_inputs
 from tensorgen.records.database import SQLiteDatabase
 from tensorgen.runtime.model import CompiledModel
-
-CALL = re.compile(r"^  (k\d+_\w+)\((.*)\);$", re.M)
-
-
-def timed_kernels(directory: Path) -> list[str]:
-    """Recompile `directory`'s model with every kernel call timed into `tensorgen_kernel_seconds`."""
-    source = (directory / "model.c").read_text()
-    names = CALL.findall(source)
-    count = iter(range(len(names)))
-    timed = CALL.sub(lambda m: f"  {{ double t0_ = omp_get_wtime(); {m[1]}({m[2]}); "
-                               f"tensorgen_kernel_seconds[{next(count)}] += omp_get_wtime() - t0_; }}", source)
-    timed = f"#include <omp.h>\ndouble tensorgen_kernel_seconds[{max(len(names), 1)}];\n" + timed
-    (directory / "model.so").write_bytes(compile_source(timed).read_bytes())
-    return [name for name, _ in names]
 
 
 def ours(model: str, db: str, threads: int, runs: int, out_dir: str) -> list[dict]:
@@ -48,20 +31,11 @@ def ours(model: str, db: str, threads: int, runs: int, out_dir: str) -> list[dic
     graph = load_graph(proto)
     feeds = random_inputs(proto)
     inputs = [feeds[n] for n in graph.inputs]
-    directory = build_model(graph, out_dir, db=SQLiteDatabase(db))
-    names = timed_kernels(directory)
-    compiled = CompiledModel(directory, threads=threads)
-    seconds = (ctypes.c_double * len(names)).in_dll(ctypes.CDLL(str(directory / "model.so")),
-                                                   "tensorgen_kernel_seconds")
+    compiled = CompiledModel(build_model(graph, out_dir, db=SQLiteDatabase(db)), threads=threads)
     for _ in range(5):
         compiled.run(inputs)
-    for i in range(len(names)):
-        seconds[i] = 0.0
-    for _ in range(runs):
-        compiled.run(inputs)
-    estimate = {k["name"]: k["cost"] for k in compiled.manifest["kernels"]}
-    return [{"kernel": n, "ms": seconds[i] / runs * 1e3, "estimate_ms": (estimate.get(n) or 0.0) * 1e3}
-            for i, n in enumerate(names)]
+    return [{"kernel": k["kernel"], "ms": k["ms"], "estimate_ms": k["tuned_ms"] or 0.0}
+            for k in compiled.profile(inputs, repeat=runs)]
 
 
 def onnxruntime_nodes(model: str, threads: int, runs: int, out_dir: str) -> list[dict]:

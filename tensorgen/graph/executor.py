@@ -4,6 +4,7 @@ The C ABI of a compiled model (see examples/run_model.c):
 
     tensorgen_model* tensorgen_model_init(const void* weights);   // the weights file's bytes (copied)
     int tensorgen_model_run(tensorgen_model* m, const void* const* inputs, void* const* outputs);
+    int tensorgen_model_run_timed(m, inputs, outputs, double* seconds);  // + each kernel's time
     void tensorgen_model_free(tensorgen_model* m);
     int tensorgen_model_num_inputs(void), tensorgen_model_num_outputs(void);
     long tensorgen_model_input_bytes(int i), tensorgen_model_output_bytes(int i);
@@ -140,13 +141,14 @@ def executor_source(part: Partition, kernel_names: list[str], weight_offsets: di
     for name, off in plan.offsets.items():
         declare(name, f"m->arena + {off}", False)
     lines.append("")
-    for sub, kernel in zip(part.subgraphs, kernel_names):
+    for k, (sub, kernel) in enumerate(zip(part.subgraphs, kernel_names)):
         args = [where[part.aliases.get(n, n)] for n in sub.inputs + sub.outputs]
-        lines.append(f"  {kernel}({', '.join(args)});")
+        lines.append(f"  TIMED({k}, {kernel}({', '.join(args)}));")
     lines += [f"  memcpy(outputs[{i}], {where[root]}, {graph.value(root).nbytes});" for i, root in copies]
     body = "\n".join(lines)
     return f"""
 #include <string.h>
+#include <time.h>
 
 /* ---- executor: {graph.name}, {len(part.subgraphs)} kernels, arena {plan.arena_bytes} bytes ---- */
 typedef struct {{ char* arena; char* weights; char* scratch; }} tensorgen_model;
@@ -164,10 +166,25 @@ tensorgen_model* tensorgen_model_init(const void* weights) {{
   return m;
 }}
 
-int tensorgen_model_run(tensorgen_model* m, const void* const* inputs, void* const* outputs) {{
+static double tensorgen_now(void) {{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}}
+
+/* seconds[k] += kernel k's time when `seconds` is given (a profile), else just the call */
+#define TIMED(k, call) do {{ double t0_ = seconds ? tensorgen_now() : 0.0; call; \
+                            if (seconds) seconds[k] += tensorgen_now() - t0_; }} while (0)
+
+int tensorgen_model_run_timed(tensorgen_model* m, const void* const* inputs, void* const* outputs,
+                              double* seconds) {{
   tensorgen_scratch = m->scratch;
 {body}
   return 0;
+}}
+
+int tensorgen_model_run(tensorgen_model* m, const void* const* inputs, void* const* outputs) {{
+  return tensorgen_model_run_timed(m, inputs, outputs, NULL);
 }}
 
 void tensorgen_model_free(tensorgen_model* m) {{

@@ -69,10 +69,34 @@ class CompiledModel:
         return arrays
 
     def run(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        return self._run(inputs, None)
+
+    def profile(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray], repeat: int = 20) -> list[dict]:
+        """Each kernel's median time (ms) over `repeat` runs of the whole model, next to what its schedule
+        measured alone when it was tuned (`tuned_ms`, None if untuned): where a model loses time that
+        tuning did not see (cold inputs, thread wake-up, untuned glue)."""
+        kernels = self.manifest["kernels"]
+        if not hasattr(self._lib, "tensorgen_model_run_timed"):
+            raise RuntimeCallError(f"{self.directory} was built before profiling existed; build it again")
+        self._run(inputs, np.zeros(len(kernels)))  # warm-up
+        times = np.zeros((repeat, len(kernels)))
+        for r in range(repeat):
+            self._run(inputs, times[r])
+        return [{"kernel": k["name"], "ms": float(np.median(times[:, i])) * 1e3,
+                 "tuned_ms": None if k.get("cost") is None else k["cost"] * 1e3}
+                for i, k in enumerate(kernels)]
+
+    def _run(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray], seconds: np.ndarray | None) -> list:
         arrays = self._arrays(inputs)
         outs = [aligned_empty(shape, dtype) for _, shape, dtype in self.outputs]
         ins = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
         ptrs = (ctypes.c_void_p * len(outs))(*[o.ctypes.data for o in outs])
-        if self._lib.tensorgen_model_run(self._handle, ins, ptrs) != 0:
+        if seconds is None:
+            status = self._lib.tensorgen_model_run(self._handle, ins, ptrs)
+        else:
+            fn = self._lib.tensorgen_model_run_timed
+            fn.argtypes, fn.restype = [ctypes.c_void_p] * 4, ctypes.c_int
+            status = fn(self._handle, ins, ptrs, seconds.ctypes.data)
+        if status != 0:
             raise RuntimeCallError(f"{self.directory}: the model failed to run")
         return outs

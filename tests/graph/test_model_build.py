@@ -162,7 +162,12 @@ def test_tuned_records_are_used(tmp_path):
     directory = build_model(proto, tmp_path / "out", db=db)
     manifest = json.loads((directory / "model.json").read_text())
     assert all(k["tuned"] for k in manifest["kernels"])
-    _check_against_ort(proto, directory, rtol=1e-5)
+    model = _check_against_ort(proto, directory, rtol=1e-5)
+    feeds = random_inputs(proto)
+    profile = model.profile([feeds[n] for n in load_graph(proto).inputs], repeat=3)
+    assert [p["kernel"] for p in profile] == [k["name"] for k in manifest["kernels"]]
+    assert all(p["ms"] > 0 and p["tuned_ms"] == pytest.approx(k["cost"] * 1e3)
+               for p, k in zip(profile, manifest["kernels"]))
 
 
 def test_tuned_conv_weights_are_repacked_at_build_time(tmp_path):
