@@ -30,6 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="threads for every engine")
     bench.add_argument("--blocks", type=int, default=5, help="alternating timing blocks (median reported)")
     bench.add_argument("--json", metavar="FILE", help="also write the result to this JSON file")
+    bench.add_argument("--profile", action="store_true",
+                       help="also time every kernel inside the model, beside its tuned cost")
     bench.set_defaults(fn=_bench)
 
 
@@ -83,16 +85,29 @@ def _build(args: argparse.Namespace) -> int:
     return 0
 
 
+PROFILE_LINES = 20
+
+
 def _bench(args: argparse.Namespace) -> int:
     from tensorgen.graph.compare import compare
 
-    result = compare(args.model, db=_records(args.db), threads=args.threads, batch=args.batch, blocks=args.blocks)
+    result = compare(args.model, db=_records(args.db), threads=args.threads, batch=args.batch, blocks=args.blocks,
+                     profile=args.profile)
     print(f"{result.model}: {result.tuned_tasks}/{result.total_tasks} tasks tuned, {args.threads} threads")
     print(f"  tensorgen    {result.tensorgen_ms:9.3f} ms")
     for peer, ratio in result.ratios().items():
         print(f"  {peer:12s} {getattr(result, f'{peer}_ms'):9.3f} ms   tensorgen is {ratio:.2f}x as fast")
     if result.max_abs_err_vs_onnxruntime is not None:
         print(f"  max |tensorgen - onnxruntime| = {result.max_abs_err_vs_onnxruntime:.3g}")
+    if result.kernels:
+        total = sum(k["ms"] for k in result.kernels)
+        print(f"  kernels inside the model, slowest first ({total:.3f} ms in all):")
+        slowest = sorted(result.kernels, key=lambda k: -k["ms"])
+        for k in slowest[:PROFILE_LINES]:
+            tuned = "untuned" if k["tuned_ms"] is None else f"tuned alone {k['tuned_ms']:.3f} ms"
+            print(f"    {k['kernel']:32s} {k['ms']:8.3f} ms  {100 * k['ms'] / total:5.1f}%  ({tuned})")
+        if len(slowest) > PROFILE_LINES:
+            print(f"    ... {len(slowest) - PROFILE_LINES} more (all of them in --json)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({**result.__dict__, "ratios": result.ratios()}, f, indent=1)

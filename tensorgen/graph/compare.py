@@ -31,6 +31,7 @@ class Comparison:
     tuned_tasks: int
     total_tasks: int
     build_s: float
+    kernels: list[dict] | None = None  # CompiledModel.profile, when asked for
 
     def ratios(self) -> dict[str, float]:
         """Speedup of tensorgen over each peer (> 1: tensorgen is faster)."""
@@ -92,7 +93,7 @@ def time_engines(engines: dict[str, Runner], inputs: list[np.ndarray], blocks: i
 
 
 def compare(model: object, db=None, threads: int = 2, batch: int = 1, blocks: int = 5,
-            out_dir: str | None = None, seed: int = 0, with_torch: bool = True) -> Comparison:
+            out_dir: str | None = None, seed: int = 0, with_torch: bool = True, profile: bool = False) -> Comparison:
     """Build `model` (zoo name or .onnx path) with `db`'s records and time it next to its peers."""
     from tensorgen.graph.build import build_model
     from tensorgen.graph.load import load_graph, onnx_model_of
@@ -121,8 +122,9 @@ def compare(model: object, db=None, threads: int = 2, batch: int = 1, blocks: in
             ours, ref = compiled.run(inputs), ort_run(inputs)
             err = max(float(np.max(np.abs(a - np.asarray(b, dtype=a.dtype)))) for a, b in zip(ours, ref))
         ms = time_engines(engines, inputs, blocks)
+        profiled = compiled.profile(inputs) if profile else None
     kernels = manifest["kernels"]
     keys = {k["workload_key"] for k in kernels}
     tuned = {k["workload_key"] for k in kernels if k["tuned"]}
     return Comparison(graph.name, threads, ms["tensorgen"], ms.get("onnxruntime"), ms.get("torch"), err,
-                      len(tuned), len(keys), build_s)
+                      len(tuned), len(keys), build_s, profiled)

@@ -240,11 +240,14 @@ def test_cli_models_build_bench(tmp_path, capsys):
     onnx.save(_tiny_model(), path)
     assert cli(["build", str(path), "--db", str(tmp_path / "none.db"), "-o", str(tmp_path / "out")]) == 0
     assert (tmp_path / "out" / "model.so").exists()
-    assert cli(["bench", str(path), "--db", str(tmp_path / "none.db"), "--blocks", "2", "--json",
+    capsys.readouterr()
+    assert cli(["bench", str(path), "--db", str(tmp_path / "none.db"), "--blocks", "2", "--profile", "--json",
                 str(tmp_path / "b.json")]) == 0
     result = json.loads((tmp_path / "b.json").read_text())
     assert result["max_abs_err_vs_onnxruntime"] < 1e-5 and result["tensorgen_ms"] > 0
     assert result["total_tasks"] == 1 and result["tuned_tasks"] == 0
+    (kernel,) = result["kernels"]
+    assert kernel["ms"] > 0 and kernel["tuned_ms"] is None and kernel["kernel"] in capsys.readouterr().out
     assert {"onnxruntime_ms", "torch_ms"} <= set(result)
 
 
