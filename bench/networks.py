@@ -53,7 +53,7 @@ def _compare(name: str, db: str, threads: int, batch: int, blocks: int) -> Compa
 
 def compare_fresh(name: str, db: str, threads: int, batch: int, blocks: int) -> Comparison:
     """`compare` in a new interpreter: timed in the process that had just tuned ResNet-50, the model ran
-    at 34.8-35.8 ms; in a fresh one, as `tensorgen bench` runs it, at 31.6 (ONNX Runtime 30.8 and 29.4)."""
+    at 34.8-35.8 ms; in a fresh one, as `tensorgen bench` runs it, at 32.5 (ONNX Runtime 30.8 and 30.1)."""
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
         return pool.submit(_compare, name, db, threads, batch, blocks).result()
 

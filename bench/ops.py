@@ -546,10 +546,9 @@ def _write_json(path: str, args: argparse.Namespace, cases: list[dict], summary:
     out = {
         "config": {"trials": args.trials, "batch_size": args.batch_size, "population": args.population,
                    "generations": args.generations, "prefilter": args.prefilter, "seed": args.seed,
-                   "threads": args.threads, "rounds": args.rounds,
-                   "repeat": args.repeat, "pause": args.pause, "stat": args.stat, "target": args.target, "db": args.db,
-                   "rtol": RTOL,
-                   "atol_rel": ATOL, "torch_version": torch.__version__, "numpy_version": np.__version__,
+                   "threads": args.threads, "rounds": args.rounds, "repeat": args.repeat, "pause": args.pause,
+                   "stat": args.stat, "target": args.target, "db": args.db, "rtol": RTOL, "atol_rel": ATOL,
+                   "torch_version": torch.__version__, "numpy_version": np.__version__,
                    "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count()},
         "wall_s": wall, "cases": cases, "summary": summary,
     }

@@ -28,9 +28,8 @@ import numpy as np
 
 from tensorgen.errors import TensorgenError
 from tensorgen.features.layout import OP_CATEGORIES
-from tensorgen.features.nest import NotAffine, state_statements
-from tensorgen.features.statement import Statement, ir_statements
-from tensorgen.schedule.lower import lower
+from tensorgen.features.nest import program_statements
+from tensorgen.features.statement import Statement
 from tensorgen.schedule.state import State
 from tensorgen.target import HardwareParams
 
@@ -64,10 +63,7 @@ class StaticAnalyzer:
     def latency(self, state: State) -> float:
         """PSA latency of one program; inf for a state that is not a complete program."""
         try:
-            try:
-                stmts = state_statements(state)
-            except NotAffine:
-                stmts = ir_statements(lower(state))
+            stmts = program_statements(state)
         except TensorgenError:
             return math.inf
         return sum(self.statement_latency(st) for st in stmts)

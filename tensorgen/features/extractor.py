@@ -20,9 +20,7 @@ import numpy as np
 from tensorgen.errors import TensorgenError
 from tensorgen.features.ansor import batch_features
 from tensorgen.features.layout import N_FEATURES
-from tensorgen.features.nest import NotAffine, state_statements
-from tensorgen.features.statement import ir_statements
-from tensorgen.schedule.lower import lower
+from tensorgen.features.nest import program_statements
 from tensorgen.schedule.state import State
 from tensorgen.target import HardwareParams
 
@@ -96,10 +94,7 @@ class FeatureExtractor:
         programs, valid = [], []
         for state in states:
             try:
-                try:
-                    programs.append(state_statements(state))
-                except NotAffine:
-                    programs.append(ir_statements(lower(state)))
+                programs.append(program_statements(state))
                 valid.append(True)
             except TensorgenError:
                 self.stats["failures"] += 1

@@ -22,10 +22,10 @@ import numpy as np
 from tensorgen.errors import TensorgenError
 from tensorgen.features.access import Access
 from tensorgen.features.layout import OP_CATEGORIES
-from tensorgen.features.statement import OP_COLUMN, Statement, count_ops
+from tensorgen.features.statement import OP_COLUMN, Statement, count_ops, ir_statements
 from tensorgen.loopir.nodes import Buffer, row_major
 from tensorgen.loopir.simplify import linear
-from tensorgen.schedule.lower import LOOP_KINDS, check_complete, expand_inlined
+from tensorgen.schedule.lower import LOOP_KINDS, check_complete, expand_inlined, lower
 from tensorgen.schedule.relations import derive
 from tensorgen.schedule.stage import Fuse, Split, Stage
 from tensorgen.schedule.state import State
@@ -355,3 +355,12 @@ def state_statements(state: State) -> list[Statement]:
     LoweringError for states that are not complete programs."""
     check_complete(state)
     return _Deriver(state).run()
+
+
+def program_statements(state: State) -> list[Statement]:
+    """`state_statements`, or those of the lowered program where the state leaves the affine fragment
+    (LoweringError for states that are not complete programs)."""
+    try:
+        return state_statements(state)
+    except NotAffine:
+        return ir_statements(lower(state))

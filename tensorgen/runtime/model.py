@@ -32,6 +32,9 @@ class CompiledModel:
         lib.tensorgen_model_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         lib.tensorgen_model_run.restype = ctypes.c_int
         lib.tensorgen_model_free.argtypes, lib.tensorgen_model_free.restype = [ctypes.c_void_p], None
+        self._run_timed = getattr(lib, "tensorgen_model_run_timed", None)  # absent in builds before profiling
+        if self._run_timed is not None:
+            self._run_timed.argtypes, self._run_timed.restype = [ctypes.c_void_p] * 4, ctypes.c_int
         self._handle = lib.tensorgen_model_init(weights.ctypes.data)  # format 2 on: init copies the weights
         self._weights = weights if self.manifest.get("format", 1) < 2 else None  # format 1 keeps reading ours
         if not self._handle:
@@ -76,7 +79,7 @@ class CompiledModel:
         measured alone when it was tuned (`tuned_ms`, None if untuned): where a model loses time that
         tuning did not see (cold inputs, thread wake-up, untuned glue)."""
         kernels = self.manifest["kernels"]
-        if not hasattr(self._lib, "tensorgen_model_run_timed"):
+        if self._run_timed is None:
             raise RuntimeCallError(f"{self.directory} was built before profiling existed; build it again")
         self._run(inputs, np.zeros(len(kernels)))  # warm-up
         times = np.zeros((repeat, len(kernels)))
@@ -94,9 +97,7 @@ class CompiledModel:
         if seconds is None:
             status = self._lib.tensorgen_model_run(self._handle, ins, ptrs)
         else:
-            fn = self._lib.tensorgen_model_run_timed
-            fn.argtypes, fn.restype = [ctypes.c_void_p] * 4, ctypes.c_int
-            status = fn(self._handle, ins, ptrs, seconds.ctypes.data)
+            status = self._run_timed(self._handle, ins, ptrs, seconds.ctypes.data)
         if status != 0:
             raise RuntimeCallError(f"{self.directory}: the model failed to run")
         return outs
