@@ -285,3 +285,17 @@ def test_layers_bench_times_every_kernel_inside_the_model(tmp_path):
     assert len(kernels) == len(partition(load_graph(str(model))).subgraphs) and all(k["ms"] > 0 for k in kernels)
     convs = [k for k in kernels if "conv" in k["kernel"]]
     assert len(convs) == 20 and all(k["onnxruntime"] and "Conv" in k["onnxruntime"]["op"] for k in convs)
+
+
+def test_unaligned_and_strided_inputs_run_like_aligned_ones(tmp_path):
+    proto = _tiny_model()
+    model = CompiledModel(build_model(proto, tmp_path / "out"))
+    x = random_inputs(proto)["x"]
+    expected = model.run([x])[0]
+    raw = np.zeros(x.size + 1, np.float32)
+    unaligned = raw[1:].reshape(x.shape)  # 4 bytes past an allocation: never 64-byte aligned
+    unaligned[...] = x
+    strided = np.asfortranarray(x)
+    for arr in (unaligned, strided):
+        np.testing.assert_array_equal(model.run([arr])[0], expected)
+    np.testing.assert_array_equal(unaligned, x)  # the caller's array is left alone
