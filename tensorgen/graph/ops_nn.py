@@ -65,11 +65,18 @@ def _conv_transpose(node: Node, args: Args) -> list[Tensor]:
     Stages: `<name>_dilate` (input pixels `stride` apart with `dilation * (k - 1) - pad` zeros around,
     cropping where a pad is larger), `<name>_weight` (the kernel flipped and regrouped into OI... order),
     then a stride-1 grouped, dilated convolution. A 2-D one without groups or dilation whose strides
-    divide the kernel (DCGAN's k4 s2) is te's conv2d_transpose instead, which gathers without the zeros.
+    divide the kernel (DCGAN's k4 s2) is te's conv2d_transpose instead, which gathers without the zeros;
+    so is a channels-last one (attribute `layout`, set by graph.layout): data NHWC, weight (kh, kw, C, M).
     """
     x, w = args.tensor(0), args.tensor(1)
-    nd, strides, dilations, pads, group = _geometry(args, x, w)
+    layout = node.attrs.get("layout")
+    nd, strides, dilations, pads, group = _geometry(args, x, w, layout is not None)
     out_pad = args.attr("output_padding")
+    if layout is not None:
+        if nd != 2 or group != 1 or set(dilations) != {1}:
+            raise args.error(f"a {layout} ConvTranspose is 2-D without groups or dilation")
+        y = conv2d_transpose(x, w, strides, tuple(pads), tuple(out_pad), layout=layout, name=args.name())
+        return [_with_bias(args, y, 3)]
     size, kernel = x.shape[2:], w.shape[2:]
     ci, opg = x.shape[1], w.shape[1]
     if w.shape[0] != ci or ci % group:

@@ -78,3 +78,32 @@ def test_conv_with_a_computed_weight_stays_channels_first():
     graph = load_graph(proto)
     cl = to_channels_last(graph)
     assert _ops(cl) == _ops(graph) and "layout" not in next(n for n in cl.nodes if n.op == "Conv").attrs
+
+
+def test_dcgan_conv_transposes_run_channels_last():
+    """Every ConvTranspose NHWC with a (kh, kw, C, M) weight: the gathered stride-2 ones and the first,
+    stride 1 on the 1x1 latent; only the latent's and the image's Transposes remain."""
+    graph = load_graph(zoo_model("dcgan", image_size=16))
+    cl = to_channels_last(graph)
+    convs = [n for n in cl.nodes if n.op == "ConvTranspose"]
+    assert len(convs) == 3 and all(n.attrs["layout"] == "NHWC" for n in convs)
+    assert all(cl.value(n.inputs[1]).shape[-1] == cl.value(n.outputs[0]).shape[-1] for n in convs)
+    assert _ops(cl).get("Transpose", 0) <= 2
+    _same_results(graph, cl)
+
+
+def test_conv_transposes_outside_the_gather_go_channels_last_or_stay():
+    """Stride 2 with a 3x3 kernel and output_padding (the dilate-and-convolve path) goes channels-last;
+    a grouped one stays channels-first."""
+    rng = np.random.default_rng(2)
+    w = rng.uniform(-1, 1, (4, 3, 3, 3)).astype(np.float32)
+    nodes = [node("ConvTranspose", ["x", "w", "b"], ["t"], strides=[2, 2], pads=[1, 0, 1, 1], output_padding=[1, 0]),
+             node("Relu", ["t"], ["r"]),
+             node("ConvTranspose", ["r", "wg"], ["y"], group=3)]
+    inits = {"w": w, "b": rng.uniform(-1, 1, 3).astype(np.float32),
+             "wg": rng.uniform(-1, 1, (3, 2, 2, 2)).astype(np.float32)}
+    graph = load_graph(make_model(nodes, {"x": ((1, 4, 5, 6), "float32")}, ["y"], inits))
+    cl = to_channels_last(graph)
+    first, grouped = [n for n in cl.nodes if n.op == "ConvTranspose"]
+    assert first.attrs["layout"] == "NHWC" and "layout" not in grouped.attrs
+    _same_results(graph, cl)
