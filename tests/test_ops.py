@@ -107,6 +107,9 @@ T2D_CASES = [
     ("k4s2p0_op1", (3, 4), 2, 3, 4, 2, 0, 1),
     ("k6s3p2", (3, 3), 2, 2, 6, 3, 2, 0),
     ("gather_asym", (3, 4), 2, 3, (4, 2), (2, 2), (1, 0, 1, 1), (1, 1)),
+    # a 1x1 input (DCGAN's latent): a matmul against the kernel's taps
+    ("point_k4s1p0", (1, 1), 5, 3, 4, 1, 0, 0),
+    ("point_asym", (1, 1), 3, 2, (4, 3), (2, 1), (1, 0, 2, 0), (1, 0)),
 ]
 
 

@@ -190,6 +190,8 @@ def conv2d_transpose(data: Tensor, weight: Tensor, stride: IntOrSeq = 1, padding
         raise TensorExprError(f"{op}: padding {padding!r} leaves an empty output ({out_size})")
 
     attrs = {"layout": layout, "stride": strides, "padding": (before, after), "output_padding": opad}
+    if tuple(size) == (1, 1) and all(p <= a for p, a in zip(opad, after)):
+        return _of_a_point(data, weight, before, out_size, cl, name, attrs)
     if gathers(strides, ksize):
         return _gathered(data, weight, strides, before, out_size, cl, name, attrs)
 
@@ -248,6 +250,23 @@ def _gathered(data: Tensor, weight: Tensor, strides: Sequence[int], before: Sequ
         kh, kw = rh + th * strides[0], rw + tw * strides[1]
         wv = weight[kh, kw, rc, o] if cl else weight[rc, o, kh, kw]
         return te_sum(src[_join(n, rc, pos, cl)] * wv, axis=[th, tw, rc] if cl else [rc, th, tw])
+
+    fn = named(lambda *idx: body(*_join_order(idx, cl)), _join("n", "co", "hw", cl))
+    return compute(_join(batch, co, out_size, cl), fn, name=name, tag=CONV2D_TRANSPOSE, attrs=attrs)
+
+
+def _of_a_point(data: Tensor, weight: Tensor, before: Sequence[int], out_size: Sequence[int], cl: bool, name: str,
+                attrs: dict) -> Tensor:
+    """Transposed conv of a 1x1 input (DCGAN's latent): output pixel y is the input times weight tap
+    y + pad, a matmul over the channels. Padding it to the kernel's size multiplied k^2 - 1 zeros per term."""
+    batch, ci, _ = _split(data.shape, cl)
+    co = weight.shape[-1] if cl else weight.shape[1]
+    rc = reduce_axis(ci, "rc")
+
+    def body(n: Expr, o: Expr, h: Expr, w: Expr) -> Expr:
+        kh, kw = offset(h, before[0]), offset(w, before[1])
+        wv = weight[kh, kw, rc, o] if cl else weight[rc, o, kh, kw]
+        return te_sum(data[_join(n, rc, (0, 0), cl)] * wv, axis=[rc])
 
     fn = named(lambda *idx: body(*_join_order(idx, cl)), _join("n", "co", "hw", cl))
     return compute(_join(batch, co, out_size, cl), fn, name=name, tag=CONV2D_TRANSPOSE, attrs=attrs)
