@@ -127,6 +127,23 @@ def test_conv2d_transpose(evaluate, case, layout):
     check(evaluate, out, f, expected)
 
 
+def _pair(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+@pytest.mark.parametrize("case", [c for c in T2D_CASES if ops.conv.gathers(_pair(c[5]), _pair(c[4]))],
+                         ids=lambda c: c[0])
+def test_conv2d_transpose_col2im(evaluate, case):
+    """The matmul-then-gather form against the same reference, its weight (C, M, kh, kw) moved to (C, kh*kw*M)."""
+    _, size, ci, co, k, stride, padding, opad = case
+    kh, kw = _pair(k)
+    f = Feed()
+    x, w = f((2, *size, ci), "data"), f((ci, kh * kw * co), "weight")
+    out = ops.conv2d_transpose_col2im(x, w, (kh, kw), stride=stride, padding=padding, output_padding=opad)
+    hwio = f[w].reshape(ci, kh, kw, co).transpose(1, 2, 0, 3)
+    check(evaluate, out, f, ref.conv2d_transpose(f[x], hwio, stride=stride, padding=padding, output_padding=opad))
+
+
 @pytest.mark.parametrize("stride,padding", [(2, 1), (1, 0)])
 def test_conv2d_capsule(evaluate, stride, padding):
     f = Feed()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 from concurrent.futures import ThreadPoolExecutor
@@ -178,8 +179,8 @@ def test_set_num_threads(vadd) -> None:
 
 
 @pytest.mark.parametrize("lanes", [4, 8, 16])
-def test_vectorized_exp_and_log_call_libmvec(lanes):
-    """expf/logf in a vectorized loop use glibc's vector versions (gcc never vectorizes them without
+def test_vectorized_math_calls_libmvec(lanes):
+    """expf/logf/erff/tanhf in a vectorized loop use glibc's vector versions (gcc never vectorizes them without
     -ffast-math); results match NumPy to float32 precision."""
     import numpy as np
 
@@ -189,15 +190,18 @@ def test_vectorized_exp_and_log_call_libmvec(lanes):
     from tensorgen.schedule import State
 
     a = te.placeholder((8, 64), name="A")
-    b = te.compute((8, 64), lambda i, j: te.exp(a[i, j] - 1.0) * 2.0 + te.log(a[i, j]), name="B")
+    b = te.compute((8, 64), lambda i, j: te.exp(a[i, j] - 1.0) * 2.0 + te.log(a[i, j]) + te.erf(a[i, j] - 1.0)
+                   * te.tanh(a[i, j]), name="B")
     s = State([a, b]).split("B", "j", [lanes]).vectorize("B", "j_1")
     f = build(s)
-    if has_vector_math(32):
-        assert "_ZGV" in f.source and "expf(" not in f.source.replace("_expf(", "")
+    for fn in ("exp", "log", "erf", "tanh"):  # erf, tanh: glibc >= 2.35
+        if has_vector_math(lanes * 4, fn):
+            assert f"v_{fn}f(" in f.source and f" {fn}f(" not in f.source and f"({fn}f(" not in f.source
     x = np.random.default_rng(0).uniform(0.1, 2.0, (8, 64)).astype("float32")
     y = np.empty_like(x)
     f(x, y)
-    np.testing.assert_allclose(y, np.exp(x - 1) * 2 + np.log(x), rtol=1e-5, atol=1e-6)
+    want = np.exp(x - 1) * 2 + np.log(x) + np.vectorize(math.erf)(x - 1.0) * np.tanh(x)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
 
 
 def test_aligned_buffers_are_what_kernels_get():

@@ -87,17 +87,19 @@ def libraries(source: str) -> list[str]:
 
 
 @cache
-def has_vector_math(simd_bytes: int) -> bool:
-    """Whether generated code may call libmvec's `simd_bytes`-wide expf/logf (x86-64 glibc >= 2.22
-    with the matching ISA): one probe compile per process (cached on disk)."""
+def has_vector_math(simd_bytes: int, name: str = "exp") -> bool:
+    """Whether generated code may call libmvec's `simd_bytes`-wide `name`f (x86-64 glibc: exp and log
+    from 2.22, erf and tanh from 2.35, each with the matching ISA): one probe link per function and
+    width (cached on disk). The probe links with --no-undefined: a shared library is otherwise built
+    against a libmvec without the function and fails only when loaded."""
     isa = {16: "b", 32: "d", 64: "e"}.get(simd_bytes)
     if isa is None or platform.machine() not in ("x86_64", "AMD64"):
         return False
-    lanes = simd_bytes // 4
+    fn = f"_ZGV{isa}N{simd_bytes // 4}v_{name}f"
     probe = (f"typedef float v __attribute__((vector_size({simd_bytes})));\n"
-             f"v _ZGV{isa}N{lanes}v_expf(v);\nv probe(v x) {{ return _ZGV{isa}N{lanes}v_expf(x); }}\n")
+             f"v {fn}(v);\nv probe(v x) {{ return {fn}(x); }}\n")
     try:
-        compile_source(probe, timeout=60)
+        compile_source(probe, timeout=60, extra_flags=("-Wl,--no-undefined",))
     except CompileError:
         return False
     return True

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 VECTOR_DTYPES = {"float32": "float", "float64": "double"}
 _OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
-_VECTOR_MATH = ("exp", "log")  # in every libmvec (glibc >= 2.22)
+_VECTOR_MATH = ("exp", "log", "erf", "tanh")  # libmvec's: exp, log from glibc 2.22, erf, tanh from 2.35
 _ISA = {16: "b", 32: "d", 64: "e"}  # x86-64 vector-function ABI letter by vector width
 
 
@@ -115,9 +115,10 @@ class VectorEmitter:
             return self._ok(e.a, var) and self._ok(e.b, var)
         if var not in free_vars(e):
             return True
-        return isinstance(e, Call) and e.name in _VECTOR_MATH and e.dtype in VECTOR_DTYPES and len(e.args) == 1 \
-            and self._lanes * DTYPE_BYTES[e.dtype] in _ISA and has_vector_math(self.simd_bytes) \
-            and self._ok(e.args[0], var)
+        if not (isinstance(e, Call) and e.name in _VECTOR_MATH and e.dtype in VECTOR_DTYPES and len(e.args) == 1):
+            return False
+        width = self._lanes * DTYPE_BYTES[e.dtype]
+        return width in _ISA and has_vector_math(width, e.name) and self._ok(e.args[0], var)
 
     def _vexpr(self, e: Expr, var: Var, vtype: str) -> tuple[str, bool]:
         """C text of `e` for a whole vector starting at lane `var`, and whether it is a vector."""

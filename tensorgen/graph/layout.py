@@ -29,10 +29,13 @@ from tensorgen.graph.ir import Graph, Node, Value
 from tensorgen.graph.onnx_normalize import add_constant
 from tensorgen.graph.ops import op_kind
 from tensorgen.graph.passes import _copy, eliminate_dead_code, remove_noops, simplify_reshapes
+from tensorgen.te.ops.conv import gathers
 
 #: the layout attribute a channels-last Conv carries, by spatial rank
 CHANNELS_LAST = {1: "NWC", 2: "NHWC", 3: "NDHWC"}
 POOLS = frozenset({"MaxPool", "AveragePool", "GlobalAveragePool"})
+#: a gathering ConvTranspose with fewer output channels runs as a matmul then a gather (col2im)
+COL2IM_BELOW_CHANNELS = 16
 
 
 def to_last(rank: int) -> tuple[int, ...]:
@@ -106,15 +109,21 @@ class _Rewriter:
     def conv_transpose(self, node: Node) -> bool:
         """A 2-D ConvTranspose the te op takes channels-last (group 1, no dilation): weight (C, M, kh, kw)
         repacked to (kh, kw, C, M). NCHW vectorized along the output width, which the stride-2 gather
-        reads at every other pixel: DCGAN's convs ran at 25-70 GFLOP/s."""
+        reads at every other pixel: DCGAN's convs ran at 25-70 GFLOP/s. With fewer than COL2IM_BELOW_CHANNELS
+        outputs (an RGB image) the channels fill no vector: the col2im form (te conv2d_transpose_col2im)
+        multiplies by the weight as a (C, kh * kw * M) matrix instead."""
         x, w = node.inputs[0], node.inputs[1]
         weight, a = self.g.constants.get(w), node.attrs
         if (weight is None or weight.ndim != 4 or "layout" in a or a["group"] != 1 or set(a["dilations"]) != {1}
                 or any(p >= s for p, s in zip(a["output_padding"], a["strides"]))
                 or any(p >= k for p, k in zip(a["pads"], 2 * weight.shape[2:]))):
             return False
-        packed = self.constant(f"{w}_cl", weight.transpose(2, 3, 0, 1))
-        self.emit_channels_last(node, [self.channels_last(x), packed, *node.inputs[2:]], {**a, "layout": "NHWC"})
+        if weight.shape[1] < COL2IM_BELOW_CHANNELS and gathers(a["strides"], weight.shape[2:]):
+            packed = self.constant(f"{w}_columns", weight.transpose(0, 2, 3, 1).reshape(weight.shape[0], -1))
+            attrs = {**a, "layout": "NHWC", "method": "col2im"}
+        else:
+            packed, attrs = self.constant(f"{w}_cl", weight.transpose(2, 3, 0, 1)), {**a, "layout": "NHWC"}
+        self.emit_channels_last(node, [self.channels_last(x), packed, *node.inputs[2:]], attrs)
         return True
 
     def elementwise(self, node: Node) -> bool:

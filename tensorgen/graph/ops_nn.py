@@ -14,7 +14,7 @@ from tensorgen.graph.ops_base import FLOATS, Args, broadcast_index, lowering, op
 from tensorgen.te import expr as E
 from tensorgen.te.ops import broadcast_shape, matmul
 from tensorgen.te.ops._common import BATCH_MATMUL, BROADCAST, CONV1D, CONV2D, CONV3D, INJECTIVE, MATMUL, named, offset
-from tensorgen.te.ops.conv import conv2d_transpose, conv_nd, gathers
+from tensorgen.te.ops.conv import conv2d_transpose, conv2d_transpose_col2im, conv_nd, gathers
 from tensorgen.te.tensor import Tensor, compute, reduce_axis
 from tensorgen.te.tensor import sum as te_sum
 
@@ -66,10 +66,15 @@ def _conv_transpose(node: Node, args: Args) -> list[Tensor]:
     cropping where a pad is larger), `<name>_weight` (the kernel flipped and regrouped into OI... order),
     then a stride-1 grouped, dilated convolution. A 2-D one without groups or dilation whose strides
     divide the kernel (DCGAN's k4 s2) is te's conv2d_transpose instead, which gathers without the zeros;
-    so is a channels-last one (attribute `layout`, set by graph.layout): data NHWC, weight (kh, kw, C, M).
+    so is a channels-last one (attribute `layout`, set by graph.layout): data NHWC, weight (kh, kw, C, M),
+    or with `method` col2im te's conv2d_transpose_col2im, weight (C, kh * kw * M).
     """
     x, w = args.tensor(0), args.tensor(1)
     layout = node.attrs.get("layout")
+    if node.attrs.get("method") == "col2im":  # graph.layout's choice for few output channels
+        y = conv2d_transpose_col2im(x, w, args.attr("kernel_shape"), args.attr("strides"), tuple(args.attr("pads")),
+                                    tuple(args.attr("output_padding")), name=args.name())
+        return [_with_bias(args, y, 3)]
     nd, strides, dilations, pads, group = _geometry(args, x, w, layout is not None)
     out_pad = args.attr("output_padding")
     if layout is not None:

@@ -28,6 +28,7 @@ from tensorgen.te.ops.conv import (
     conv2d,
     conv2d_capsule,
     conv2d_transpose,
+    conv2d_transpose_col2im,
     conv3d,
     depthwise_conv2d,
 )
@@ -76,7 +77,8 @@ __all__ = [
     "BATCH_MATMUL", "BROADCAST", "CONV1D", "CONV2D", "CONV2D_CAPSULE", "CONV2D_TRANSPOSE", "CONV3D",
     "DENSE", "ELEMWISE", "INJECTIVE", "KERNEL_LAYOUTS", "MATMUL", "POOL", "REDUCE", "SUITE", "add",
     "avg_pool2d", "batch_matmul", "batch_norm", "broadcast_shape", "clip", "concatenate", "conv1d",
-    "conv2d", "conv2d_capsule", "conv2d_transpose", "conv3d", "conv_layer", "dense", "depthwise_conv2d",
+    "conv2d", "conv2d_capsule", "conv2d_transpose", "conv2d_transpose_col2im", "conv3d", "conv_layer", "dense",
+    "depthwise_conv2d",
     "div", "elementwise", "gelu", "global_avg_pool2d", "layer_norm", "make_c1d", "make_c2d", "make_c3d",
     "make_cap", "make_conv_layer", "make_dep", "make_dil", "make_gmm", "make_grp", "make_nrm", "make_t2d",
     "make_tbs", "matmul", "matrix_norm", "max_pool2d", "maximum", "minimum", "mul", "pad", "reduce_max",

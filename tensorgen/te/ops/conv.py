@@ -255,6 +255,53 @@ def _gathered(data: Tensor, weight: Tensor, strides: Sequence[int], before: Sequ
     return compute(_join(batch, co, out_size, cl), fn, name=name, tag=CONV2D_TRANSPOSE, attrs=attrs)
 
 
+def conv2d_transpose_col2im(data: Tensor, columns_weight: Tensor, kernel: Sequence[int], stride: IntOrSeq,
+                            padding: IntOrSeq = 0, output_padding: IntOrSeq = 0,
+                            name: str = "conv2d_transpose") -> Tensor:
+    """Transposed 2-D convolution, NHWC, as a matmul and a gather (ONNX Runtime's col2im): first
+    `columns[n, i, j, (kh, kw, m)] = sum_c data[n, i, j, c] * columns_weight[c, (kh, kw, m)]`, then output
+    pixel y sums the k / stride columns whose taps land on it. The matmul vectorizes along kh * kw * M,
+    where the direct form has only the M output channels: 3 of them for an RGB image. Each stride must
+    divide its kernel size; `columns_weight` is the (C, M, kh, kw) weight moved to (C, kh * kw * M).
+    """
+    op = "conv2d_transpose_col2im"
+    check_tensor(data, op, "data", ndim=4)
+    check_tensor(columns_weight, op, "columns_weight", ndim=2)
+    check_same_dtype(op, data, columns_weight)
+    batch, size, ci = data.shape[0], data.shape[1:3], data.shape[3]
+    kh, kw = int_tuple(kernel, 2, op, "kernel")
+    strides = int_tuple(stride, 2, op, "stride")
+    if not gathers(strides, (kh, kw)):
+        raise TensorExprError(f"{op}: each stride {list(strides)} must be > 1 and divide its kernel size {[kh, kw]}")
+    co, rem = divmod(columns_weight.shape[1], kh * kw)
+    if columns_weight.shape[0] != ci or rem:
+        raise TensorExprError(f"{op}: columns_weight {list(columns_weight.shape)} is not ({ci}, {kh}*{kw}*M)")
+    before, after = padding_pairs(padding, 2, op)
+    opad = int_tuple(output_padding, 2, op, "output_padding", minimum=0)
+    out_size = [(n - 1) * s - b - a + k + p for n, s, b, a, k, p in zip(size, strides, before, after, (kh, kw), opad)]
+    if min(out_size) < 1:
+        raise TensorExprError(f"{op}: padding {padding!r} leaves an empty output ({out_size})")
+    rc = reduce_axis(ci, "rc")
+    columns = compute((batch, *size, kh * kw * co), lambda n, i, j, t: te_sum(data[n, i, j, rc] * columns_weight[rc, t],
+                      axis=[rc]), name=f"{name}_columns", tag=CONV2D_TRANSPOSE)
+    taps = [k // s for k, s in zip((kh, kw), strides)]
+
+    def gather(n: Expr, h: Expr, w: Expr, o: Expr) -> Expr:
+        (qh, rh), (qw, rw) = [(offset(y, b) // s, offset(y, b) % s) for y, b, s in zip((h, w), before, strides)]
+        total = None
+        for th in range(taps[0]):
+            for tw in range(taps[1]):
+                i, j = offset(qh, -th), offset(qw, -tw)
+                tap = ((rh + th * strides[0]) * kw + rw + tw * strides[1]) * co + o
+                term = select(all_of(i >= 0, i < size[0], j >= 0, j < size[1]), columns[n, i, j, tap], 0.0)
+                total = term if total is None else total + term
+        return total
+
+    attrs = {"layout": "NHWC", "stride": strides, "padding": (before, after), "output_padding": opad}
+    return compute((batch, *out_size, co), named(gather, ("n", "h", "w", "co")), name=name, tag=INJECTIVE,
+                   attrs=attrs)
+
+
 def _of_a_point(data: Tensor, weight: Tensor, before: Sequence[int], out_size: Sequence[int], cl: bool, name: str,
                 attrs: dict) -> Tensor:
     """Transposed conv of a 1x1 input (DCGAN's latent): output pixel y is the input times weight tap
