@@ -255,3 +255,24 @@ def test_const_tensor_axes_are_unrolled_innermost():
     expected = np.einsum("ia,ijt,jc->act", bt.T, data, bt.T)
     for s in pop:
         np.testing.assert_allclose(build(s).run(data)[0], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_long_elementwise_loops_are_vectorized_and_call_vector_math():
+    """BERT's GELU: rows of 3072. The innermost loop is longer than max_vectorize, but codegen steps it by
+    whole vectors, so it is vectorized and erf runs as libmvec's vector erff where glibc has it."""
+    import math
+
+    from tensorgen.codegen.toolchain import has_vector_math
+
+    x = te.placeholder((4, 3072), name="x")
+    gelu = te.compute((4, 3072), lambda i, j: x[i, j] * (te.erf(x[i, j] * 0.7071) + 1.0) * 0.5, name="gelu")
+    task = make_task([x], [gelu], cores=2)
+    pop = sample_initial_population(task, generate_sketches(task), 16, np.random.default_rng(0))
+    vectorized = [s for s in pop if "vectorize" in _annotations(s)]
+    assert len(vectorized) >= 4  # the others run every element in parallel: no loop left to vectorize
+    f = build(vectorized[0])
+    if has_vector_math(64, "erf"):
+        assert "v_erff(" in f.source
+    a = np.random.default_rng(1).standard_normal((4, 3072)).astype(np.float32)
+    want = a * (np.vectorize(math.erf)(a * 0.7071) + 1.0) * 0.5
+    np.testing.assert_allclose(f.run(a)[0], want, rtol=1e-5, atol=1e-6)
