@@ -71,7 +71,7 @@ def _conv_transpose(node: Node, args: Args) -> list[Tensor]:
     """
     x, w = args.tensor(0), args.tensor(1)
     layout = node.attrs.get("layout")
-    if node.attrs.get("method") == "col2im":  # graph.layout's choice for few output channels
+    if node.attrs.get("method") == "col2im":  # graph.layout's choice where the strides divide the kernel
         y = conv2d_transpose_col2im(x, w, args.attr("kernel_shape"), args.attr("strides"), tuple(args.attr("pads")),
                                     tuple(args.attr("output_padding")), name=args.name())
         return [_with_bias(args, y, 3)]

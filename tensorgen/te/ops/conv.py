@@ -261,7 +261,8 @@ def conv2d_transpose_col2im(data: Tensor, columns_weight: Tensor, kernel: Sequen
     """Transposed 2-D convolution, NHWC, as a matmul and a gather (ONNX Runtime's col2im): first
     `columns[n, i, j, (kh, kw, m)] = sum_c data[n, i, j, c] * columns_weight[c, (kh, kw, m)]`, then output
     pixel y sums the k / stride columns whose taps land on it. The matmul vectorizes along kh * kw * M,
-    where the direct form has only the M output channels: 3 of them for an RGB image. Each stride must
+    where the direct form has only the M output channels (3 for an RGB image), and every weight tap is a
+    plain matrix column, where the direct form picks taps by the output pixel's parity. Each stride must
     divide its kernel size; `columns_weight` is the (C, M, kh, kw) weight moved to (C, kh * kw * M).
     """
     op = "conv2d_transpose_col2im"
