@@ -283,8 +283,11 @@ def conv2d_transpose_col2im(data: Tensor, columns_weight: Tensor, kernel: Sequen
     if min(out_size) < 1:
         raise TensorExprError(f"{op}: padding {padding!r} leaves an empty output ({out_size})")
     rc = reduce_axis(ci, "rc")
-    columns = compute((batch, *size, kh * kw * co), lambda n, i, j, t: te_sum(data[n, i, j, rc] * columns_weight[rc, t],
-                      axis=[rc]), name=f"{name}_columns", tag=CONV2D_TRANSPOSE)
+
+    def matmul(n: Expr, i: Expr, j: Expr, t: Expr) -> Expr:
+        return te_sum(data[n, i, j, rc] * columns_weight[rc, t], axis=[rc])
+
+    columns = compute((batch, *size, kh * kw * co), matmul, name=f"{name}_columns", tag=CONV2D_TRANSPOSE)
     taps = [k // s for k, s in zip((kh, kw), strides)]
 
     def gather(n: Expr, h: Expr, w: Expr, o: Expr) -> Expr:
