@@ -29,7 +29,7 @@ from tensorgen.graph.ir import Graph, Node, Value
 from tensorgen.graph.onnx_normalize import add_constant
 from tensorgen.graph.ops import op_kind
 from tensorgen.graph.passes import _copy, eliminate_dead_code, remove_noops, simplify_reshapes
-from tensorgen.te.ops.conv import gathers
+from tensorgen.te.ops.conv import gathers, plain_transpose
 
 #: the layout attribute a channels-last Conv carries, by spatial rank
 CHANNELS_LAST = {1: "NWC", 2: "NHWC", 3: "NDHWC"}
@@ -112,9 +112,8 @@ class _Rewriter:
         1.80 direct channels-last, 1.43 col2im; ONNX Runtime 1.35."""
         x, w = node.inputs[0], node.inputs[1]
         weight, a = self.g.constants.get(w), node.attrs
-        if (weight is None or weight.ndim != 4 or "layout" in a or a["group"] != 1 or set(a["dilations"]) != {1}
-                or any(p >= s for p, s in zip(a["output_padding"], a["strides"]))
-                or any(p >= k for p, k in zip(a["pads"], 2 * weight.shape[2:]))):
+        if weight is None or "layout" in a or not plain_transpose(weight.shape[2:], a["strides"], a["pads"],
+                                                                 a["output_padding"], a["group"], a["dilations"]):
             return False
         if gathers(a["strides"], weight.shape[2:]):
             packed = self.constant(f"{w}_columns", weight.transpose(0, 2, 3, 1).reshape(weight.shape[0], -1))

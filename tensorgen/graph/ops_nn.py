@@ -14,7 +14,7 @@ from tensorgen.graph.ops_base import FLOATS, Args, broadcast_index, lowering, op
 from tensorgen.te import expr as E
 from tensorgen.te.ops import broadcast_shape, matmul
 from tensorgen.te.ops._common import BATCH_MATMUL, BROADCAST, CONV1D, CONV2D, CONV3D, INJECTIVE, MATMUL, named, offset
-from tensorgen.te.ops.conv import conv2d_transpose, conv2d_transpose_col2im, conv_nd, gathers
+from tensorgen.te.ops.conv import conv2d_transpose, conv2d_transpose_col2im, conv_nd, gathers, plain_transpose
 from tensorgen.te.tensor import Tensor, compute, reduce_axis
 from tensorgen.te.tensor import sum as te_sum
 
@@ -86,8 +86,7 @@ def _conv_transpose(node: Node, args: Args) -> list[Tensor]:
     ci, opg = x.shape[1], w.shape[1]
     if w.shape[0] != ci or ci % group:
         raise args.error(f"weight {list(w.shape)} does not match {ci} input channels in {group} group(s)")
-    plain = nd == 2 and group == 1 and set(dilations) == {1} and all(p < k for p, k in zip(pads, 2 * kernel))
-    if plain and gathers(strides, kernel) and all(p < s for s, p in zip(strides, out_pad)):
+    if plain_transpose(kernel, strides, pads, out_pad, group, dilations) and gathers(strides, kernel):
         y = conv2d_transpose(x, w, strides, tuple(pads), tuple(out_pad), layout="NCHW", name=args.name())
         return [_with_bias(args, y)]
     ipg = ci // group

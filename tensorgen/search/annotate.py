@@ -188,12 +188,6 @@ def annotate_unroll(state: State, rng: np.random.Generator, policy: AnnotationPo
         state.pragma(i, st.iters[0].name, f"auto_unroll_max_step${value}")
 
 
-def _long_inner_loop(stage, points) -> bool:
-    inner = stage.iters[-1] if stage.iters else None
-    return (inner is not None and (stage.name, inner.name) not in points and inner.kind == "spatial"
-            and inner.annotation == "none" and inner.extent is not None)
-
-
 def annotate_vectorize(state: State, rng: np.random.Generator, policy: AnnotationPolicy) -> None:
     """Vectorize the innermost space loop (or, in untiled stages, a random run of innermost loops
     fused) when it is unannotated, not an attach point and at most max_vectorize long; an untiled
@@ -202,21 +196,24 @@ def annotate_vectorize(state: State, rng: np.random.Generator, policy: Annotatio
     for i, st in enumerate(state.stages):
         if st.is_placeholder or st.location == "inline":
             continue
-        run, length = 0, 1
+        tiled = is_tiled(state, i)
+        run, length, whole = 0, 1, False
         for it in reversed(st.iters):
             if (st.name, it.name) in points or it.kind != "spatial" or it.annotation != "none":
                 break
-            if it.extent is None or (is_tiled(state, i) and run > 0):
+            if it.extent is None or (tiled and run > 0):
                 break
             length *= it.extent
             if length > policy.max_vectorize:
+                # codegen steps a long loop by whole vectors: an element-wise op's erf, exp, tanh run in
+                # libmvec's vector versions, which gcc never calls for a scalar loop (GELU 5x faster)
+                whole = run == 0 and not tiled
                 break
             run += 1
-        if run == 0:
-            if is_tiled(state, i) or not _long_inner_loop(st, points):
-                continue
-            run = 1  # codegen steps a long loop by whole vectors: an element-wise op's erf, exp, tanh run
-            # in libmvec's vector versions, which gcc never calls for a scalar loop (GELU 5x faster)
+        if whole:
+            run = 1
+        elif run == 0:
+            continue
         else:
             run = int(rng.integers(1, run + 1))
         names = [it.name for it in st.iters[len(st.iters) - run:]]

@@ -173,21 +173,11 @@ def conv2d_transpose(data: Tensor, weight: Tensor, stride: IntOrSeq = 1, padding
             f"{op}: channel mismatch: data {data.name}{list(data.shape)} ({layout}) has {ci} channels but "
             f"weight {weight.name}{list(weight.shape)} ({'HWIO' if cl else 'IOHW'}) expects {wci}"
         )
-    strides = int_tuple(stride, 2, op, "stride")
-    before, after = padding_pairs(padding, 2, op)
-    opad = int_tuple(output_padding, 2, op, "output_padding", minimum=0)
-    for d in range(2):
-        if max(before[d], after[d]) > ksize[d] - 1:
-            raise TensorExprError(f"{op}: padding {before[d]}/{after[d]} must be < kernel size {ksize[d]}")
-        if opad[d] >= strides[d]:
-            raise TensorExprError(f"{op}: output_padding {opad[d]} must be smaller than stride {strides[d]}")
+    strides, before, after, opad, out_size = _transposed_geometry(op, size, ksize, stride, padding, output_padding)
     lo = [k - 1 - b for k, b in zip(ksize, before)]
     hi = [k - 1 - a + p for k, a, p in zip(ksize, after, opad)]
     dil = [(n - 1) * s + 1 for n, s in zip(size, strides)]
     dp_size = [lo[d] + dil[d] + hi[d] for d in range(2)]
-    out_size = [dp_size[d] - ksize[d] + 1 for d in range(2)]
-    if min(out_size) < 1:
-        raise TensorExprError(f"{op}: padding {padding!r} leaves an empty output ({out_size})")
 
     attrs = {"layout": layout, "stride": strides, "padding": (before, after), "output_padding": opad}
     if tuple(size) == (1, 1) and all(p <= a for p, a in zip(opad, after)):
@@ -223,6 +213,33 @@ def conv2d_transpose(data: Tensor, weight: Tensor, stride: IntOrSeq = 1, padding
 
     fn = named(lambda *idx: body(*_join_order(idx, cl)), _join("n", "co", "hw", cl))
     return compute(_join(batch, co, out_size, cl), fn, name=name, tag=CONV2D_TRANSPOSE, attrs=attrs)
+
+
+def _transposed_geometry(op: str, size: Sequence[int], ksize: Sequence[int], stride: IntOrSeq, padding: IntOrSeq,
+                         output_padding: IntOrSeq) -> tuple:
+    """(strides, pads before, pads after, output_padding, output size) of a transposed 2-D conv, checked:
+    each pad below its kernel size, each output_padding below its stride, a non-empty output."""
+    strides = int_tuple(stride, 2, op, "stride")
+    before, after = padding_pairs(padding, 2, op)
+    opad = int_tuple(output_padding, 2, op, "output_padding", minimum=0)
+    for d in range(2):
+        if max(before[d], after[d]) > ksize[d] - 1:
+            raise TensorExprError(f"{op}: padding {before[d]}/{after[d]} must be < kernel size {ksize[d]}")
+        if opad[d] >= strides[d]:
+            raise TensorExprError(f"{op}: output_padding {opad[d]} must be smaller than stride {strides[d]}")
+    out_size = [(n - 1) * s - b - a + k + p for n, s, b, a, k, p in zip(size, strides, before, after, ksize, opad)]
+    if min(out_size) < 1:
+        raise TensorExprError(f"{op}: padding {padding!r} leaves an empty output ({out_size})")
+    return strides, before, after, opad, out_size
+
+
+def plain_transpose(kernel: Sequence[int], strides: Sequence[int], pads: Sequence[int], output_padding: Sequence[int],
+                    group: int, dilations: Sequence[int]) -> bool:
+    """Whether conv2d_transpose (and, where it gathers, conv2d_transpose_col2im) takes an ONNX ConvTranspose:
+    2-D, one group, no dilation, each pad below its kernel size and each output_padding below its stride."""
+    return (len(kernel) == 2 and group == 1 and set(dilations) == {1}
+            and all(p < k for p, k in zip(pads, 2 * tuple(kernel)))
+            and all(p < s for p, s in zip(output_padding, strides)))
 
 
 def gathers(strides: Sequence[int], ksize: Sequence[int]) -> bool:
@@ -271,17 +288,12 @@ def conv2d_transpose_col2im(data: Tensor, columns_weight: Tensor, kernel: Sequen
     check_same_dtype(op, data, columns_weight)
     batch, size, ci = data.shape[0], data.shape[1:3], data.shape[3]
     kh, kw = int_tuple(kernel, 2, op, "kernel")
-    strides = int_tuple(stride, 2, op, "stride")
+    strides, before, after, opad, out_size = _transposed_geometry(op, size, (kh, kw), stride, padding, output_padding)
     if not gathers(strides, (kh, kw)):
         raise TensorExprError(f"{op}: each stride {list(strides)} must be > 1 and divide its kernel size {[kh, kw]}")
     co, rem = divmod(columns_weight.shape[1], kh * kw)
     if columns_weight.shape[0] != ci or rem:
         raise TensorExprError(f"{op}: columns_weight {list(columns_weight.shape)} is not ({ci}, {kh}*{kw}*M)")
-    before, after = padding_pairs(padding, 2, op)
-    opad = int_tuple(output_padding, 2, op, "output_padding", minimum=0)
-    out_size = [(n - 1) * s - b - a + k + p for n, s, b, a, k, p in zip(size, strides, before, after, (kh, kw), opad)]
-    if min(out_size) < 1:
-        raise TensorExprError(f"{op}: padding {padding!r} leaves an empty output ({out_size})")
     rc = reduce_axis(ci, "rc")
 
     def matmul(n: Expr, i: Expr, j: Expr, t: Expr) -> Expr:
