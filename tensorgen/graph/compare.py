@@ -1,7 +1,9 @@
 """Measure a compiled model side by side with ONNX Runtime and PyTorch, in one run, on the same inputs.
 
 Engines are timed in alternating blocks (so a noisy neighbour hurts all of them alike) and the
-median of the blocks is reported; outputs are compared with ONNX Runtime's.
+median of the blocks is reported; a speedup is the median of the rounds' ratios (each round times every
+engine once, seconds apart, so a load that comes and goes between rounds cancels); outputs are compared
+with ONNX Runtime's.
 """
 
 from __future__ import annotations
@@ -32,14 +34,19 @@ class Comparison:
     total_tasks: int
     build_s: float
     kernels: list[dict] | None = None  # CompiledModel.profile, when asked for
+    blocks_ms: dict[str, list[float]] | None = None  # each engine's per-run ms of every round, in order
 
     def ratios(self) -> dict[str, float]:
-        """Speedup of tensorgen over each peer (> 1: tensorgen is faster)."""
+        """Speedup of tensorgen over each peer (> 1: tensorgen is faster): the median over rounds of the
+        round's ratio, or the ratio of the medians without block times."""
         out = {}
         for peer in ("onnxruntime", "torch"):
             ms = getattr(self, f"{peer}_ms")
-            if ms is not None:
-                out[peer] = ms / self.tensorgen_ms
+            if ms is None:
+                continue
+            ours, theirs = (self.blocks_ms or {}).get("tensorgen"), (self.blocks_ms or {}).get(peer)
+            out[peer] = statistics.median(t / o for o, t in zip(ours, theirs)) if ours and theirs \
+                else ms / self.tensorgen_ms
         return out
 
 
@@ -69,8 +76,8 @@ def torch_runner(graph: Graph, threads: int) -> Runner | None:
 
 
 def time_engines(engines: dict[str, Runner], inputs: list[np.ndarray], blocks: int = 5,
-                 min_block_s: float = 0.2, pause_s: float = 0.5) -> dict[str, float]:
-    """Median per-run milliseconds of each engine over `blocks` alternating blocks (after a warm-up).
+                 min_block_s: float = 0.2, pause_s: float = 0.5) -> dict[str, list[float]]:
+    """Per-run milliseconds of each engine in each of `blocks` rounds of alternating blocks (after a warm-up).
 
     Each block starts after `pause_s` of sleep: thread pools spin-wait after their work (ONNX Runtime's
     by default), and on two cores the engine timed next ran against them (tensorgen after ORT on
@@ -89,7 +96,7 @@ def time_engines(engines: dict[str, Runner], inputs: list[np.ndarray], blocks: i
             for _ in range(runs[name]):
                 run(inputs)
             samples[name].append((time.perf_counter() - start) / runs[name] * 1e3)
-    return {name: statistics.median(s) for name, s in samples.items()}
+    return samples
 
 
 def compare(model: object, db=None, threads: int = 2, batch: int = 1, blocks: int = 5,
@@ -121,10 +128,11 @@ def compare(model: object, db=None, threads: int = 2, batch: int = 1, blocks: in
         if ort_run is not None:
             ours, ref = compiled.run(inputs), ort_run(inputs)
             err = max(float(np.max(np.abs(a - np.asarray(b, dtype=a.dtype)))) for a, b in zip(ours, ref))
-        ms = time_engines(engines, inputs, blocks)
+        samples = time_engines(engines, inputs, blocks)
+        ms = {name: statistics.median(v) for name, v in samples.items()}
         profiled = compiled.profile(inputs) if profile else None
     kernels = manifest["kernels"]
     keys = {k["workload_key"] for k in kernels}
     tuned = {k["workload_key"] for k in kernels if k["tuned"]}
     return Comparison(graph.name, threads, ms["tensorgen"], ms.get("onnxruntime"), ms.get("torch"), err,
-                      len(tuned), len(keys), build_s, profiled)
+                      len(tuned), len(keys), build_s, profiled, samples)

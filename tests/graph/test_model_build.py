@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 
 from tensorgen.cli import main as cli
 from tensorgen.graph.build import build_model
-from tensorgen.graph.compare import onnxruntime_runner
+from tensorgen.graph.compare import Comparison, onnxruntime_runner, time_engines
 from tensorgen.graph.fusion import partition
 from tensorgen.graph.load import load_graph
 from tensorgen.graph.tasks import extract_tasks
@@ -249,6 +249,18 @@ def test_cli_models_build_bench(tmp_path, capsys):
     (kernel,) = result["kernels"]
     assert kernel["ms"] > 0 and kernel["tuned_ms"] is None and kernel["kernel"] in capsys.readouterr().out
     assert {"onnxruntime_ms", "torch_ms"} <= set(result)
+    assert len(result["blocks_ms"]["tensorgen"]) == 2
+
+
+def test_speedups_are_the_median_of_each_rounds_ratio():
+    """A load that comes and goes between rounds moves every engine of a round alike: per-round ratios
+    cancel it where the ratio of the medians (here 1.2) does not."""
+    blocks = {"tensorgen": [1.0, 3.0, 1.0], "onnxruntime": [1.2, 3.3, 0.9]}
+    result = Comparison("m", 2, 1.0, 1.2, None, None, 0, 1, 0.0, None, blocks)
+    assert result.ratios() == {"onnxruntime": pytest.approx(1.1)}
+    assert Comparison("m", 2, 1.0, 1.2, None, None, 0, 1, 0.0).ratios() == {"onnxruntime": pytest.approx(1.2)}
+    samples = time_engines({"a": lambda xs: xs, "b": lambda xs: xs}, [], blocks=3, min_block_s=0.0, pause_s=0.0)
+    assert {k: len(v) for k, v in samples.items()} == {"a": 3, "b": 3}
 
 
 def test_cli_errors_are_one_line(capsys):
