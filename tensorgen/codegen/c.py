@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from tensorgen.codegen import prefetch
 from tensorgen.codegen.rebase import allocates, encloses_micro_kernel, invariant_bases, rebased_index
 from tensorgen.codegen.vector import VectorEmitter, iterations_independent
 from tensorgen.loopir.nodes import Allocate, Buffer, BufLoad, For, If, PrimFunc, Seq, Stmt, Store
@@ -91,6 +92,7 @@ class _CWriter:
     in_parallel: bool = False
     in_simd: bool = False
     rebased: dict[Buffer, tuple[str, Expr]] = field(default_factory=dict)  # buffer -> (base pointer, offset)
+    prefetching: prefetch.Plan | None = None
 
     def render(self) -> CFunction:
         for buf in self.func.args:
@@ -174,6 +176,7 @@ class _CWriter:
         parallel = s.kind == "parallel" and not self.in_parallel and not self.in_simd
         simd = s.kind == "vectorize" and not self.in_simd and iterations_independent(s)
         if parallel:
+            self.prefetching = prefetch.plan(s, set(self.func.attrs.get("constants", ())))
             self.line(depth, "#pragma omp parallel for schedule(static)")
         elif simd:
             self.line(depth, "#pragma omp simd")
@@ -182,6 +185,8 @@ class _CWriter:
             # tests); unrolling a loop that holds a whole tile is never the point, so those stay rolled
             self.line(depth, f"#pragma GCC unroll {s.extent}")
         self.line(depth, f"for (int32_t {name} = 0; {name} < {s.extent}; ++{name}) {{")
+        if self.prefetching is not None and s is self.prefetching.host:
+            self.emit_prefetch(self.prefetching, depth + 1)
         outer = (self.in_parallel, self.in_simd)
         self.in_parallel, self.in_simd = self.in_parallel or parallel, self.in_simd or simd
         self.emit(s.body, depth + 1)
@@ -190,6 +195,20 @@ class _CWriter:
         self.taken.discard(name)
         for buf in bases:
             self.taken.discard(self.rebased.pop(buf)[0])
+
+    def emit_prefetch(self, plan: prefetch.Plan, depth: int) -> None:
+        """The next parallel iteration's weight panels, a few lines per trip of this loop."""
+        self.helpers["prefetch_lines"] = prefetch.HELPER
+        p, extent = self.names[plan.parallel.var], plan.parallel.extent
+        trip = prefetch.trip_index(plan.path, self.names)
+        for panel in plan.panels:
+            nxt = f"&{panel.buffer.name}[({p} + 1) * {panel.stride}]"
+            if panel.every > 1:
+                when, first = f" && ({trip}) % {panel.every} == 0", f"({trip}) / {panel.every}"
+            else:
+                when, first = "", f"({trip}) * {panel.per_trip}" if panel.per_trip > 1 else trip
+            count = f"{panel.per_trip}, {panel.lines}"
+            self.line(depth, f"if ({p} < {extent - 1}{when}) prefetch_lines({nxt}, {first}, {count});")
 
     # ---- names ---------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from tensorgen.loopir.simplify import from_linear, linear
 from tensorgen.te.expr import Expr, Var, free_vars, walk
 
 
-def _children(s: Stmt) -> list[Stmt]:
+def children(s: Stmt) -> list[Stmt]:
     if isinstance(s, Seq):
         return list(s.stmts)
     if isinstance(s, (For, Allocate)):
@@ -24,7 +24,7 @@ def _children(s: Stmt) -> list[Stmt]:
 
 def _statements(s: Stmt):
     yield s
-    for c in _children(s):
+    for c in children(s):
         yield from _statements(c)
 
 

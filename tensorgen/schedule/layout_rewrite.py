@@ -47,8 +47,8 @@ def rewrite_layout(state: State) -> tuple[State, list[LayoutRewrite]]:
     dag = state.dag
     by_name = {p.name: p for p in plans}
     new_inputs = {
-        p.name: Tensor(p.new_shape, dag.by_name[p.name].dtype, p.name) for p in plans
-    }  # no longer `constant`: a rewritten DAG is not rewritten again
+        p.name: Tensor(p.new_shape, dag.by_name[p.name].dtype, p.name, attrs={"repacked": True}) for p in plans
+    }  # no longer `constant`: a rewritten DAG is not rewritten again (code generation still treats it as one)
 
     def load(n: Load) -> Load:  # called for reads of the replaced placeholders only
         return Load(new_inputs[n.tensor.name], by_name[n.tensor.name].index(n.indices), n.dtype)

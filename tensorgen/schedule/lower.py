@@ -78,7 +78,9 @@ class _Lowerer:
             body = Allocate(buf, body)
         fname = name or "_".join(t.name for t in dag.outputs) + "_kernel"
         unroll = {s.name: s.auto_unroll_max_step for s in self.state.stages if s.auto_unroll_max_step}
-        return PrimFunc(fname, tuple(args), body, {"n_outputs": len(dag.outputs), "auto_unroll": unroll})
+        constants = tuple(t.name for t in dag.args if t.attrs.get("constant") or t.attrs.get("repacked"))
+        return PrimFunc(fname, tuple(args), body, {"n_outputs": len(dag.outputs), "auto_unroll": unroll,
+                                                   "constants": constants})
 
     # ---- expressions ---------------------------------------------------------------------
 
