@@ -98,8 +98,8 @@ def plan(loop: For, constants: set[str]) -> Plan | None:
     lines = max(n for _, (_, n) in panels)
     for path in _loops(loop.body):
         host = path[-1]
-        if host.kind != "serial":
-            continue
+        if any(f.kind == "vectorize" for f in path) or host.kind != "serial":
+            continue  # no call inside a simd loop
         trips = math.prod(f.extent for f in path)
         if trips * 4 >= lines and any(ld.buffer in dict(panels) for ld in _loads(host)):
             return Plan(loop, host, path, tuple(Panel(b, s, n, math.ceil(n / trips), max(trips // n, 1))
