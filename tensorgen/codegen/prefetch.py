@@ -13,10 +13,10 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from tensorgen.codegen.rebase import children
-from tensorgen.loopir.nodes import Buffer, BufLoad, For, If, Stmt, Store
+from tensorgen.codegen.rebase import buffer_loads, children
+from tensorgen.loopir.nodes import Buffer, BufLoad, For, Stmt
 from tensorgen.loopir.simplify import linear
-from tensorgen.te.expr import DTYPE_BYTES, Var, free_vars, walk
+from tensorgen.te.expr import DTYPE_BYTES, Var, free_vars
 
 LINE = 64
 MIN_PANEL, MAX_PANEL = 4 * 1024, 1024 * 1024  # bytes: smaller panels need no help, larger ones evict the L2
@@ -46,14 +46,6 @@ class Plan:
     host: For
     path: tuple[For, ...]
     panels: tuple[Panel, ...]
-
-
-def _loads(s: Stmt) -> Iterator[BufLoad]:
-    exprs = [s.index, s.value] if isinstance(s, Store) else [s.cond] if isinstance(s, If) else []
-    for e in exprs:
-        yield from (x for x in walk(e) if isinstance(x, BufLoad))
-    for c in children(s):
-        yield from _loads(c)
 
 
 def _loops(s: Stmt, path: tuple[For, ...] = ()) -> Iterator[tuple[For, ...]]:
@@ -89,19 +81,20 @@ def plan(loop: For, constants: set[str]) -> Plan | None:
     if loop.extent < 2:
         return None
     by_buffer: dict[Buffer, list[BufLoad]] = {}
-    for load in _loads(loop.body):
+    for load in buffer_loads(loop.body):
         if load.buffer.scope == "arg" and load.buffer.name in constants:
             by_buffer.setdefault(load.buffer, []).append(load)
     panels = [(buf, p) for buf, loads in by_buffer.items() if (p := _panel(loop, buf, loads))]
     if not panels:
         return None
     lines = max(n for _, (_, n) in panels)
+    prefetched = {buf for buf, _ in panels}
     for path in _loops(loop.body):
         host = path[-1]
         if any(f.kind == "vectorize" for f in path) or host.kind != "serial":
             continue  # no call inside a simd loop
         trips = math.prod(f.extent for f in path)
-        if trips * 4 >= lines and any(ld.buffer in dict(panels) for ld in _loads(host)):
+        if trips * 4 >= lines and any(ld.buffer in prefetched for ld in buffer_loads(host)):
             return Plan(loop, host, path, tuple(Panel(b, s, n, math.ceil(n / trips), max(trips // n, 1))
                                                 for b, (s, n) in panels))
     return None

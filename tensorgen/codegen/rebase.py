@@ -7,6 +7,8 @@ encloses the tile leaves indices of the form `var*stride + constant`, which need
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from tensorgen.loopir.nodes import Allocate, Buffer, BufLoad, For, If, Seq, Stmt, Store
 from tensorgen.loopir.simplify import from_linear, linear
 from tensorgen.te.expr import Expr, Var, free_vars, walk
@@ -28,6 +30,14 @@ def _statements(s: Stmt):
         yield from _statements(c)
 
 
+def buffer_loads(s: Stmt) -> Iterator[BufLoad]:
+    """Every buffer load in `s`, statement by statement in program order."""
+    for x in _statements(s):
+        exprs = (x.index, x.value) if isinstance(x, Store) else (x.cond,) if isinstance(x, If) else ()
+        for e in exprs:
+            yield from (n for n in walk(e) if isinstance(n, BufLoad))
+
+
 def allocates(s: Stmt) -> bool:
     return any(isinstance(x, Allocate) for x in _statements(s))
 
@@ -44,19 +54,12 @@ def invariant_bases(loop: For) -> dict[Buffer, Expr]:
     """Read-only pointer buffers whose loads in `loop` share one loop-invariant index part."""
     inner_vars: set[Var] = {loop.var} | {x.var for x in _statements(loop.body) if isinstance(x, For)}
     written = {x.buffer for x in _statements(loop.body) if isinstance(x, Store)}
-    exprs: list[Expr] = []
-    for x in _statements(loop.body):
-        if isinstance(x, Store):
-            exprs += [x.index, x.value]
-        elif isinstance(x, If):
-            exprs.append(x.cond)
     parts: dict[Buffer, dict[frozenset, dict]] = {}  # distinct invariant parts, first-seen term order kept
-    for e in exprs:
-        for node in walk(e):
-            if isinstance(node, BufLoad) and node.buffer.scope in ("arg", "global") and node.buffer not in written:
-                terms, _ = linear(node.index)
-                inv = {a: c for a, c in terms.items() if not (free_vars(a) & inner_vars)}
-                parts.setdefault(node.buffer, {}).setdefault(frozenset(inv.items()), inv)
+    for node in buffer_loads(loop.body):
+        if node.buffer.scope in ("arg", "global") and node.buffer not in written:
+            terms, _ = linear(node.index)
+            inv = {a: c for a, c in terms.items() if not (free_vars(a) & inner_vars)}
+            parts.setdefault(node.buffer, {}).setdefault(frozenset(inv.items()), inv)
     return {buf: from_linear(next(iter(p.values())), 0) for buf, p in parts.items()
             if len(p) == 1 and next(iter(p))}
 

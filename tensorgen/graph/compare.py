@@ -45,7 +45,7 @@ class Comparison:
             if ms is None:
                 continue
             ours, theirs = (self.blocks_ms or {}).get("tensorgen"), (self.blocks_ms or {}).get(peer)
-            out[peer] = statistics.median(t / o for o, t in zip(ours, theirs)) if ours and theirs \
+            out[peer] = statistics.median(p / t for t, p in zip(ours, theirs)) if ours and theirs \
                 else ms / self.tensorgen_ms
         return out
 

@@ -145,11 +145,10 @@ def _copied_axes(stage: Stage, consumer: Stage) -> set[str] | None:
     another tensor, else None."""
     if not isinstance(stage.tensor.body, Load):
         return None
-    body = consumer.tensor.body
-    axes = [*consumer.tensor.axes, *(body.axes if isinstance(body, Reduce) else ())]
-    return {v.name for load in walk(body) if isinstance(load, Load) and load.tensor.name == stage.name
+    t = consumer.tensor
+    return {v.name for load in walk(t.body) if isinstance(load, Load) and load.tensor.name == stage.name
             for index in load.indices for v in walk(index) if isinstance(v, Var)} | \
-        {a.name for a in axes if a.extent == 1}
+        {a.name for a in (*t.axes, *t.reduce_axes) if a.extent == 1}
 
 
 def _leaf_roots(stage: Stage) -> dict[str, set[str]]:
