@@ -76,12 +76,15 @@ def torch_runner(graph: Graph, threads: int) -> Runner | None:
 
 
 def time_engines(engines: dict[str, Runner], inputs: list[np.ndarray], blocks: int = 5,
-                 min_block_s: float = 0.2, pause_s: float = 0.5) -> dict[str, list[float]]:
+                 min_block_s: float = 0.2, pause_s: float = 0.5, warm_s: float = 0.2) -> dict[str, list[float]]:
     """Per-run milliseconds of each engine in each of `blocks` rounds of alternating blocks (after a warm-up).
 
     Each block starts after `pause_s` of sleep: thread pools spin-wait after their work (ONNX Runtime's
     by default), and on two cores the engine timed next ran against them (tensorgen after ORT on
-    MobileNet-V2: 5.06 ms without the pause, 3.81 with; torch 27 ms against 15)."""
+    MobileNet-V2: 5.06 ms without the pause, 3.81 with; torch 27 ms against 15).
+    Then the engine runs untimed for `warm_s`: after any idle pause the cores run slow for tens of
+    milliseconds (MobileNet-V2 runs at 5-6 ms for its first 10-40 runs after a 0.5 s sleep, then 3.4),
+    which a 0.2 s block would average in, pulling every ratio toward 1."""
     runs = {}
     for name, run in engines.items():
         start = time.perf_counter()
@@ -92,6 +95,9 @@ def time_engines(engines: dict[str, Runner], inputs: list[np.ndarray], blocks: i
     for _ in range(blocks):
         for name, run in engines.items():
             time.sleep(pause_s)
+            start = time.perf_counter()
+            while time.perf_counter() - start < warm_s:
+                run(inputs)
             start = time.perf_counter()
             for _ in range(runs[name]):
                 run(inputs)

@@ -259,7 +259,8 @@ def test_speedups_are_the_median_of_each_rounds_ratio():
     result = Comparison("m", 2, 1.0, 1.2, None, None, 0, 1, 0.0, None, blocks)
     assert result.ratios() == {"onnxruntime": pytest.approx(1.1)}
     assert Comparison("m", 2, 1.0, 1.2, None, None, 0, 1, 0.0).ratios() == {"onnxruntime": pytest.approx(1.2)}
-    samples = time_engines({"a": lambda xs: xs, "b": lambda xs: xs}, [], blocks=3, min_block_s=0.0, pause_s=0.0)
+    samples = time_engines({"a": lambda xs: xs, "b": lambda xs: xs}, [], blocks=3, min_block_s=0.0, pause_s=0.0,
+                           warm_s=0.0)
     assert {k: len(v) for k, v in samples.items()} == {"a": 3, "b": 3}
 
 
