@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 
 from tensorgen.codegen import prefetch
-from tensorgen.codegen.rebase import allocates, encloses_micro_kernel, invariant_bases, rebased_index
+from tensorgen.codegen.rebase import allocates, children, encloses_micro_kernel, invariant_bases, rebased_index
 from tensorgen.codegen.vector import VectorEmitter, iterations_independent
 from tensorgen.loopir.nodes import Allocate, Buffer, BufLoad, For, If, PrimFunc, Seq, Stmt, Store
 from tensorgen.loopir.simplify import Ranges, bound
@@ -53,7 +53,26 @@ class CFunction:
 
 
 def render_function(func: PrimFunc, simd_bytes: int = 32, scratch: bool = False) -> CFunction:
-    return _CWriter(func, simd_bytes, scratch=scratch).render()
+    return _CWriter(func, simd_bytes, scratch=scratch, team=scratch and func.attrs.get("team", False)).render()
+
+
+def team_compatible(func: PrimFunc) -> bool:
+    """Whether `func` can run as one step of a model's persistent thread team (`#pragma omp parallel`
+    around all kernels, so threads fork once per run, not once per kernel: a fork and join costs a few
+    microseconds, a barrier about one, and MobileNet-V2 has 55 kernels). It can when every parallel loop
+    is a top-level statement: those become `omp for`, the other top-level statements `omp single`."""
+    def ok(s: Stmt) -> bool:
+        if isinstance(s, Seq):
+            return all(ok(x) for x in s.stmts)
+        if isinstance(s, Allocate):
+            return ok(s.body)
+        return (isinstance(s, For) and s.kind == "parallel") or not _forks(s)
+
+    return ok(func.body)
+
+
+def _forks(s: Stmt) -> bool:
+    return (isinstance(s, For) and s.kind == "parallel") or any(_forks(c) for c in children(s))
 
 
 def render_module(funcs: list[PrimFunc], simd_bytes: int = 32, tail: str = "", scratch: bool = False) -> str:
@@ -61,14 +80,15 @@ def render_module(funcs: list[PrimFunc], simd_bytes: int = 32, tail: str = "", s
 
     With `scratch`, the heap buffers a function needs outside its parallel loops live in one scratch
     area all functions share (they run one after another, as a model's kernels do): `tail` must point
-    the thread-local `tensorgen_scratch` at TENSORGEN_SCRATCH_BYTES of memory before calling them.
+    `tensorgen_scratch` at TENSORGEN_SCRATCH_BYTES of memory before calling them.
     A model then keeps one hot scratch instead of a cold buffer per kernel (MobileNet-V2: 49 of them, 30 MB).
+    A function with attribute `team` (see `team_compatible`) runs inside its caller's parallel region.
     """
     rendered = [render_function(f, simd_bytes, scratch) for f in funcs]
     helpers: dict[str, str] = {}
     for r in rendered:
         helpers.update(r.helpers)
-    shared = (f"static __thread char* tensorgen_scratch;\n"
+    shared = (f"static char* tensorgen_scratch;\n"
               f"#define TENSORGEN_SCRATCH_BYTES {max((r.scratch_bytes for r in rendered), default=0)}\n"
               if scratch else "")
     return (
@@ -83,6 +103,7 @@ class _CWriter:
     func: PrimFunc
     simd_bytes: int
     scratch: bool = False
+    team: bool = False  # the body runs on every thread of the caller's team (render_function)
     scratch_bytes: int = 0
     lines: list[str] = field(default_factory=list)
     names: dict[Var, str] = field(default_factory=dict)
@@ -91,6 +112,7 @@ class _CWriter:
     ranges: Ranges = field(default_factory=dict)
     in_parallel: bool = False
     in_simd: bool = False
+    loops: int = 0  # loops around the statement being emitted
     rebased: dict[Buffer, tuple[str, Expr]] = field(default_factory=dict)  # buffer -> (base pointer, offset)
     prefetching: prefetch.Plan | None = None
 
@@ -120,6 +142,14 @@ class _CWriter:
         self.lines.append("  " * depth + text)
 
     def emit(self, s: Stmt, depth: int) -> None:
+        if self.team and not self.loops and not isinstance(s, (Seq, Allocate)) and not _forks(s):
+            self.line(depth, "#pragma omp single")  # once for the team; its end is a barrier
+            self.line(depth, "{")
+            self.loops += 1
+            self.emit(s, depth + 1)
+            self.loops -= 1
+            self.line(depth, "}")
+            return
         if isinstance(s, Seq):
             for x in s.stmts:
                 self.emit(x, depth)
@@ -145,7 +175,8 @@ class _CWriter:
         if name != buf.name:
             raise ValueError(f"buffer name {buf.name} is used twice")
         ctype = CTYPES[buf.dtype]
-        heap = buf.scope == "global" or buf.nbytes > STACK_LIMIT
+        shared = self.team and not self.loops  # every thread of the team must see the same buffer
+        heap = buf.scope == "global" or buf.nbytes > STACK_LIMIT or shared
         if heap:
             workspace = f"{self.func.name}_{name}_workspace"
             nbytes = math.ceil(buf.nbytes / 64) * 64
@@ -177,7 +208,7 @@ class _CWriter:
         simd = s.kind == "vectorize" and not self.in_simd and iterations_independent(s)
         if parallel:
             self.prefetching = prefetch.plan(s, set(self.func.attrs.get("constants", ())))
-            self.line(depth, "#pragma omp parallel for schedule(static)")
+            self.line(depth, f"#pragma omp {'for' if self.team else 'parallel for'} schedule(static)")
         elif simd:
             self.line(depth, "#pragma omp simd")
         elif (s.kind in ("unroll", "vectorize") or s.unroll_hint) and not allocates(s.body):
@@ -189,7 +220,9 @@ class _CWriter:
             self.emit_prefetch(self.prefetching, depth + 1)
         outer = (self.in_parallel, self.in_simd)
         self.in_parallel, self.in_simd = self.in_parallel or parallel, self.in_simd or simd
+        self.loops += 1
         self.emit(s.body, depth + 1)
+        self.loops -= 1
         self.in_parallel, self.in_simd = outer
         self.line(depth, "}")
         self.taken.discard(name)
