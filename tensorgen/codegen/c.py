@@ -10,9 +10,9 @@ import math
 from dataclasses import dataclass, field
 
 from tensorgen.codegen import prefetch
-from tensorgen.codegen.rebase import allocates, children, encloses_micro_kernel, invariant_bases, rebased_index
+from tensorgen.codegen.rebase import allocates, encloses_micro_kernel, invariant_bases, rebased_index
 from tensorgen.codegen.vector import VectorEmitter, iterations_independent
-from tensorgen.loopir.nodes import Allocate, Buffer, BufLoad, For, If, PrimFunc, Seq, Stmt, Store
+from tensorgen.loopir.nodes import Allocate, Buffer, BufLoad, For, If, PrimFunc, Seq, Stmt, Store, children
 from tensorgen.loopir.simplify import Ranges, bound
 from tensorgen.te.expr import BinOp, Call, Cast, Cmp, Const, Expr, Logic, Select, Var, is_float
 from tensorgen.te.printer import infix

@@ -13,8 +13,8 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from tensorgen.codegen.rebase import buffer_loads, children
-from tensorgen.loopir.nodes import Buffer, BufLoad, For, Stmt
+from tensorgen.codegen.rebase import buffer_loads
+from tensorgen.loopir.nodes import Buffer, BufLoad, For, Stmt, children
 from tensorgen.loopir.simplify import linear
 from tensorgen.te.expr import DTYPE_BYTES, Var, free_vars
 

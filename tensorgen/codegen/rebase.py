@@ -9,51 +9,35 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from tensorgen.loopir.nodes import Allocate, Buffer, BufLoad, For, If, Seq, Stmt, Store
+from tensorgen.loopir.nodes import Allocate, Buffer, BufLoad, For, If, Stmt, Store, statements
 from tensorgen.loopir.simplify import from_linear, linear
 from tensorgen.te.expr import Expr, Var, free_vars, walk
 
 
-def children(s: Stmt) -> list[Stmt]:
-    if isinstance(s, Seq):
-        return list(s.stmts)
-    if isinstance(s, (For, Allocate)):
-        return [s.body]
-    if isinstance(s, If):
-        return [s.then] + ([s.orelse] if s.orelse is not None else [])
-    return []
-
-
-def _statements(s: Stmt):
-    yield s
-    for c in children(s):
-        yield from _statements(c)
-
-
 def buffer_loads(s: Stmt) -> Iterator[BufLoad]:
     """Every buffer load in `s`, statement by statement in program order."""
-    for x in _statements(s):
+    for x in statements(s):
         exprs = (x.index, x.value) if isinstance(x, Store) else (x.cond,) if isinstance(x, If) else ()
         for e in exprs:
             yield from (n for n in walk(e) if isinstance(n, BufLoad))
 
 
 def allocates(s: Stmt) -> bool:
-    return any(isinstance(x, Allocate) for x in _statements(s))
+    return any(isinstance(x, Allocate) for x in statements(s))
 
 
 def encloses_micro_kernel(loop: For) -> bool:
     """A serial loop directly around unrolled/vectorized loops, with no other serial loop between."""
     if loop.kind != "serial":
         return False
-    inner = [x for x in _statements(loop.body) if isinstance(x, For)]
+    inner = [x for x in statements(loop.body) if isinstance(x, For)]
     return bool(inner) and all(x.kind in ("unroll", "vectorize") for x in inner)
 
 
 def invariant_bases(loop: For) -> dict[Buffer, Expr]:
     """Read-only pointer buffers whose loads in `loop` share one loop-invariant index part."""
-    inner_vars: set[Var] = {loop.var} | {x.var for x in _statements(loop.body) if isinstance(x, For)}
-    written = {x.buffer for x in _statements(loop.body) if isinstance(x, Store)}
+    inner_vars: set[Var] = {loop.var} | {x.var for x in statements(loop.body) if isinstance(x, For)}
+    written = {x.buffer for x in statements(loop.body) if isinstance(x, Store)}
     parts: dict[Buffer, dict[frozenset, dict]] = {}  # distinct invariant parts, first-seen term order kept
     for node in buffer_loads(loop.body):
         if node.buffer.scope in ("arg", "global") and node.buffer not in written:

@@ -22,6 +22,7 @@ import numpy as np
 
 from tensorgen.codegen.c import render_module, team_compatible
 from tensorgen.codegen.toolchain import compile_source
+from tensorgen.graph.align import align_partitions
 from tensorgen.graph.default_schedule import default_schedule
 from tensorgen.graph.executor import executor_source, pack_weights, plan_memory
 from tensorgen.graph.fusion import Partition, Subgraph, partition
@@ -99,6 +100,8 @@ def build_model(model: object, out_dir: str | os.PathLike[str], *, target: str |
         args = funcs[k].args
         shared = (args[part.subgraphs[k].inputs.index(victim)].name, args[-1].name)
         funcs[k] = replace(funcs[k], attrs={**funcs[k].attrs, "shared_args": shared})
+    funcs = align_partitions(funcs, [[part.aliases.get(n, n) for n in sub.inputs + sub.outputs]
+                                     for sub in part.subgraphs], hw.cores)
     team = [team_compatible(f) and (k.cost is None or k.cost < TEAM_MAX_S) for f, k in zip(funcs, kernels)]
     funcs = [replace(f, attrs={**f.attrs, "team": True}) if t else f for f, t in zip(funcs, team)]
     executor = executor_source(part, [k.name for k in kernels], weight_offsets, len(blob), plan, team)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from tensorgen.te.expr import DTYPE_BYTES, Expr, Var
@@ -89,6 +90,23 @@ class If(Stmt):
 @dataclass(frozen=True, eq=False)
 class Seq(Stmt):
     stmts: tuple[Stmt, ...]
+
+
+def children(s: Stmt) -> list[Stmt]:
+    if isinstance(s, Seq):
+        return list(s.stmts)
+    if isinstance(s, (For, Allocate)):
+        return [s.body]
+    if isinstance(s, If):
+        return [s.then] + ([s.orelse] if s.orelse is not None else [])
+    return []
+
+
+def statements(s: Stmt) -> Iterator[Stmt]:
+    """`s` and every statement inside it, pre-order."""
+    yield s
+    for c in children(s):
+        yield from statements(c)
 
 
 def seq(*stmts: Stmt | None) -> Stmt:
