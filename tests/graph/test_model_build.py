@@ -312,3 +312,22 @@ def test_unaligned_and_strided_inputs_run_like_aligned_ones(tmp_path):
     for arr in (unaligned, strided):
         np.testing.assert_array_equal(model.run([arr])[0], expected)
     np.testing.assert_array_equal(unaligned, x)  # the caller's array is left alone
+
+
+def test_ab_models_bench_compares_two_builds(tmp_path, capsys):
+    """bench/ab_models.py: two builds of one model timed in one process; identical builds agree exactly."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_bench_ab", Path(__file__).parents[2] / "bench" / "ab_models.py")
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    model = tmp_path / "tiny.onnx"
+    onnx.save(_tiny_model(), model)
+    a, b = build_model(str(model), tmp_path / "a"), build_model(str(model), tmp_path / "b")
+    out = tmp_path / "ab.json"
+    assert ab.main([str(model), str(a), str(b), "--blocks", "2", "--profile-rounds", "1", "--pause", "0",
+                    "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["max_abs_diff"] == 0.0 and len(result["blocks_ms"]["a"]) == 2 and result["a_over_b"] > 0
+    assert set(result["kernels_ms"]) == {k["name"] for k in json.loads((a / "model.json").read_text())["kernels"]}
+    assert "a/b per block" in capsys.readouterr().out
