@@ -83,10 +83,12 @@ class _Rewriter:
         self.nodes.append(replace(node, inputs=inputs, outputs=outputs, attrs=attrs))
         for out, twin in zip(node.outputs, outputs):
             shape = self.g.value(out).shape
-            if [d for d in shape if d != 1] == [d for d in self.g.value(twin).shape if d != 1]:  # (1, 1, 1, C)
+            perm = to_first(len(shape))
+            moved = [p for p, d in zip(perm, shape) if d != 1]
+            if moved == sorted(moved):  # only axes of size 1 move, (1, 1, 1, C): the same memory
                 back = Node("Reshape", f"{out}_to_channels_first", [twin], [out], {"shape": shape})
-            else:
-                back = Node("Transpose", f"{out}_to_channels_first", [twin], [out], {"perm": to_first(len(shape))})
+            else:  # not when the sizes merely look alike: (1, 16, 16, 16) is a real transpose
+                back = Node("Transpose", f"{out}_to_channels_first", [twin], [out], {"perm": perm})
             self.nodes.append(back)
             self.last[out] = twin
 

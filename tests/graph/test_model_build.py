@@ -331,3 +331,57 @@ def test_ab_models_bench_compares_two_builds(tmp_path, capsys):
     assert result["max_abs_diff"] == 0.0 and len(result["blocks_ms"]["a"]) == 2 and result["a_over_b"] > 0
     assert set(result["kernels_ms"]) == {k["name"] for k in json.loads((a / "model.json").read_text())["kernels"]}
     assert "a/b per block" in capsys.readouterr().out
+
+
+def test_kernels_with_reordered_parallel_loops_match_onnxruntime(tmp_path, monkeypatch):
+    """graph.align may visit any kernel's fused parallel loop in another digit order: with every such loop
+    of a tuned 1x1 -> depthwise -> 1x1 conv chain reversed, the model still computes what ORT does."""
+    import tensorgen.graph.build as build
+    from tensorgen.graph.align import digits, reorder
+    from tensorgen.loopir.nodes import For, statements
+    from tensorgen.tune import tune
+
+    rng = np.random.default_rng(0)
+
+    def weight(name, shape):
+        values = rng.uniform(-1, 1, int(np.prod(shape))).astype(np.float32)
+        return helper.make_tensor(name, TensorProto.FLOAT, shape, values)
+
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"]), helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], group=32),
+             helper.make_node("Relu", ["c2"], ["r2"]), helper.make_node("Conv", ["r2", "w3"], ["y"])]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 16, 16])],
+                              [weight("w1", [32, 16, 1, 1]), weight("w2", [32, 1, 3, 3]), weight("w3", [16, 32, 1, 1])])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    db = SQLiteDatabase(tmp_path / "t.db")
+    for t in extract_tasks(load_graph(proto)):
+        tune(t.task, trials=4, db=db, policy="random", seed=1)
+    reordered = []
+
+    def reverse_all(funcs, values, threads):
+        out = []
+        for f in funcs:
+            body = f.body
+            for loop in [s for s in statements(body) if isinstance(s, For) and s.kind == "parallel"][:1]:
+                radices = digits(loop)
+                if sum(r > 1 for r in radices) > 1 and loop is body:
+                    body = reorder(loop, radices, tuple(range(len(radices))))  # least significant digit first
+                    reordered.append(f.name)
+            out.append(f if body is f.body else type(f)(f.name, f.args, body, f.attrs))
+        return out
+
+    monkeypatch.setattr(build, "align_partitions", reverse_all)
+    _check_against_ort(proto, build_model(proto, tmp_path / "out", db=db), rtol=1e-4)
+    assert reordered
+
+
+def test_an_output_with_as_many_channels_as_rows_and_columns_is_transposed_back(tmp_path):
+    """A conv's (1, 16, 16, 16) output is the same shape channels-first and channels-last; going back to
+    channels-first is still a transpose, not a reshape (it once was, and the model returned NHWC data)."""
+    w = helper.make_tensor("w", TensorProto.FLOAT, [16, 8, 1, 1], np.linspace(-1, 1, 128).astype(np.float32))
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"])], "square",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 16, 16])], [w])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    _check_against_ort(proto, build_model(proto, tmp_path), rtol=1e-5)
