@@ -31,16 +31,25 @@ def _producer():
     return lower(s, "producer")
 
 
-def _consumer():
-    """C = B + 1 over a parallel loop fused from (w half, c half): as tuned, thread t takes column half t."""
+def _consumer(weight_floats: int = 0):
+    """C = B + 1 over a parallel loop fused from (w half, c half): as tuned, thread t takes column half t.
+    With `weight_floats`, C also adds a weight of two panels of that many floats, one per channel half,
+    which the tuned order keeps for a run of iterations (channel half outer)."""
     b = te.placeholder(SHAPE, name="B")
-    c = te.compute(SHAPE, lambda h, w, c: b[h, w, c] + 1.0, name="C")
-    s = State(ComputeDAG(c))
+    args = [b]
+    if weight_floats:
+        wt = te.placeholder((2, weight_floats), name="W", constant=True)
+        c = te.compute(SHAPE, lambda h, w, c: b[h, w, c] + wt[c // 32, h * 8 + w % 8], name="C")
+        args.append(wt)
+    else:
+        c = te.compute(SHAPE, lambda h, w, c: b[h, w, c] + 1.0, name="C")
+    s = State(ComputeDAG([*args, c]))
     s.split("C", "w", [8])
     s.split("C", "c", [32])
-    s.reorder("C", ["w_0", "c_0", "h", "w_1", "c_1"])
-    s.fuse("C", ["w_0", "c_0"])
-    s.parallel("C", "w_0_c_0_f")
+    order = ["c_0", "w_0"] if weight_floats else ["w_0", "c_0"]
+    s.reorder("C", [*order, "h", "w_1", "c_1"])
+    s.fuse("C", order)
+    s.parallel("C", f"{order[0]}_{order[1]}_f")
     return lower(s, "consumer")
 
 
@@ -92,3 +101,20 @@ def test_a_gathers_data_dependent_index_touches_nothing_known():
     (load,) = [a for a in accesses(func.body) if a.buffer.name == "T"]
     index, iteration = touched(load, points(load, 1000, np.random.default_rng(0))[0])
     assert len(index) == len(iteration) == 0
+
+
+def test_a_reorder_that_would_reload_big_weight_panels_is_not_taken():
+    """A consumer that keeps one weight panel per thread as tuned (channel half outer), after a producer
+    that split the columns: matching the columns would switch panels every iteration. With 1 MB panels
+    that costs more than the cross-core reads it saves; with 512-byte ones (cached anyway) it does not."""
+    a = te.placeholder(SHAPE, name="A")
+    b = te.compute(SHAPE, lambda h, w, c: a[h, w, c] * 2.0, name="B")
+    s = State(ComputeDAG(b))
+    s.split("B", "w", [8])
+    s.reorder("B", ["w_0", "h", "w_1", "c"])
+    s.parallel("B", "w_0")  # thread t writes column half t
+    producer = lower(s, "producer")
+    for floats, reordered in ((1 << 18, False), (128, True)):
+        consumer = _consumer(weight_floats=floats)
+        out = align_partitions([producer, consumer], [["A", "B"], ["B", "W", "C"]], threads=2)
+        assert (out[1] is not consumer) == reordered
