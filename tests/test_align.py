@@ -58,10 +58,10 @@ def _reads_from_other_thread(producer, consumer) -> float:
     owner = np.full(np.prod(SHAPE), -1)
     for a in accesses(producer.body):
         if a.store:
-            index, iteration = touched(a, points(a, 1 << 20, rng)[0])
+            index, iteration = touched(a, points(a, 1 << 20, rng))
             owner[index] = static_thread(iteration, a.parallel.extent, 2)
     (load,) = [a for a in accesses(consumer.body) if not a.store]
-    index, iteration = touched(load, points(load, 1 << 20, rng)[0])
+    index, iteration = touched(load, points(load, 1 << 20, rng))
     return float(np.mean(owner[index] != static_thread(iteration, load.parallel.extent, 2)))
 
 
@@ -99,7 +99,7 @@ def test_a_gathers_data_dependent_index_touches_nothing_known():
     out = te.compute((4, 8), lambda i, j: table[ids[i], j], name="G")
     func = lower(State(ComputeDAG(out)), "gather")
     (load,) = [a for a in accesses(func.body) if a.buffer.name == "T"]
-    index, iteration = touched(load, points(load, 1000, np.random.default_rng(0))[0])
+    index, iteration = touched(load, points(load, 1000, np.random.default_rng(0)))
     assert len(index) == len(iteration) == 0
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from tensorgen.codegen import prefetch
 from tensorgen.codegen.rebase import allocates, encloses_micro_kernel, invariant_bases, rebased_index
 from tensorgen.codegen.vector import VectorEmitter, iterations_independent
-from tensorgen.loopir.nodes import Allocate, Buffer, BufLoad, For, If, PrimFunc, Seq, Stmt, Store, children
+from tensorgen.loopir.nodes import Allocate, Buffer, BufLoad, For, If, PrimFunc, Seq, Stmt, Store, statements, top_level
 from tensorgen.loopir.simplify import Ranges, bound
 from tensorgen.te.expr import BinOp, Call, Cast, Cmp, Const, Expr, Logic, Select, Var, is_float
 from tensorgen.te.printer import infix
@@ -61,18 +61,15 @@ def team_compatible(func: PrimFunc) -> bool:
     around all kernels, so threads fork once per run, not once per kernel: a fork and join costs a few
     microseconds, a barrier about one, and MobileNet-V2 has 55 kernels). It can when every parallel loop
     is a top-level statement: those become `omp for`, the other top-level statements `omp single`."""
-    def ok(s: Stmt) -> bool:
-        if isinstance(s, Seq):
-            return all(ok(x) for x in s.stmts)
-        if isinstance(s, Allocate):
-            return ok(s.body)
-        return (isinstance(s, For) and s.kind == "parallel") or not _forks(s)
+    return all(_is_parallel(s) or not _forks(s) for s in top_level(func.body))
 
-    return ok(func.body)
+
+def _is_parallel(s: Stmt) -> bool:
+    return isinstance(s, For) and s.kind == "parallel"
 
 
 def _forks(s: Stmt) -> bool:
-    return (isinstance(s, For) and s.kind == "parallel") or any(_forks(c) for c in children(s))
+    return any(_is_parallel(x) for x in statements(s))
 
 
 def render_module(funcs: list[PrimFunc], simd_bytes: int = 32, tail: str = "", scratch: bool = False) -> str:

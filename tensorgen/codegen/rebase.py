@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from tensorgen.loopir.nodes import Allocate, Buffer, BufLoad, For, If, Stmt, Store, statements
+from tensorgen.loopir.nodes import Allocate, Buffer, BufLoad, For, Stmt, Store, statements, stmt_exprs
 from tensorgen.loopir.simplify import from_linear, linear
 from tensorgen.te.expr import Expr, Var, free_vars, walk
 
@@ -17,8 +17,7 @@ from tensorgen.te.expr import Expr, Var, free_vars, walk
 def buffer_loads(s: Stmt) -> Iterator[BufLoad]:
     """Every buffer load in `s`, statement by statement in program order."""
     for x in statements(s):
-        exprs = (x.index, x.value) if isinstance(x, Store) else (x.cond,) if isinstance(x, If) else ()
-        for e in exprs:
+        for e in stmt_exprs(x):
             yield from (n for n in walk(e) if isinstance(n, BufLoad))
 
 

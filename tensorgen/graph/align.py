@@ -23,7 +23,19 @@ import numpy as np
 
 from tensorgen.codegen import prefetch
 from tensorgen.loopir.footprint import NotAnIndex, accesses, evaluate, points, static_thread, touched
-from tensorgen.loopir.nodes import Allocate, Buffer, For, If, PrimFunc, Seq, Stmt, Store, statements
+from tensorgen.loopir.nodes import (
+    Allocate,
+    Buffer,
+    For,
+    If,
+    PrimFunc,
+    Seq,
+    Stmt,
+    Store,
+    statements,
+    stmt_exprs,
+    top_level,
+)
 from tensorgen.loopir.simplify import simplify
 from tensorgen.te.expr import BinOp, Const, Expr, const, free_vars, substitute, walk
 
@@ -37,7 +49,7 @@ def digits(loop: For) -> list[int]:
     a loop fused from loops of extents (a, b) is read as var // b and var % b."""
     cuts = {1, loop.extent}
     for stmt in statements(loop.body):
-        for e in _exprs(stmt):
+        for e in stmt_exprs(stmt):
             for n in walk(e):
                 if (isinstance(n, BinOp) and n.op in ("floordiv", "floormod") and n.a is loop.var
                         and isinstance(n.b, Const) and 1 < n.b.value < loop.extent):
@@ -115,13 +127,15 @@ def align_partitions(funcs: Sequence[PrimFunc], values: Sequence[Sequence[str]],
         return list(funcs)
     rng = np.random.default_rng(0)
     loops = [_loop(k, loop, func, names, rng) for k, (func, names) in enumerate(zip(funcs, values))
-             for loop in _top_parallel(func.body)]
+             for loop in top_level(func.body) if isinstance(loop, For) and loop.kind == "parallel"]
     owner: dict[str, np.ndarray] = {}  # value -> the thread that writes each element (-1: not known)
     for info in loops:
         _write(owner, info, info.orders[0], threads)
     chosen: dict[int, tuple[int, ...]] = {}
+    read = [{x[0] for x in r.reads} for r in loops]
     for info in loops:
-        readers = [r for r in loops if r.kernel > info.kernel and {w[0] for w in info.writes} & {x[0] for x in r.reads}]
+        written = {w[0] for w in info.writes}
+        readers = [r for r, values in zip(loops, read) if r.kernel > info.kernel and written & values]
 
         def cost(order: tuple[int, ...], info: _Loop = info, readers: list[_Loop] = readers) -> float:
             mine = dict(owner)
@@ -152,7 +166,7 @@ def _loop(kernel: int, loop: For, func: PrimFunc, names: Sequence[str], rng: np.
         if a.store and a.buffer.name in inputs:
             continue
         value = value_of.get(a.buffer.name, f"{func.name}/{a.buffer.name}")
-        index, iteration = touched(a, points(a, MAX_OWNED if a.store else SAMPLES, rng)[0])
+        index, iteration = touched(a, points(a, MAX_OWNED if a.store else SAMPLES, rng))
         (writes if a.store else reads).append((value, index, iteration, a.buffer))
     radices = digits(loop)
     tuned = tuple(reversed(range(len(radices))))
@@ -199,14 +213,6 @@ def _remote(info: _Loop, order: Sequence[int], owner: dict[str, np.ndarray], thr
     return out
 
 
-def _top_parallel(s: Stmt) -> list[For]:
-    if isinstance(s, Seq):
-        return [f for x in s.stmts for f in _top_parallel(x)]
-    if isinstance(s, Allocate):
-        return _top_parallel(s.body)
-    return [s] if isinstance(s, For) and s.kind == "parallel" else []
-
-
 def _map_top_parallel(s: Stmt, fn: Callable[[For], For]) -> Stmt:
     """`s` with `fn` applied to its parallel loops that are not inside another loop."""
     if isinstance(s, Seq):
@@ -235,11 +241,4 @@ def _map_exprs(s: Stmt, fn: Callable[[Expr], Expr]) -> Stmt:
 def _loops(s: Stmt) -> list[For]:
     return [x for x in statements(s) if isinstance(x, For)]
 
-
-def _exprs(s: Stmt) -> list[Expr]:
-    if isinstance(s, Store):
-        return [s.index, s.value]
-    if isinstance(s, If):
-        return [s.cond]
-    return []
 

@@ -96,17 +96,17 @@ def static_thread(position: np.ndarray, extent: int, threads: int) -> np.ndarray
     return np.where(position < cut, position // (q + 1), r + (position - cut) // max(q, 1))
 
 
-def points(access: Access, limit: int, rng: np.random.Generator) -> tuple[dict[Var, np.ndarray], bool]:
+def points(access: Access, limit: int, rng: np.random.Generator) -> dict[Var, np.ndarray]:
     """Values of the loop variables the access depends on (its parallel loop's always): every combination
-    when there are at most `limit`, else `limit` random ones. Returns (env, exhaustive)."""
+    when there are at most `limit`, else `limit` random ones."""
     needed = free_vars(access.index).union(*(free_vars(g) for g in access.guards))
     if access.parallel is not None:
         needed.add(access.parallel.var)
     loops = [f for f in access.loops if f.var in needed]
     if math.prod(f.extent for f in loops) <= limit:
         grid = np.meshgrid(*(np.arange(f.extent) for f in loops), indexing="ij") if loops else []
-        return {f.var: g.ravel() for f, g in zip(loops, grid)}, True
-    return {f.var: rng.integers(0, f.extent, limit) for f in loops}, False
+        return {f.var: g.ravel() for f, g in zip(loops, grid)}
+    return {f.var: rng.integers(0, f.extent, limit) for f in loops}
 
 
 def touched(access: Access, env: dict[Var, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -109,6 +109,26 @@ def statements(s: Stmt) -> Iterator[Stmt]:
         yield from statements(c)
 
 
+def stmt_exprs(s: Stmt) -> tuple[Expr, ...]:
+    """The expressions of `s` itself (not of the statements inside it)."""
+    if isinstance(s, Store):
+        return (s.index, s.value)
+    if isinstance(s, If):
+        return (s.cond,)
+    return ()
+
+
+def top_level(s: Stmt) -> Iterator[Stmt]:
+    """The statements of a function body outside every loop, looking through sequences and allocations."""
+    if isinstance(s, Seq):
+        for x in s.stmts:
+            yield from top_level(x)
+    elif isinstance(s, Allocate):
+        yield from top_level(s.body)
+    else:
+        yield s
+
+
 def seq(*stmts: Stmt | None) -> Stmt:
     flat: list[Stmt] = []
     for s in stmts:
