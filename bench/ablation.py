@@ -1,7 +1,7 @@
 """Ablation of the Ansor search on one C2D (paper Figure 7): best-so-far GFLOP/s vs. measurement trials.
 
     python bench/ablation.py [--shape-index 3 | --shape H,W,CI,CO,K,S,P] [--batch 1] [--trials 256]
-                             [--variants ansor,no-crossover,no-fine-tuning,limited-space,random] [--seeds 0,1]
+                             [--variants ansor,no-crossover,...,uniform-tiles,random] [--seeds 0,1]
                              [--batch-size 32] [--population N] [--db-dir DIR] [--json FILE] [--points 8]
 
 Every variant tunes the same C2D (`tensorgen.te.ops.suite` C2D shapes; default the last 3x3
@@ -13,6 +13,7 @@ and seed, each in its own database (variants never see each other's measurements
   by the cost model (random sampling only);
 - limited-space: the full search over a template-like space — only the plain multi-level-tiling
   sketch (no cache write / fusion / rfactor);
+- uniform-tiles: the full policy with Ansor's uniform tile sizes (no register-tile prior);
 - random: random annotations of all sketches, no cost model.
 
 (see `tensorgen.tune.ablation_policy`; `tensorgen tune c2d --shape ... --ablation NAME` runs one.)

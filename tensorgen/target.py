@@ -68,6 +68,11 @@ class HardwareParams:
     registers_per_thread: int = 255
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
+    @property
+    def vector_registers(self) -> int:
+        """Architectural vector registers of a CPU: 32 with AVX-512, else 16 (AVX2; NEON's 32 are 16 bytes)."""
+        return 32 if self.simd_bytes >= 64 else 16
+
     def to_dict(self) -> dict:
         return asdict(self)
 

@@ -156,7 +156,7 @@ def _construct(cls: Any, name: str, task: SearchTask, **kwargs: Any) -> SearchPo
 
 
 # The search-space / search-strategy variants of Ansor's ablation (paper Figure 7).
-ABLATIONS = ("ansor", "no-crossover", "no-fine-tuning", "limited-space", "random")
+ABLATIONS = ("ansor", "no-crossover", "no-fine-tuning", "limited-space", "uniform-tiles", "random")
 
 
 def ablation_policy(name: str, task: SearchTask) -> tuple[str, dict[str, Any]]:
@@ -168,6 +168,8 @@ def ablation_policy(name: str, task: SearchTask) -> tuple[str, dict[str, Any]]:
       of all sketches ranked by the cost model (random sampling only, no mutation or crossover);
     - "limited-space": the full search over a template-like space: only the plain multi-level-tiling
       sketch (rules AlwaysInline, MultiLevelTiling, SkipStage; no cache write, fusion or rfactor);
+    - "uniform-tiles": the full policy with Ansor's uniform tile sizes only (no register-tile prior,
+      `AnnotationPolicy.register_tile_share=0`);
     - "random": RandomPolicy (random annotations of all sketches, no cost model).
     """
     key = name.lower()
@@ -183,6 +185,10 @@ def ablation_policy(name: str, task: SearchTask) -> tuple[str, dict[str, Any]]:
 
         sketches = generate_sketches(task, rules=[AlwaysInline(), MultiLevelTiling(), SkipStage()])
         return "ansor", {"sketches": sketches}
+    if key == "uniform-tiles":
+        from tensorgen.search.annotate import AnnotationPolicy
+
+        return "ansor", {"annotation": AnnotationPolicy(register_tile_share=0.0)}
     if key == "random":
         return "random", {}
     raise TuneError(f"unknown ablation {name!r}; choose one of {', '.join(ABLATIONS)}")

@@ -148,6 +148,7 @@ def test_ablation_smoke(tmp_path, capsys):
     assert data["variants"]["no-fine-tuning"]["runs"][0]["options"]["generations"] == 0
     assert data["variants"]["limited-space"]["runs"][0]["sketches"] == 1
     assert data["variants"]["random"]["runs"][0]["policy"] == "random"
+    assert "register_tile_share=0.0" in data["variants"]["uniform-tiles"]["runs"][0]["options"]["annotation"]
 
 
 # ---------------------------------------------------------------------------------------------

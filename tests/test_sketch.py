@@ -174,6 +174,42 @@ def test_tile_sizes_are_perfect_and_bounded():
     assert all(12 % (a * b) == 0 and b <= 8 for a, b in policy.factorizations(12, 2))
 
 
+def _register_tile(state: State, lanes: int) -> tuple[int, int]:
+    """(innermost vectorized length, accumulator vectors) of a GMM program's space tiles."""
+    i, j = [st.lengths for st in state.steps if isinstance(st, SplitStep) and len(st.lengths) == 3 and st.extent > 1]
+    return j[-1], i[-1] * i[-2] * j[-1] * j[-2] // lanes
+
+
+def test_register_tile_prior_draws_whole_vectors_and_enough_accumulators():
+    task = gmm(256)  # default HardwareParams: 32-byte SIMD, 8 lanes, 16 vector registers
+    lanes, sketches = task.hw.simd_bytes // 4, generate_sketches(task)
+    prior = sample_initial_population(task, sketches, 60, np.random.default_rng(1),
+                                      AnnotationPolicy(register_tile_share=1.0))
+    uniform = sample_initial_population(task, sketches, 60, np.random.default_rng(1),
+                                        AnnotationPolicy(register_tile_share=0.0))
+
+    def good(s: State) -> bool:
+        vec, acc = _register_tile(s, lanes)
+        return vec % lanes == 0 and 6 <= acc <= 12
+
+    assert len(prior) == 60 and sum(map(good, prior)) >= 57  # the rest: no such tile found in the tries
+    assert sum(map(good, uniform)) < 20
+    for s in prior:  # still perfect tilings, still runnable programs
+        assert all(st.extent % np.prod(st.lengths) == 0 for st in s.steps if isinstance(st, SplitStep))
+    rng = np.random.default_rng(0)
+    a, b = (rng.random((1, 256, 256), dtype=np.float32) for _ in range(2))
+    _check_population(task, prior[:4], [a @ b], [a, b])
+
+
+def test_register_tile_prior_leaves_untileable_axes_alone():
+    from tensorgen.search.annotate import register_tile_lengths
+
+    task = gmm(96)
+    split = SplitStep(0, 2, 7, (1, 1, 7))  # 7 outputs: no whole vector to end in
+    assert register_tile_lengths([split, split], np.random.default_rng(0), AnnotationPolicy(), task.hw) == \
+        [(1, 1, 7), (1, 1, 7)]
+
+
 def test_sizeable_programs_are_sampled_parallel():
     # a GEMV with a bias (ResNet-50's fc, smaller): 1000 outputs in 4 tile levels often leave the loops
     # before the bias stage's attach point with a single iteration

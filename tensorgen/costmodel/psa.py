@@ -97,7 +97,7 @@ class StaticAnalyzer:
             for a in reads:
                 pts = float(np.prod([ext[k] for k in inner if a.coef[k] != 0]))
                 loads += pts / fill if in_vec and a.coef[vec] == 1 else pts
-            regs = self.registers or (32 if self.hw.simd_bytes >= 64 else 16)
+            regs = self.registers or self.hw.vector_registers
             thread = (1 + loads / acc) * max((acc + loads) / regs, 1.0)
             chains = max(self.fma_chain / acc, 1.0)
         else:

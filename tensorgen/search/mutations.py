@@ -337,6 +337,9 @@ class ComputeLocationMutation(Mutation):
                     before.apply(s)
         except ScheduleError:
             return None
+        moved = before.stages[i]
+        if (moved.location, moved.attach) == (orig.location, orig.attach):
+            return None  # an attach point named before a fuse that the fuse then renamed: the same place
         return before
 
 
