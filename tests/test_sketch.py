@@ -201,6 +201,15 @@ def test_register_tile_prior_draws_whole_vectors_and_enough_accumulators():
     _check_population(task, prior[:4], [a @ b], [a, b])
 
 
+def test_whole_vector_register_tiles_are_vectorized():
+    task = gmm(256)
+    policy = AnnotationPolicy(register_tile_share=1.0)
+    pop = sample_initial_population(task, generate_sketches(task), 40, np.random.default_rng(4), policy)
+    inner = [st.iters[-1] for s in pop for i, st in enumerate(s.stages) if is_tiled(s, i) and st.tensor.reduce_axes]
+    wide = [it for it in inner if it.extent > policy.max_vectorize and it.extent % policy.max_vectorize == 0]
+    assert wide and all(it.annotation == "vectorize" for it in wide)
+
+
 def test_register_tile_prior_leaves_untileable_axes_alone():
     from tensorgen.search.annotate import register_tile_lengths
 
