@@ -69,6 +69,11 @@ class HardwareParams:
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
+    def float_lanes(self) -> int:
+        """float32 elements in one vector register."""
+        return max(self.simd_bytes // 4, 1)
+
+    @property
     def vector_registers(self) -> int:
         """Architectural vector registers of a CPU: 32 with AVX-512, else 16 (AVX2; NEON's 32 are 16 bytes)."""
         return 32 if self.simd_bytes >= 64 else 16

@@ -55,7 +55,7 @@ class StaticAnalyzer:
 
     @property
     def lanes(self) -> int:
-        return max(self.hw.simd_bytes // 4, 1)
+        return self.hw.float_lanes
 
     def peak(self) -> float:
         return self.hw.peak_gflops or self.hw.cores * self.lanes * 2 * 2 * 2.5

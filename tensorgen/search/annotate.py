@@ -89,16 +89,14 @@ def fill_tile_sizes(sketch: State, rng: np.random.Generator, policy: AnnotationP
 
     With `hw` (a CPU's), a `register_tile_share` of the samples redraw the space tiles of each
     multi-level-tiled stage so that its register tile suits `hw` (see `register_tile_lengths`)."""
-    state, steps = State(sketch.dag), list(sketch.steps)
+    steps = list(sketch.steps)
     tunable = tunable_splits(steps)
-    for n, step in enumerate(steps):
-        if n in tunable:
-            extent = state.stages[step.stage_id].iters[step.iter_id].extent
-            if extent is None:
-                raise ScheduleError(f"split step {n}: the iterator's extent is still unknown")
-            choices = policy.factorizations(extent, len(step.lengths), step.inner_to_outer)
-            steps[n] = step = replace(step, extent=extent, lengths=choices[int(rng.integers(len(choices)))])
-        state.apply(step)
+
+    def uniform(n: int, step: SplitStep, extent: int) -> SplitStep:
+        choices = policy.factorizations(extent, len(step.lengths), step.inner_to_outer)
+        return replace(step, extent=extent, lengths=choices[int(rng.integers(len(choices)))])
+
+    state = _replay_filled(sketch.dag, steps, tunable, uniform)
     if hw is None or policy.register_tile_share <= 0 or rng.random() >= policy.register_tile_share:
         return state
     changed = False
@@ -106,12 +104,25 @@ def fill_tile_sizes(sketch: State, rng: np.random.Generator, policy: AnnotationP
         for n, lengths in zip(tiles, register_tile_lengths([steps[n] for n in tiles], rng, policy, hw)):
             changed |= lengths != steps[n].lengths
             steps[n] = replace(steps[n], lengths=lengths)
-    if not changed:
-        return state
-    state = State(sketch.dag)
-    for n, step in enumerate(steps):
-        if n in tunable and state.stages[step.stage_id].iters[step.iter_id].extent != step.extent:
+
+    def drawn(n: int, step: SplitStep, extent: int) -> SplitStep:
+        if extent != step.extent:
             raise ScheduleError(f"split step {n}: its extent depends on a register tile drawn after it")
+        return step
+
+    return _replay_filled(sketch.dag, steps, tunable, drawn) if changed else state
+
+
+def _replay_filled(dag, steps: list[Step], tunable: set[int],
+                   fill: Callable[[int, SplitStep, int], SplitStep]) -> State:
+    """Replay `steps`, each tunable split replaced (in `steps` too) by `fill(n, step, its iterator's extent)`."""
+    state = State(dag)
+    for n, step in enumerate(steps):
+        if n in tunable:
+            extent = state.stages[step.stage_id].iters[step.iter_id].extent
+            if extent is None:
+                raise ScheduleError(f"split step {n}: the iterator's extent is still unknown")
+            steps[n] = step = fill(n, step, extent)
         state.apply(step)
     return state
 
@@ -138,7 +149,7 @@ def register_tile_lengths(splits: Sequence[SplitStep], rng: np.random.Generator,
     to hide the FMA latency with slack (two ports x 4 cycles need 8), operands in the rest, no spills.
     Programs measured on GMM 1024 (AVX-512, 32 registers): an 8x32 tile (16 zmm) 395-420 GFLOP/s, 4x64 (16)
     389-401, 8x16 (8) 325-364, 8x64 (32, spills) 234; NumPy 380."""
-    lanes = max(hw.simd_bytes // 4, 1)
+    lanes = hw.float_lanes
     lo, hi = hw.vector_registers * 3 // 8, hw.vector_registers * 3 // 4
     *others, last = splits
     vec_choices = [t for t in policy.factorizations(last.extent, len(last.lengths)) if t[-1] % lanes == 0]
