@@ -174,10 +174,13 @@ def test_tile_sizes_are_perfect_and_bounded():
     assert all(12 % (a * b) == 0 and b <= 8 for a, b in policy.factorizations(12, 2))
 
 
-def _register_tile(state: State, lanes: int) -> tuple[int, int]:
-    """(innermost vectorized length, accumulator vectors) of a GMM program's space tiles."""
+def _register_tile(state: State, lanes: int) -> tuple[int, int] | None:
+    """(rows, vectors) of a GMM program's innermost space tile level; None when the level above it is not 1
+    or the vectorized length is not whole vectors."""
     i, j = [st.lengths for st in state.steps if isinstance(st, SplitStep) and len(st.lengths) == 3 and st.extent > 1]
-    return j[-1], i[-1] * i[-2] * j[-1] * j[-2] // lanes
+    if i[-2] != 1 or j[-2] != 1 or j[-1] % lanes:
+        return None
+    return i[-1], j[-1] // lanes
 
 
 def test_register_tile_prior_draws_whole_vectors_and_enough_accumulators():
@@ -188,9 +191,9 @@ def test_register_tile_prior_draws_whole_vectors_and_enough_accumulators():
     uniform = sample_initial_population(task, sketches, 60, np.random.default_rng(1),
                                         AnnotationPolicy(register_tile_share=0.0))
 
-    def good(s: State) -> bool:
-        vec, acc = _register_tile(s, lanes)
-        return vec % lanes == 0 and 6 <= acc <= 12
+    def good(s: State) -> bool:  # 6-12 accumulators, at least 2 rows and 2 vectors: 4x2 or 2x4 here
+        tile = _register_tile(s, lanes)
+        return tile is not None and 6 <= tile[0] * tile[1] <= 12 and min(tile) >= 2
 
     assert len(prior) == 60 and sum(map(good, prior)) >= 57  # the rest: no such tile found in the tries
     assert sum(map(good, uniform)) < 20

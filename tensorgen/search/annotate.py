@@ -141,25 +141,29 @@ def register_tile_lengths(splits: Sequence[SplitStep], rng: np.random.Generator,
                           hw: HardwareParams, tries: int = 256) -> list[tuple[int, ...]]:
     """Lengths for one stage's space splits whose register tile suits the vector unit, else theirs.
 
-    In the SSRSRS structure the two innermost space levels of every axis lie inside the first reduction
-    loop: that is the accumulator tile a cache_write stage holds (in registers, when it fits). Uniform
-    tiles rarely make a good one: of GMM 1024's 266 tilings per axis a quarter end in whole 16-lane
-    vectors, and under 5% give 12-24 accumulators. The tile here ends the last (innermost, vectorized) axis in
-    whole vectors and keeps 3/8 to 3/4 of the vector registers in accumulators: enough independent chains
-    to hide the FMA latency with slack (two ports x 4 cycles need 8), operands in the rest, no spills.
-    Programs measured on GMM 1024 (AVX-512, 32 registers): an 8x32 tile (16 zmm) 395-420 GFLOP/s, 4x64 (16)
-    389-401, 8x16 (8) 325-364, 8x64 (32, spills) 234; NumPy 380."""
+    In the SSRSRS structure the space levels inside the first reduction loop form the accumulator tile a
+    cache_write stage holds (in registers, when it fits). Uniform tiles rarely make a good one: of GMM
+    1024's 266 tilings per axis a quarter end in whole 16-lane vectors, and under 5% give 12-24
+    accumulators. The tile drawn here lies wholly in the innermost level (the level above it is 1 on
+    every axis), ends the last (vectorized) axis in whole vectors, keeps 3/8 to 3/4 of the vector
+    registers in accumulators (enough independent chains to hide the FMA latency with slack, operands in
+    the rest, no spills) and spans at least 2 rows and 2 vectors, so that one k step loads rows + vectors
+    operands for rows x vectors FMAs (16x1 and 1x16 load one operand per FMA and are load-bound).
+    GMM 1024 (AVX-512, 32 registers, B packed, NumPy ~315 GFLOP/s on that run): 8x32 in the innermost
+    level 358 GFLOP/s; the same 8x32 with 8 rows or 2 vectors one level out 199-238; 16x16 ~290."""
     lanes = hw.float_lanes
     lo, hi = hw.vector_registers * 3 // 8, hw.vector_registers * 3 // 4
-    *others, last = splits
-    vec_choices = [t for t in policy.factorizations(last.extent, len(last.lengths)) if t[-1] % lanes == 0]
-    if last.extent % lanes or not vec_choices:
+    if splits[-1].extent % lanes:
         return [s.lengths for s in splits]
-    picked = [policy.factorizations(s.extent, len(s.lengths)) for s in others]
+    innermost = [[t for t in policy.factorizations(s.extent, len(s.lengths)) if all(x == 1 for x in t[1:-1])]
+                 for s in splits]
+    innermost[-1] = [t for t in innermost[-1] if t[-1] % lanes == 0]
+    if not all(innermost):
+        return [s.lengths for s in splits]
     for _ in range(tries):
-        lengths = [c[int(rng.integers(len(c)))] for c in picked] + [vec_choices[int(rng.integers(len(vec_choices)))]]
-        acc = math.prod(t[-1] * t[-2] for t in lengths) // lanes
-        if lo <= acc <= hi:
+        lengths = [c[int(rng.integers(len(c)))] for c in innermost]
+        rows, vectors = math.prod(t[-1] for t in lengths[:-1]), lengths[-1][-1] // lanes
+        if lo <= rows * vectors <= hi and rows >= 2 and vectors >= 2:
             return lengths
     return [s.lengths for s in splits]
 
