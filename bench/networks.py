@@ -2,7 +2,8 @@
 ONNX Runtime and PyTorch in the same run.
 
     python bench/networks.py [--models resnet50,mobilenet_v2,bert_base,dcgan] [--batches 1]
-                             [--trials 512] [--round-trials 16] [--db networks.db] [--threads 2] [--json FILE]
+                             [--trials 512] [--round-trials 16] [--db networks.db] [--threads 2]
+                             [--candidates K] [--json FILE]
 
 `--trials` is the budget per model (all its tasks together); `--trials 0` benchmarks what the database
 already holds. Tuning resumes from --db, so a run can be extended later.
@@ -46,16 +47,16 @@ def tune_model(name: str, batch: int, trials: int, db: str, seed: int, round_tri
             "estimated_ms": (result.models.get(graph.name) or 0) * 1e3 or None}
 
 
-def _compare(name: str, db: str, threads: int, batch: int, blocks: int) -> Comparison:
+def _compare(name: str, db: str, threads: int, batch: int, blocks: int, candidates: int) -> Comparison:
     with SQLiteDatabase(db) as records:
-        return compare(name, db=records, threads=threads, batch=batch, blocks=blocks)
+        return compare(name, db=records, threads=threads, batch=batch, blocks=blocks, candidates=candidates)
 
 
-def compare_fresh(name: str, db: str, threads: int, batch: int, blocks: int) -> Comparison:
+def compare_fresh(name: str, db: str, threads: int, batch: int, blocks: int, candidates: int = 1) -> Comparison:
     """`compare` in a new interpreter: timed in the process that had just tuned ResNet-50, the model ran
     at 34.8-35.8 ms; in a fresh one, as `tensorgen bench` runs it, at 32.5 (ONNX Runtime 30.8 and 30.1)."""
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(_compare, name, db, threads, batch, blocks).result()
+        return pool.submit(_compare, name, db, threads, batch, blocks, candidates).result()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hot-weights", action="store_true",
                         help="time candidates with their weights in the caches (the ablation: a model's tasks are "
                              "timed with their weights evicted, as a model runs them)")
+    parser.add_argument("--candidates", type=int, default=4, metavar="K",
+                        help="in-model selection among each task's K best records when building (default 4; "
+                             "1: every kernel with its task's best record)")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
     rows = []
@@ -83,9 +87,10 @@ def main(argv: list[str] | None = None) -> int:
         for batch in (int(b) for b in args.batches.split(",")):
             tuning = tune_model(name, batch, args.trials, args.db, args.seed, args.round_trials, args.strategy,
                                 args.transfer, args.hot_weights)
-            result = compare_fresh(name, args.db, args.threads, batch, args.blocks)
+            result = compare_fresh(name, args.db, args.threads, batch, args.blocks, args.candidates)
             row = {**result.__dict__, "batch": batch, **tuning, "strategy": args.strategy,
-                   "transfer": args.transfer, "hot_weights": args.hot_weights, "ratios": result.ratios()}
+                   "transfer": args.transfer, "hot_weights": args.hot_weights, "candidates": args.candidates,
+                   "ratios": result.ratios()}
             rows.append(row)
             ratios = "  ".join(f"{k} {v:.2f}x" for k, v in row["ratios"].items())
             print(f"{name} b{batch}: tensorgen {result.tensorgen_ms:.2f} ms, onnxruntime {result.onnxruntime_ms} ms, "

@@ -20,6 +20,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         p.add_argument("--db", default=DEFAULT_DB, help=f"tuning records to use (default {DEFAULT_DB}); "
                                                         "untuned subgraphs get a default schedule")
         p.add_argument("--batch", type=int, default=1, help="batch size of a zoo model (default 1)")
+        p.add_argument("--candidates", type=int, default=4, metavar="K",
+                       help="pick each kernel's program among its task's K best records by timing the model "
+                            "built with each (in-model selection: K + 1 more builds; default 4; 1: the best alone)")
         return p
 
     build = model_args(subparsers.add_parser("build", help="compile a model into one shared library"))
@@ -80,7 +83,8 @@ def _records(path: str):
 def _build(args: argparse.Namespace) -> int:
     from tensorgen.graph.build import build_model
 
-    out = build_model(args.model, args.out, db=_records(args.db), batch=args.batch, progress=print)
+    out = build_model(args.model, args.out, db=_records(args.db), batch=args.batch, candidates=args.candidates,
+                      progress=print)
     print(f"wrote {out}/model.so, weights.bin, model.c, model.json")
     return 0
 
@@ -92,7 +96,7 @@ def _bench(args: argparse.Namespace) -> int:
     from tensorgen.graph.compare import compare
 
     result = compare(args.model, db=_records(args.db), threads=args.threads, batch=args.batch, blocks=args.blocks,
-                     profile=args.profile)
+                     profile=args.profile, candidates=args.candidates)
     print(f"{result.model}: {result.tuned_tasks}/{result.total_tasks} tasks tuned, {args.threads} threads")
     print(f"  tensorgen    {result.tensorgen_ms:9.3f} ms")
     for peer, ratio in result.ratios().items():

@@ -106,8 +106,10 @@ def time_engines(engines: dict[str, Runner], inputs: list[np.ndarray], blocks: i
 
 
 def compare(model: object, db=None, threads: int = 2, batch: int = 1, blocks: int = 5,
-            out_dir: str | None = None, seed: int = 0, with_torch: bool = True, profile: bool = False) -> Comparison:
-    """Build `model` (zoo name or .onnx path) with `db`'s records and time it next to its peers."""
+            out_dir: str | None = None, seed: int = 0, with_torch: bool = True, profile: bool = False,
+            candidates: int = 1) -> Comparison:
+    """Build `model` (zoo name or .onnx path) with `db`'s records and time it next to its peers
+    (`candidates`: see build_model)."""
     from tensorgen.graph.build import build_model
     from tensorgen.graph.load import load_graph, onnx_model_of
     from tensorgen.graph.zoo import random_inputs
@@ -117,7 +119,7 @@ def compare(model: object, db=None, threads: int = 2, batch: int = 1, blocks: in
     graph = load_graph(onnx_model)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        directory = build_model(graph, out_dir or tmp, db=db)
+        directory = build_model(graph, out_dir or tmp, db=db, candidates=candidates)
         build_s = time.perf_counter() - start
         compiled = CompiledModel(directory, threads=threads)
         manifest = compiled.manifest

@@ -278,9 +278,10 @@ def test_cli_tune_model_then_build_uses_the_records(tmp_path, capsys):
     assert "estimated end-to-end latency" in out and "Task" in out
     result = json.loads((tmp_path / "t.json").read_text())
     assert result["trials"] == 4 and result["tasks"][0]["best_seconds"] > 0
-    assert cli(["build", str(path), "--db", db, "-o", str(tmp_path / "out")]) == 0
+    assert cli(["build", str(path), "--db", db, "-o", str(tmp_path / "out"), "--candidates", "2"]) == 0
+    assert "in-model selection" in capsys.readouterr().out
     manifest = json.loads((tmp_path / "out" / "model.json").read_text())
-    assert all(k["tuned"] for k in manifest["kernels"])
+    assert all(k["tuned"] and k["rank"] in (0, 1) for k in manifest["kernels"])
 
 
 def test_layers_bench_times_every_kernel_inside_the_model(tmp_path):

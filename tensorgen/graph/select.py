@@ -1,0 +1,84 @@
+"""In-model selection: every kernel's program picked among its task's few best records by its time
+inside the model.
+
+Tuning times a kernel alone: its inputs are what its previous call left in the caches, its weights are
+evicted. Inside the model its inputs were just written by the kernel before it (half of them by the other
+core) and the kernel after it reads its output, so the program that was fastest alone is not always the
+fastest there: MobileNet-V2's kernels summed to 2.74 ms in the model against 2.48 ms alone. The task's
+next-best records are programs of nearly the same speed alone that partition, tile and write their data
+differently. Building the model once per rank (every kernel with its task's rank-th best record) and
+profiling each build gives every kernel's in-model time under each candidate; every kernel then takes its
+fastest, and that mix is kept only when the whole model runs faster with it than with the best
+single-rank build (changing a kernel also changes what its neighbours find in the caches).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tensorgen.runtime.model import CompiledModel
+
+WARMUP_S = 0.2  # before each profile: a model loaded or left idle runs its first calls up to 1.6x slower
+
+
+@dataclass(frozen=True)
+class Selection:
+    ranks: list[int]  # per kernel: which of its task's records (0 = the best alone) it uses
+    rank_ms: np.ndarray  # (candidates, kernels): each kernel's median time (ms) in the build of each rank
+    mixed_ms: np.ndarray  # (2, kernels): the best single-rank build and the mix of per-kernel fastest ranks, retimed
+    mixed: bool  # whether `ranks` is that mix (else the best single rank)
+
+
+def profile_inputs(model: CompiledModel, seed: int = 0) -> list[np.ndarray]:
+    """Inputs to time a model with: normal floats; zeros for integers (valid indices for any Gather)."""
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(shape).astype(dtype) if dtype.kind == "f" else np.zeros(shape, dtype)
+            for _, shape, dtype in model.inputs]
+
+
+def kernel_times(directories: Sequence[Path], threads: int | None, runs: int, rounds: int) -> np.ndarray:
+    """(models, kernels): each kernel's median time (ms) in each built model, profiled in `rounds` rounds
+    that take the models in turn (the machine drifts: a model is compared with the others of its round)."""
+    models = [CompiledModel(d, threads=threads) for d in directories]
+    inputs = profile_inputs(models[0])
+    times = []
+    for _ in range(rounds):
+        row = []
+        for model in models:
+            start, calls = time.perf_counter(), 0
+            while calls < 3 or time.perf_counter() - start < WARMUP_S:
+                model.run(inputs)
+                calls += 1
+            row.append([k["ms"] for k in model.profile(inputs, repeat=runs)])
+        times.append(row)
+    return np.median(np.array(times), axis=0)
+
+
+def select_in_model(build: Callable[[Sequence[int], Path], Path], kernels: int, candidates: int, *,
+                    runs: int = 20, rounds: int = 3, threads: int | None = None,
+                    progress: Callable[[str], None] | None = None) -> Selection:
+    """Per-kernel record ranks in [0, candidates) for a model of `kernels` kernels; `build(ranks, dir)`
+    builds the model with those ranks into `dir` and returns the built directory."""
+    if candidates < 1 or kernels < 1:
+        raise ValueError(f"need candidates >= 1 and kernels >= 1, got {candidates} and {kernels}")
+    with tempfile.TemporaryDirectory() as tmp:
+        builds = [build([rank] * kernels, Path(tmp) / f"rank{rank}") for rank in range(candidates)]
+        rank_ms = kernel_times(builds, threads, runs, rounds)
+        totals = rank_ms.sum(axis=1)
+        if progress:
+            progress("in-model selection: every kernel with its rank-r record, r = 0.."
+                     f"{candidates - 1}: {', '.join(f'{t:.3f}' for t in totals)} ms")
+        best, mix = int(totals.argmin()), [int(r) for r in rank_ms.argmin(axis=0)]
+        mixed_ms = kernel_times([builds[best], build(mix, Path(tmp) / "mixed")], threads, runs, rounds)
+    mixed = bool(mixed_ms[1].sum() < mixed_ms[0].sum())
+    if progress:
+        progress(f"in-model selection: {sum(r != 0 for r in mix)} of {kernels} kernels are faster with a "
+                 f"lower-ranked record; their mix {mixed_ms[1].sum():.3f} ms vs {mixed_ms[0].sum():.3f} ms with "
+                 f"every kernel at rank {best}: {'the mix' if mixed else f'rank {best}'} kept")
+    return Selection(mix if mixed else [best] * kernels, rank_ms, mixed_ms, mixed)
