@@ -204,6 +204,19 @@ def test_register_tile_prior_draws_whole_vectors_and_enough_accumulators():
     _check_population(task, prior[:4], [a @ b], [a, b])
 
 
+def test_register_tile_prior_on_a_conv_tiles_only_the_innermost_level():
+    task = c2d_relu()  # NHWC 8x8, 16 -> 16 channels: rows come from the image axes, vectors from the channels
+    lanes = task.hw.simd_bytes // 4
+    pop = sample_initial_population(task, generate_sketches(task), 30, np.random.default_rng(3),
+                                    AnnotationPolicy(register_tile_share=1.0))
+    tiles = []
+    for s in pop:  # the conv stage's space splits with more than one output: h, w, then the channels
+        *rows, vec = [st for st in s.steps if isinstance(st, SplitStep) and len(st.lengths) == 3 and st.extent > 1]
+        if all(st.lengths[1] == 1 for st in (*rows, vec)) and vec.lengths[-1] % lanes == 0:
+            tiles.append((int(np.prod([st.lengths[-1] for st in rows])), vec.lengths[-1] // lanes))
+    assert len(tiles) >= 25 and all(r >= 2 and v >= 2 and 6 <= r * v <= 12 for r, v in tiles)
+
+
 def test_whole_vector_register_tiles_are_vectorized():
     task = gmm(256)
     policy = AnnotationPolicy(register_tile_share=1.0)
