@@ -29,7 +29,7 @@ from tensorgen.graph.executor import executor_source, pack_weights, plan_memory
 from tensorgen.graph.fusion import Partition, Subgraph, partition
 from tensorgen.graph.ir import Graph, Value
 from tensorgen.graph.load import load_graph
-from tensorgen.graph.select import select_in_model
+from tensorgen.graph.select import candidate_records, select_in_model
 from tensorgen.hardware import hardware_for
 from tensorgen.records.database import Database
 from tensorgen.schedule.layout_rewrite import rewrite_layout
@@ -56,22 +56,26 @@ class KernelInfo:
     rank: int = 0  # which of the task's records, fastest alone first (see tensorgen.graph.select)
 
 
-def _ranked(db: Database | None, workload_key: str, target: Target, rank: int):
-    """The task's `rank`-th fastest record (its slowest if it has fewer), None without records."""
-    if db is None:
-        return None
-    if rank == 0:
-        return db.best(workload_key, str(target))
-    top = db.top_k(workload_key, str(target), rank + 1)
-    return top[-1] if top else None
-
-
 def schedule_subgraphs(subs: Sequence[Subgraph], target: Target, db: Database | None, cores: int,
-                       ranks: Sequence[int] | None = None) -> list[tuple[State, float | None, str]]:
+                       ranks: Sequence[int] | None = None,
+                       pools: dict[str, list] | None = None) -> list[tuple[State, float | None, str]]:
     """(state, its recorded cost or None, how it was chosen) per subgraph: its best record on `target` (or
-    its `ranks[i]`-th best), else one adapted from the tuned subgraph of the same structure and closest size,
-    else the default schedule."""
-    records = [_ranked(db, sub.workload_key, target, ranks[i] if ranks else 0) for i, sub in enumerate(subs)]
+    its `ranks[i]`-th candidate, see select.candidate_records; `pools` caches the candidates per task),
+    else one adapted from the tuned subgraph of the same structure and closest size, else the default
+    schedule."""
+    pools = {} if pools is None else pools
+
+    def record(sub: Subgraph, rank: int):
+        if db is None:
+            return None
+        if rank == 0:
+            return db.best(sub.workload_key, str(target))
+        if len(pools.get(sub.workload_key, ())) <= rank:
+            pools[sub.workload_key] = candidate_records(db, sub.workload_key, str(target), rank + 1)
+        pool = pools[sub.workload_key]
+        return pool[min(rank, len(pool) - 1)] if pool else None
+
+    records = [record(sub, ranks[i] if ranks else 0) for i, sub in enumerate(subs)]
     tuned = {i: (r.state(sub.dag), r.result.median_cost) for i, (sub, r) in enumerate(zip(subs, records))
              if r is not None}
     donors = [(state, subs[i].dag.flop_count / cost) for i, (state, cost) in tuned.items() if cost > 0]
@@ -92,25 +96,32 @@ def build_model(model: object, out_dir: str | os.PathLike[str], *, target: str |
                 progress: Callable[[str], None] | None = None) -> Path:
     """Compile `model` (ONNX file, ModelProto, zoo name or Graph) into `out_dir`; returns that directory.
 
-    Every kernel uses its task's fastest record, or its `ranks[i]`-th fastest; `candidates` > 1 picks the
-    ranks by timing the model built with each of the first `candidates` (tensorgen.graph.select; the
-    model is built and profiled candidates + 1 times more)."""
+    Every kernel uses its task's fastest record, or its `ranks[i]`-th candidate (select.candidate_records);
+    `candidates` > 1 picks the ranks by timing the model built with each of the first `candidates`
+    (tensorgen.graph.select; the model is built and profiled candidates + 1 times more)."""
     if candidates < 1:
         raise TensorgenError(f"need at least 1 candidate record per kernel, got {candidates}")
     target = Target.parse(target)
     hw = hardware_for(target)
     graph = model if isinstance(model, Graph) else load_graph(model, batch=batch)
+    pools: dict[str, list] = {}  # the builds of one selection share their candidate records
     if candidates > 1 and db is not None and ranks is None:
         def build(ranks: Sequence[int], directory: Path) -> Path:
-            return build_model(graph, directory, target=target, db=db, march=march, ranks=ranks)
+            return _build(graph, directory, target, db, march, ranks, pools, None)
 
         ranks = select_in_model(build, len(partition(graph).subgraphs), candidates, threads=hw.cores,
                                 progress=progress).ranks
+    return _build(graph, out_dir, target, db, march, ranks, pools, progress)
+
+
+def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, db: Database | None, march: str | None,
+           ranks: Sequence[int] | None, pools: dict[str, list], progress: Callable[[str], None] | None) -> Path:
+    hw = hardware_for(target)
     graph = replace(graph, values=dict(graph.values), constants=dict(graph.constants))  # gains repacked weights
     part = partition(graph)
     graph = part.graph  # the partitioned graph (channels-last convs) is the one the kernels read
     funcs, kernels = [], []
-    schedules = schedule_subgraphs(part.subgraphs, target, db, hw.cores, ranks)
+    schedules = schedule_subgraphs(part.subgraphs, target, db, hw.cores, ranks, pools)
     for i, (sub, (state, cost, how)) in enumerate(zip(part.subgraphs, schedules)):
         state = _repack_weights(graph, sub, state, f"k{i}")
         name = f"k{i}_{sub.name.rsplit('_', 1)[0]}"

@@ -4,12 +4,13 @@ inside the model.
 Tuning times a kernel alone: its inputs are what its previous call left in the caches, its weights are
 evicted. Inside the model its inputs were just written by the kernel before it (half of them by the other
 core) and the kernel after it reads its output, so the program that was fastest alone is not always the
-fastest there: MobileNet-V2's kernels summed to 2.74 ms in the model against 2.48 ms alone. The task's
-next-best records are programs of nearly the same speed alone that partition, tile and write their data
-differently. Building the model once per rank (every kernel with its task's rank-th best record) and
-profiling each build gives every kernel's in-model time under each candidate; every kernel then takes its
-fastest, and that mix is kept only when the whole model runs faster with it than with the best
-single-rank build (changing a kernel also changes what its neighbours find in the caches).
+fastest there: MobileNet-V2's kernels summed to 2.74 ms in the model against 2.48 ms alone. A task's
+candidates are its fastest records, the fastest of each thread partition first (`candidate_records`):
+nearly as fast alone, they split and write their data differently. Building the model once per rank
+(every kernel with its task's rank-th candidate) and profiling each build gives every kernel's in-model
+time under each candidate; every kernel then takes its fastest, and that mix is kept only when the whole
+model runs faster with it than with the best single-rank build (changing a kernel also changes what its
+neighbours find in the caches).
 """
 
 from __future__ import annotations
@@ -22,8 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
+from tensorgen.records.database import Database
+from tensorgen.records.record import Record
 from tensorgen.runtime.model import CompiledModel
+from tensorgen.schedule.state import State
 
+CANDIDATE_POOL = 32  # fastest records of a task considered for its candidates
 WARMUP_S = 0.2  # before each profile: a model loaded or left idle runs its first calls up to 1.6x slower
 
 
@@ -33,6 +38,26 @@ class Selection:
     rank_ms: np.ndarray  # (candidates, kernels): each kernel's median time (ms) in the build of each rank
     mixed_ms: np.ndarray  # (2, kernels): the best single-rank build and the mix of per-kernel fastest ranks, retimed
     mixed: bool  # whether `ranks` is that mix (else the best single rank)
+
+
+def partition_signature(state: State) -> tuple:
+    """What a program's threads split: every parallel loop, by stage, name (its fused loops) and extent."""
+    return tuple((st.name, it.name, it.extent) for st in state.stages for it in st.iters if it.annotation == "parallel")
+
+
+def candidate_records(db: Database, workload_key: str, target: str, k: int, pool: int = CANDIDATE_POOL) -> list[Record]:
+    """A task's `k` candidates, best first: among its `pool` fastest records, the fastest of each thread
+    partition, then the others by speed. The next-best records mostly share the best one's partition, and a
+    partition that matches the neighbours' is what a kernel most often lacks inside the model."""
+    top = db.top_k(workload_key, target, max(k, pool))
+    fresh: list[Record] = []
+    again: list[Record] = []
+    seen: set[tuple] = set()
+    for record in top:
+        signature = partition_signature(record.state())
+        (again if signature in seen else fresh).append(record)
+        seen.add(signature)
+    return (fresh + again)[:k]
 
 
 def profile_inputs(model: CompiledModel, seed: int = 0) -> list[np.ndarray]:

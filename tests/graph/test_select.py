@@ -71,8 +71,9 @@ def test_in_model_selection_builds_with_the_chosen_records(tmp_path):
     directory = build_model(proto, tmp_path / "out", db=db, candidates=3, progress=messages.append)
     kernels = json.loads((directory / "model.json").read_text())["kernels"]
     assert all(k["tuned"] and 0 <= k["rank"] < 3 for k in kernels)
-    for k in kernels:  # the record used is the task's rank-th fastest
-        assert k["cost"] == db.top_k(k["workload_key"], "cpu", k["rank"] + 1)[-1].result.median_cost
+    for k in kernels:  # the record used is the task's rank-th candidate
+        chosen = select.candidate_records(db, k["workload_key"], "cpu", k["rank"] + 1)[k["rank"]]
+        assert k["cost"] == chosen.result.median_cost
     assert sum("in-model selection" in m for m in messages) == 2  # the ranks' times, then the verdict
     graph = load_graph(proto)
     x = np.random.default_rng(2).standard_normal((4, 32)).astype(np.float32)
@@ -98,4 +99,28 @@ def test_ranks_past_a_tasks_records_use_its_slowest(tmp_path):
     kernels = json.loads((directory / "model.json").read_text())["kernels"]
     for k in kernels:
         top = db.top_k(k["workload_key"], "cpu", 10)
-        assert k["rank"] == 5 and k["cost"] == top[-1].result.median_cost
+        assert len(top) == 2 and k["rank"] == 5 and k["cost"] == top[-1].result.median_cost
+
+
+def test_candidates_put_each_thread_partition_first_then_the_rest_by_speed(tmp_path):
+    from search_tasks import gmm
+
+    from tensorgen.tune import tune
+
+    task = gmm(64)
+    db = SQLiteDatabase(tmp_path / "t.db")
+    tune(task, trials=24, db=db, policy="random", seed=0)
+    key = task.workload_key
+    top = db.top_k(key, "cpu", 100)
+    signatures = [select.partition_signature(r.state()) for r in top]
+    distinct = len(set(signatures))
+    assert 1 < distinct < len(top)  # the test needs both kinds
+    picked = select.candidate_records(db, key, "cpu", len(top))
+    assert sorted(r.steps_hash for r in picked) == sorted(r.steps_hash for r in top)
+    firsts = [select.partition_signature(r.state()) for r in picked[:distinct]]
+    assert len(set(firsts)) == distinct  # one per partition, each its fastest
+    assert [r.steps_hash for r in picked[:distinct]] == [r.steps_hash for r, s in zip(top, signatures)
+                                                          if signatures.index(s) == top.index(r)]
+    rest = picked[distinct:]
+    assert [r.result.median_cost for r in rest] == sorted(r.result.median_cost for r in rest)
+    assert picked[0].steps_hash == top[0].steps_hash
