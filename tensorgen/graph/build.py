@@ -29,7 +29,7 @@ from tensorgen.graph.executor import executor_source, pack_weights, plan_memory
 from tensorgen.graph.fusion import Partition, Subgraph, partition
 from tensorgen.graph.ir import Graph, Value
 from tensorgen.graph.load import load_graph
-from tensorgen.graph.select import candidate_records, select_in_model
+from tensorgen.graph.select import CANDIDATE_POOL, candidate_records, select_in_model
 from tensorgen.hardware import hardware_for
 from tensorgen.records.database import Database
 from tensorgen.schedule.layout_rewrite import rewrite_layout
@@ -53,16 +53,16 @@ class KernelInfo:
     tuned: bool
     cost: float | None  # seconds, of the record used
     schedule: str  # "tuned" | "transferred" (from a similar subgraph's record) | "default"
-    rank: int = 0  # which of the task's records, fastest alone first (see tensorgen.graph.select)
+    rank: int = 0  # which of the task's candidate records, 0 = the fastest alone (see tensorgen.graph.select)
 
 
 def schedule_subgraphs(subs: Sequence[Subgraph], target: Target, db: Database | None, cores: int,
                        ranks: Sequence[int] | None = None,
-                       pools: dict[str, list] | None = None) -> list[tuple[State, float | None, str]]:
+                       pools: dict[str, tuple[int, list]] | None = None) -> list[tuple[State, float | None, str]]:
     """(state, its recorded cost or None, how it was chosen) per subgraph: its best record on `target` (or
-    its `ranks[i]`-th candidate, see select.candidate_records; `pools` caches the candidates per task),
-    else one adapted from the tuned subgraph of the same structure and closest size, else the default
-    schedule."""
+    its `ranks[i]`-th candidate, see select.candidate_records; `pools` caches each task's candidates with
+    how many were asked for), else one adapted from the tuned subgraph of the same structure and closest
+    size, else the default schedule."""
     pools = {} if pools is None else pools
 
     def record(sub: Subgraph, rank: int):
@@ -70,9 +70,11 @@ def schedule_subgraphs(subs: Sequence[Subgraph], target: Target, db: Database | 
             return None
         if rank == 0:
             return db.best(sub.workload_key, str(target))
-        if len(pools.get(sub.workload_key, ())) <= rank:
-            pools[sub.workload_key] = candidate_records(db, sub.workload_key, str(target), rank + 1)
-        pool = pools[sub.workload_key]
+        asked, pool = pools.get(sub.workload_key, (0, []))
+        if asked <= rank:  # one query and replay per task for all the ranks of a selection
+            asked = max(rank + 1, CANDIDATE_POOL)
+            pool = candidate_records(db, sub.workload_key, str(target), asked)
+            pools[sub.workload_key] = asked, pool
         return pool[min(rank, len(pool) - 1)] if pool else None
 
     records = [record(sub, ranks[i] if ranks else 0) for i, sub in enumerate(subs)]
@@ -104,7 +106,7 @@ def build_model(model: object, out_dir: str | os.PathLike[str], *, target: str |
     target = Target.parse(target)
     hw = hardware_for(target)
     graph = model if isinstance(model, Graph) else load_graph(model, batch=batch)
-    pools: dict[str, list] = {}  # the builds of one selection share their candidate records
+    pools: dict[str, tuple[int, list]] = {}  # the builds of one selection share their candidate records
     if candidates > 1 and db is not None and ranks is None:
         def build(ranks: Sequence[int], directory: Path) -> Path:
             return _build(graph, directory, target, db, march, ranks, pools, None)
@@ -115,7 +117,8 @@ def build_model(model: object, out_dir: str | os.PathLike[str], *, target: str |
 
 
 def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, db: Database | None, march: str | None,
-           ranks: Sequence[int] | None, pools: dict[str, list], progress: Callable[[str], None] | None) -> Path:
+           ranks: Sequence[int] | None, pools: dict[str, tuple[int, list]],
+           progress: Callable[[str], None] | None) -> Path:
     hw = hardware_for(target)
     graph = replace(graph, values=dict(graph.values), constants=dict(graph.constants))  # gains repacked weights
     part = partition(graph)

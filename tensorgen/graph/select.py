@@ -34,7 +34,7 @@ WARMUP_S = 0.2  # before each profile: a model loaded or left idle runs its firs
 
 @dataclass(frozen=True)
 class Selection:
-    ranks: list[int]  # per kernel: which of its task's records (0 = the best alone) it uses
+    ranks: list[int]  # per kernel: which of its task's candidates (0 = the best record alone) it uses
     rank_ms: np.ndarray  # (candidates, kernels): each kernel's median time (ms) in the build of each rank
     mixed_ms: np.ndarray  # (2, kernels): the best single-rank build and the mix of per-kernel fastest ranks, retimed
     mixed: bool  # whether `ranks` is that mix (else the best single rank)
