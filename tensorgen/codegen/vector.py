@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from tensorgen.codegen.toolchain import has_vector_math
 from tensorgen.loopir.nodes import BufLoad, For, Seq, Store
 from tensorgen.loopir.simplify import linear, simplify
-from tensorgen.te.expr import DTYPE_BYTES, BinOp, Call, Const, Expr, Var, free_vars, substitute
+from tensorgen.te.expr import DTYPE_BYTES, BinOp, Call, Const, Expr, Select, Var, free_vars, substitute
 
 if TYPE_CHECKING:
     from tensorgen.codegen.c import _CWriter
@@ -113,6 +113,8 @@ class VectorEmitter:
             return _stride(e.index, var) in (0, 1)
         if isinstance(e, BinOp) and e.op in _OPS and e.dtype in VECTOR_DTYPES:
             return self._ok(e.a, var) and self._ok(e.b, var)
+        if isinstance(e, Select) and var not in free_vars(e.cond):
+            return self._ok(e.true_value, var) and self._ok(e.false_value, var)
         if var not in free_vars(e):
             return True
         if not (isinstance(e, Call) and e.name in _VECTOR_MATH and e.dtype in VECTOR_DTYPES and len(e.args) == 1):
@@ -127,6 +129,10 @@ class VectorEmitter:
         if isinstance(e, BinOp) and e.op in _OPS and var in free_vars(e):
             (a, va), (b, vb) = self._vexpr(e.a, var, vtype), self._vexpr(e.b, var, vtype)
             return f"({a} {_OPS[e.op]} {b})", va or vb
+        if isinstance(e, Select) and var in free_vars(e):  # one condition for every lane (an inlined pad's)
+            (a, va), (b, vb) = self._vexpr(e.true_value, var, vtype), self._vexpr(e.false_value, var, vtype)
+            a, b = (x if vx else f"(({vtype}){{}} + {x})" for x, vx in ((a, va), (b, vb)))
+            return f"({self.w.expr(e.cond)} ? {a} : {b})", True
         if isinstance(e, Call) and var in free_vars(e):
             arg, is_vec = self._vexpr(e.args[0], var, vtype)
             lanes = self._lanes

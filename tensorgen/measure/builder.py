@@ -16,6 +16,7 @@ from typing import Protocol
 from tensorgen.codegen.c import render_c
 from tensorgen.codegen.toolchain import compile_source
 from tensorgen.errors import CompileError, LoweringError, ScheduleError
+from tensorgen.measure.harness import PRODUCER_C
 from tensorgen.measure.types import BuildResult, ErrorKind, MeasureInput
 from tensorgen.measure.worker import WorkerDied, WorkerPool, WorkerTimeout
 from tensorgen.schedule.layout_rewrite import rewrite_layout
@@ -51,7 +52,7 @@ def build_candidate(inp: MeasureInput, timeout: float, source_hook: SourceHook |
         state, plans = rewrite_layout(inp.state)  # constants repacked as a model build will
         layouts = tuple(plans)
         func = lower(state, KERNEL_NAME)
-        source = render_c(func, inp.task.hw.simd_bytes)
+        source = render_c(func, inp.task.hw.simd_bytes) + PRODUCER_C
         if source_hook is not None:
             source = source_hook(inp, source)
         remaining = max(0.1, timeout - (time.perf_counter() - start)) if timeout > 0 else None
