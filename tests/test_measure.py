@@ -41,6 +41,10 @@ def inject(inp: MeasureInput, source: str) -> str:
     if what in AT_END:
         tail = "}\n\nvoid tensorgen_set_num_threads"
         return source.replace(tail, f"  {AT_END[what]}\n{tail}")
+    if what == "abort-producing":  # the harness's stand-in for the kernel before, see harness.PRODUCER_C
+        head = source.index("void tensorgen_produce(")
+        brace = source.index("{\n", head) + 2
+        return source[:brace] + "  abort();\n" + source[brace:]
     if what == "kill-worker":
         os.kill(os.getpid(), signal.SIGKILL)
     if what == "slow-build":
@@ -233,6 +237,16 @@ def test_weights_are_marked_and_evicted_before_every_call(builder):
     assert_good(res)
     (hot,) = LocalRunner(number=4, repeat=3, check_correctness=True).run([inp], built)
     assert_good(hot)
+
+
+def test_model_inputs_are_rewritten_by_the_threads_before_every_call(builder):
+    """In model mode (weights evicted) the harness has the candidate's threads rewrite its inputs before each
+    call, as the kernel before it in a model leaves them; a lone operator's inputs are left alone."""
+    inp = tiled(task(desc="abort-producing"))
+    assert "void tensorgen_produce(" in builder.build([tiled(task())])[0].source
+    (res,) = measure(builder, LocalRunner(evict_weights=True), [inp])
+    assert res.error_kind == ErrorKind.RUNTIME_ERROR and "SIGABRT" in res.error_msg
+    assert_good(measure(builder, LocalRunner(), [inp])[0])
 
 
 def test_evicting_weights_does_not_stretch_a_repeat_past_min_repeat_ms(builder):

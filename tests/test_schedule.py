@@ -7,6 +7,8 @@ well under a second.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -511,6 +513,29 @@ def test_conv2d_inline_padding_tiled_vectorized():
     s.unroll("conv", "w_1")
     s.vectorize("conv", "co_1")
     w.check(s)
+
+
+def test_depthwise_inline_padding_is_one_vector_select_per_tap():
+    """An inlined pad's condition does not depend on the channel lanes: the vectorized loop stays whole
+    vectors, each tap loading a vector or zeros (it fell back to a scalar loop under `omp simd`: a
+    14x14x576 depthwise conv ran 40 us instead of 23)."""
+    h, w, c = 5, 6, 32
+    X = te.placeholder((h, w, c), name="X")
+    W = te.placeholder((3, 3, c), name="W")
+    P = te.compute((h + 2, w + 2, c), lambda i, j, k: te.select(
+        te.all_of(i >= 1, i < h + 1, j >= 1, j < w + 1), X[i - 1, j - 1, k], 0.0), name="pad")
+    rh, rw = te.reduce_axis(3, "rh"), te.reduce_axis(3, "rw")
+    Y = te.compute((h, w, c), lambda i, j, k: te.sum(P[i + rh, j + rw, k] * W[rh, rw, k], axis=[rh, rw]), name="dw")
+    rng = np.random.default_rng(0)
+    x, wt = rng.uniform(-1, 1, (h, w, c)).astype("float32"), rng.uniform(-1, 1, (3, 3, c)).astype("float32")
+    xp = np.pad(x, ((1, 1), (1, 1), (0, 0)))
+    ref = sum(xp[a:a + h, b:b + w] * wt[a, b] for a in range(3) for b in range(3))
+    s = State([X, W, Y])
+    s.compute_inline("pad")
+    s.reorder("dw", ["i", "j", "rh", "rw", "k"])
+    s.vectorize("dw", "k")
+    source = run_and_check(s, [x, wt], ref)
+    assert re.search(r"\? \*\(float\d+\*\)&", source) and "omp simd" not in source
 
 
 @pytest.mark.parametrize("at", ["n", "h_0", "h_1", "w", "rh"])
