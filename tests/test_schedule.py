@@ -308,19 +308,6 @@ def test_pragma_auto_unroll_max_step():
     assert "unroll" in src
 
 
-def test_auto_unroll_counts_a_vectorized_loop_as_one_statement():
-    """As in TVM, which unrolls after vectorizing: a loop over 3 taps of a 64-lane vectorized loop is 3
-    statements, not 192, so a budget of 16 unrolls it (a depthwise conv's taps, whose accumulators then
-    stay in registers: 14x14x576, 16.7 -> 14.0 us)."""
-    w = MatmulRelu(m=8, n=64, k=3)
-    s = w.state()
-    s.reorder("C", ["i", "k", "j"])
-    s.vectorize("C", "j")
-    s.pragma("C", "i", "auto_unroll_max_step$16")
-    src = w.check(s)
-    assert "#pragma GCC unroll 3" in src
-
-
 def test_storage_align_intermediate_root_and_attached():
     w = MatmulRelu()
     s = w.state()

@@ -266,8 +266,8 @@ def _trip_count(stmt: Stmt) -> int:
     """Statements executed by `stmt` (unrolling budget for auto_unroll_max_step)."""
     from tensorgen.loopir.nodes import Seq
 
-    if isinstance(stmt, For):  # a vectorized loop is a few vector statements (TVM unrolls after vectorizing)
-        return (1 if stmt.kind == "vectorize" else stmt.extent) * _trip_count(stmt.body)
+    if isinstance(stmt, For):
+        return stmt.extent * _trip_count(stmt.body)
     if isinstance(stmt, Seq):
         return sum(_trip_count(s) for s in stmt.stmts)
     if isinstance(stmt, (If, Allocate)):
