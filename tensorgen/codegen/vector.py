@@ -1,11 +1,11 @@
 """Explicit SIMD for `vectorize` loops with GCC vector extensions.
 
 A vectorized loop whose statements are stores of +, -, *, / (and exp, log where glibc's libmvec
-provides vector versions) over loads that are contiguous (stride 1) or invariant (stride 0) in the
-loop variable becomes a loop over whole vectors, then narrower vectors for the rest (24 lanes: 16 + 8),
-then scalars. Anything else falls back to a scalar loop under `#pragma omp simd`, which the compiler
-vectorizes itself when it can (it never vectorizes expf without -ffast-math: softmax spent most of its
-time in scalar expf).
+provides vector versions, and selects whose condition is the same for every lane: an inlined pad's)
+over loads that are contiguous (stride 1) or invariant (stride 0) in the loop variable becomes a loop
+over whole vectors, then narrower vectors for the rest (24 lanes: 16 + 8), then scalars. Anything else
+falls back to a scalar loop under `#pragma omp simd`, which the compiler vectorizes itself when it can
+(it never vectorizes expf without -ffast-math: softmax spent most of its time in scalar expf).
 """
 
 from __future__ import annotations
