@@ -90,9 +90,7 @@ class VectorEmitter:
         if lane is not None:
             self.w.names[var] = str(lane)
         for s in stores:
-            value, is_vec = self._vexpr(s.value, var, vtype)
-            if not is_vec:
-                value = f"(({vtype}){{}} + {value})"
+            value = _as_vector(*self._vexpr(s.value, var, vtype), vtype)
             self.w.line(depth, f"*({vtype}*)&{self.w.ref(s.buffer, self._at_lane(s.index, var))} = {value};")
         self._lane = None
 
@@ -130,16 +128,20 @@ class VectorEmitter:
             (a, va), (b, vb) = self._vexpr(e.a, var, vtype), self._vexpr(e.b, var, vtype)
             return f"({a} {_OPS[e.op]} {b})", va or vb
         if isinstance(e, Select) and var in free_vars(e):  # one condition for every lane (an inlined pad's)
-            (a, va), (b, vb) = self._vexpr(e.true_value, var, vtype), self._vexpr(e.false_value, var, vtype)
-            a, b = (x if vx else f"(({vtype}){{}} + {x})" for x, vx in ((a, va), (b, vb)))
+            a, b = (_as_vector(*self._vexpr(x, var, vtype), vtype) for x in (e.true_value, e.false_value))
             return f"({self.w.expr(e.cond)} ? {a} : {b})", True
         if isinstance(e, Call) and var in free_vars(e):
-            arg, is_vec = self._vexpr(e.args[0], var, vtype)
+            arg = _as_vector(*self._vexpr(e.args[0], var, vtype), vtype)
             lanes = self._lanes
             fn = f"_ZGV{_ISA[lanes * DTYPE_BYTES[e.dtype]]}N{lanes}v_{e.name}{'f' if e.dtype == 'float32' else ''}"
             self.math.add((fn, vtype))
-            return f"{fn}({arg if is_vec else f'(({vtype}){{}} + {arg})'})", True
+            return f"{fn}({arg})", True
         return self.w.expr(e), False
+
+
+def _as_vector(text: str, is_vec: bool, vtype: str) -> str:
+    """C text of a vector: `text` itself, or a scalar broadcast to every lane."""
+    return text if is_vec else f"(({vtype}){{}} + {text})"
 
 
 def iterations_independent(loop: For) -> bool:
