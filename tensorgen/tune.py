@@ -25,9 +25,9 @@ from tensorgen.errors import TensorgenError
 from tensorgen.hardware import hardware_for
 from tensorgen.measure.builder import Builder, LocalBuilder
 from tensorgen.measure.runner import LocalRunner, Runner
-from tensorgen.measure.types import ErrorKind, MeasureInput, MeasureResult
+from tensorgen.measure.types import BuildResult, ErrorKind, MeasureInput, MeasureResult
 from tensorgen.records.database import Database, SQLiteDatabase
-from tensorgen.records.record import Record, steps_hash
+from tensorgen.records.record import Record, program_cost, steps_hash
 from tensorgen.schedule.state import State
 from tensorgen.search.policy import SearchPolicy
 from tensorgen.search.task import SearchTask
@@ -40,6 +40,7 @@ POLICIES = ("ansor", "random")
 SLOW_FACTOR = 20.0  # the default runner kills candidates this many times slower than the fastest so far
 GIVE_UP_FACTOR = 4.0  # ... and times those this many times slower by their first call
 COST_MODELS = ("xgb", "random")
+RETIMES = 2  # a program that becomes a task's best is measured this many more times; its cost is the median
 
 
 class TuneError(TensorgenError, ValueError):
@@ -87,6 +88,7 @@ class TuneResult:
     run_s: float
     errors: dict[str, int] = field(default_factory=dict)
     interrupted: bool = False
+    retimed: int = 0  # extra measurements of programs that became the best (see RETIMES)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly summary (no State; `best_steps` is its step list as JSON text)."""
@@ -96,7 +98,7 @@ class TuneResult:
             "best_gflops": self.best_gflops, "trials": self.trials, "total_trials": self.total_trials,
             "tuning_wall_s": self.tuning_wall_s, "search_overhead_s": self.search_overhead_s,
             "build_s": self.build_s, "run_s": self.run_s, "errors": dict(self.errors),
-            "interrupted": self.interrupted,
+            "interrupted": self.interrupted, "retimed": self.retimed,
             "best_steps": self.best_state.to_json() if self.best_state is not None else None,
         }
 
@@ -259,26 +261,51 @@ class MeasureSetup:
 
 @dataclass
 class _Tally:
-    """Counters of one task's tuning; the best program over resumed and new measurements."""
+    """Counters of one task's tuning; the best program over resumed and new measurements.
+
+    A program measured more than once (re-timed as a new best, see TaskTuner.round) costs the upper median
+    of its measurements, as `Database.top_k` ranks it: one disturbed measurement neither makes nor keeps a
+    best."""
 
     task: SearchTask
     trials: int
     since: float  # perf_counter() when the current resume()/round() began
     done: int = 0
-    costs: list[float] = field(default_factory=list)  # every measurement (resumed first), inf: failed
+    costs: list[float] = field(default_factory=list)  # every program's first measurement (resumed first), inf: failed
     best_cost: float = math.inf
     best_state: State | None = None
+    seen: set[str] = field(default_factory=set)  # step hashes measured
+    runs: dict[str, list[float]] = field(default_factory=dict)  # step hash -> that program's valid costs
+    states: dict[str, State] = field(default_factory=dict)  # step hash -> program, for those with a valid cost
+    best_key: str | None = None
     errors: Counter = field(default_factory=Counter)
     policy_s: float = 0.0
     build_s: float = 0.0
     run_s: float = 0.0
     busy_s: float = 0.0  # wall time spent in resume() and round()
+    retimed: int = 0  # measurements that re-timed a best program
 
     def observe(self, state: State | None, result: MeasureResult) -> None:
+        """One measurement; a program's second and later ones (re-timings) change its cost, not `costs`."""
         cost = result.median_cost if result.ok and state is not None else math.inf
-        self.costs.append(cost if math.isfinite(cost) else math.inf)
-        if cost < self.best_cost:
-            self.best_cost, self.best_state = cost, state
+        cost = cost if math.isfinite(cost) else math.inf
+        key = steps_hash(state.to_json()) if state is not None else None
+        if key is None or key not in self.seen:
+            self.costs.append(cost)
+        if key is None:
+            return
+        self.seen.add(key)
+        if not math.isfinite(cost):
+            return
+        self.runs.setdefault(key, []).append(cost)
+        self.states.setdefault(key, state)
+        if key == self.best_key or program_cost(self.runs[key]) < self.best_cost:
+            self.best_key = min(self.runs, key=lambda k: program_cost(self.runs[k]))
+            self.best_cost, self.best_state = program_cost(self.runs[self.best_key]), self.states[self.best_key]
+
+    def confirmed(self) -> bool:
+        """Whether the best program has been measured 1 + RETIMES times (or there is none)."""
+        return self.best_key is None or len(self.runs[self.best_key]) > RETIMES
 
     @property
     def best_gflops(self) -> float:
@@ -390,23 +417,59 @@ class TaskTuner:
         if offer is not None:
             offer(states)
 
+    def confirm(self) -> int:
+        """Re-time the best program until it has 1 + RETIMES measurements (a resumed database's best may have
+        only one), trying each program once; returns how many measurements that took. Called before a final
+        best or estimate is reported."""
+        tally, tried, before = self.tally, set(), self.tally.retimed
+        tally.since = time.perf_counter()
+        try:
+            while not tally.confirmed() and tally.best_key not in tried:
+                tried.add(tally.best_key)
+                inp = MeasureInput(self.task, tally.best_state)  # type: ignore[arg-type]
+                t0 = time.perf_counter()
+                built = self.setup.builder.build([inp])
+                tally.build_s += time.perf_counter() - t0
+                self._retime([inp], built)
+            return tally.retimed - before
+        finally:
+            tally.busy_s += time.perf_counter() - tally.since
+
     def _measure(self, inputs: list[MeasureInput]) -> list[MeasureResult]:
-        tally, setup = self.tally, self.setup
+        tally = self.tally
         t0 = time.perf_counter()
-        built = setup.builder.build(inputs)
+        built = self.setup.builder.build(inputs)
         tally.build_s += time.perf_counter() - t0
         results = []
         for inp, br in zip(inputs, built):
-            t0 = time.perf_counter()
-            (res,) = setup.runner.run([inp], [br])
-            tally.run_s += time.perf_counter() - t0
-            setup.db.commit_record(Record.from_measure(self.task, inp.state, res))
+            res = self._run(inp, br)
             results.append(res)
             tally.done += 1
-            tally.observe(inp.state, res)
             if res.error_kind != ErrorKind.NONE:
                 tally.errors[ErrorKind(res.error_kind).value] += 1
+        self._retime(inputs, built)
         return results
+
+    def _retime(self, inputs: Sequence[MeasureInput], built: Sequence[BuildResult]) -> None:
+        """A best program among `inputs` that is not confirmed yet is measured until it has 1 + RETIMES
+        measurements; when that makes it slower than another program, the new best gets its turn if it is
+        among `inputs` too (each at most once)."""
+        tally = self.tally
+        todo = {steps_hash(inp.state.to_json()): (inp, br) for inp, br in zip(inputs, built)}
+        while not tally.confirmed() and tally.best_key in todo:
+            inp, br = todo.pop(tally.best_key)  # type: ignore[arg-type]
+            for _ in range(1 + RETIMES - len(tally.runs[tally.best_key])):  # type: ignore[index]
+                self._run(inp, br)
+                tally.retimed += 1
+
+    def _run(self, inp: MeasureInput, br: BuildResult) -> MeasureResult:
+        """Time one built program, commit its record, count it."""
+        t0 = time.perf_counter()
+        (res,) = self.setup.runner.run([inp], [br])
+        self.tally.run_s += time.perf_counter() - t0
+        self.setup.db.commit_record(Record.from_measure(self.task, inp.state, res))
+        self.tally.observe(inp.state, res)
+        return res
 
     def _report(self, progress: TuneProgress) -> TuneProgress:
         for cb in self.callbacks:
@@ -416,7 +479,8 @@ class TaskTuner:
     def result(self, interrupted: bool = False) -> TuneResult:
         t = self.tally
         return TuneResult(self.task, t.best_state, t.best_cost, t.best_gflops, t.done, len(t.costs), t.busy_s,
-                          t.policy_s, t.build_s, t.run_s, {k: n for k, n in sorted(t.errors.items())}, interrupted)
+                          t.policy_s, t.build_s, t.run_s, {k: n for k, n in sorted(t.errors.items())}, interrupted,
+                          t.retimed)
 
     def __repr__(self) -> str:
         return f"TaskTuner({self.task}, {self.tally.done} measured, best {self.tally.best_cost:.3g} s)"
@@ -460,6 +524,7 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
                     LOGGER.info("%s: the policy proposed no new program; stopping after %d trials", task,
                                 tuner.trials_done)
                     break
+            tuner.confirm()
         except KeyboardInterrupt:
             interrupted = True
             LOGGER.warning("%s: interrupted after %d trials; every measured record is in the database", task,

@@ -18,6 +18,7 @@ from tensorgen.build import build
 from tensorgen.costmodel.xgb import XGBModel
 from tensorgen.dag import ComputeDAG
 from tensorgen.records import SQLiteDatabase
+from tensorgen.records.record import steps_hash
 from tensorgen.search.objectives import (
     EarlyStopping,
     GeoMeanSpeedup,
@@ -41,6 +42,7 @@ from tensorgen.search.task import SearchTask
 from tensorgen.target import HardwareParams, Target
 from tensorgen.te import ops, placeholder
 from tensorgen.te.ops.suite import make_gmm
+from tensorgen.tune import RETIMES
 
 
 def gmm_task(n: int) -> SearchTask:
@@ -66,8 +68,15 @@ class FakeTuner:
         self.rounds = 0
         self.resumed = 0
 
+    @property
+    def best_cost(self) -> float:
+        return min(self.costs, default=math.inf)
+
     def resume(self):
         self.resumed += 1
+
+    def confirm(self) -> int:
+        return 0
 
     def round(self, n: int) -> int:
         if self.limit is not None and self.rounds >= self.limit:
@@ -378,8 +387,10 @@ def test_end_to_end_with_the_real_tuner_and_resume(tmp_path):
     assert sum(r.rounds for r in second.rows) == 1 + sum(math.ceil(r.trials / 4) for r in first.rows)
     assert all(s <= f for s, f in zip(second.best_costs, first.best_costs))
     with SQLiteDatabase(path) as db:
-        counts = [len(db.records(t.workload_key, "cpu")) for t in tasks]
-    assert counts == [r.trials for r in second.rows]
+        records = [db.records(t.workload_key, "cpu") for t in tasks]
+    assert [len({r.steps_hash for r in rs}) for rs in records] == [r.trials for r in second.rows]
+    for rs, best in zip(records, second.best_states):  # each best was re-timed: 1 + RETIMES measurements
+        assert sum(r.ok and r.steps_hash == steps_hash(best.to_json()) for r in rs) == 1 + RETIMES
 
 
 def test_model_tuning_times_candidates_with_their_weights_evicted(monkeypatch):

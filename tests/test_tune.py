@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sqlite3
 
@@ -61,7 +62,7 @@ def test_best_program_matches_numpy(tuned, task):
 def test_records_committed_and_progress_reported(tuned, task):
     path, first, _, events = tuned
     with SQLiteDatabase(path) as db:
-        assert len(db.records(task.workload_key, "cpu")) == 24
+        assert len(db.records(task.workload_key, "cpu")) == 24 + tuned[1].retimed + tuned[2].retimed
     assert [e.phase for e in events] == ["resume", "batch", "batch"]
     assert [e.trials_done for e in events] == [0, 8, 16]
     assert all(len(e.inputs) == 8 for e in events[1:]) and events[-1].best_gflops == first.best_gflops
@@ -71,7 +72,8 @@ def test_resume_counts_and_never_remeasures(tuned):
     path, first, second, _ = tuned
     assert second.trials == 8 and second.total_trials == 24
     assert second.best_cost <= first.best_cost  # resumed records count for the best
-    assert distinct_steps(path) == (24, 24)
+    assert first.retimed >= 2  # the first best is re-timed at least once
+    assert distinct_steps(path) == (24 + first.retimed + second.retimed, 24)
 
 
 def test_times_add_up(tuned):
@@ -94,7 +96,7 @@ def test_policy_instance_and_interrupt_keep_records(tmp_path, task):
         result = tune(task, trials=12, db=path, policy=RandomPolicy(task, seed=3), batch_size=4, builder=builder,
                       runner=LocalRunner(timeout=5.0, number=1, repeat=1), callbacks=[stop])
     assert result.interrupted and result.trials == 4 and seen == [0, 4]
-    assert distinct_steps(path) == (4, 4)
+    assert distinct_steps(path) == (4 + result.retimed, 4)
 
 
 def test_policy_that_repeats_itself_costs_nothing(task):
@@ -232,3 +234,31 @@ def test_runner_timeout_leaves_room_for_huge_workloads():
     assert floor > 30 and runner.timeout_for(huge) == pytest.approx(floor)
     runner.note_fastest(huge, 1.5)  # slow candidates are then timed by one call and killed at 20x
     assert runner.timeout_for(huge) == pytest.approx(min(floor, 20 * 1.5))
+
+
+class LuckyOnce(LocalRunner):
+    """A LocalRunner whose `lucky`-th measurement reads 1000x faster than the program ran (a disturbed timer)."""
+
+    def __init__(self, lucky: int) -> None:
+        super().__init__(timeout=5.0, number=1, repeat=1)
+        self.lucky, self.calls, self.lucky_cost = lucky, 0, None
+
+    def run(self, inputs, build_results):
+        results = super().run(inputs, build_results)
+        self.calls += 1
+        if self.calls == self.lucky:
+            results = [dataclasses.replace(r, costs=tuple(c / 1000 for c in r.costs)) for r in results]
+            self.lucky_cost = results[0].median_cost
+        return results
+
+
+def test_one_lucky_measurement_does_not_make_the_best(task, tmp_path):
+    """A program whose first measurement was disturbed becomes the best, is re-timed, and drops back."""
+    runner = LuckyOnce(lucky=3)
+    with LocalBuilder(timeout=20.0) as builder:
+        result = tune(task, trials=8, db=tmp_path / "l.db", policy=RandomPolicy(task, seed=5), batch_size=8,
+                      builder=builder, runner=runner)
+    assert runner.lucky_cost is not None and result.retimed >= 2
+    assert result.best_cost > 100 * runner.lucky_cost
+    with SQLiteDatabase(tmp_path / "l.db") as db:
+        assert db.best(task.workload_key, "cpu").cost == result.best_cost

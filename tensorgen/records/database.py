@@ -16,7 +16,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from tensorgen.records.record import RECORD_FORMAT, Record, RecordFormatError, RecordsError, result_to_json, steps_hash
+from tensorgen.records.record import (
+    RECORD_FORMAT,
+    Record,
+    RecordFormatError,
+    RecordsError,
+    program_cost,
+    result_to_json,
+    steps_hash,
+)
 from tensorgen.target import Target
 
 SCHEMA_VERSION = 1
@@ -183,11 +191,18 @@ class SQLiteDatabase:
         return found[0] if found else None
 
     def top_k(self, workload_key: str, target: str, k: int) -> list[Record]:
-        """The `k` fastest successful records, fastest first (ties: earliest first)."""
-        return self._query(
-            "WHERE r.workload_key = ? AND r.target = ? AND r.cost IS NOT NULL ORDER BY r.cost, r.id LIMIT ?",
-            (workload_key, canonical_target(target), int(k)),
+        """The `k` fastest programs, fastest first (ties: earliest first), one record each. A program measured
+        more than once (re-timed when it became a best) ranks by `program_cost` of its measurements and is
+        represented by the record holding that cost."""
+        rows = self._conn.execute(
+            "SELECT id, steps_hash, cost FROM records WHERE workload_key = ? AND target = ? AND cost IS NOT NULL",
+            (workload_key, canonical_target(target)),
         )
+        runs: dict[str, list[tuple[float, int]]] = {}
+        for rid, key, cost in rows:
+            runs.setdefault(key, []).append((cost, rid))
+        chosen = sorted(_representative(v) for v in runs.values())[:k]
+        return [self._query("WHERE r.id = ?", (rid,))[0] for _, rid in chosen]
 
     def records(self, workload_key: str, target: str | None = None) -> list[Record]:
         """Every record of the workload (failures included), in commit order."""
@@ -239,6 +254,12 @@ class SQLiteDatabase:
 
     def __repr__(self) -> str:
         return f"SQLiteDatabase({self.path!r})"
+
+
+def _representative(runs: list[tuple[float, int]]) -> tuple[float, int]:
+    """(cost, id) of the earliest of a program's records whose cost is the program's cost."""
+    cost = program_cost([c for c, _ in runs])
+    return min(r for r in runs if r[0] == cost)
 
 
 class _Transaction:

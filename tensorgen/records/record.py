@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -33,6 +35,13 @@ def steps_hash(steps: list | str) -> str:
     """Identity of a step list, independent of JSON spacing (the database dedupes measured states on it)."""
     data = json.loads(steps) if isinstance(steps, str) else steps
     return hashlib.sha256(json.dumps(data, separators=(",", ":")).encode()).hexdigest()[:32]
+
+
+def program_cost(costs: Sequence[float]) -> float:
+    """A program's cost from its valid measurements (seconds; inf: none): their upper median. A program is
+    re-timed when it becomes a task's best, and with two measurements the slower one counts, so one lucky
+    (or one disturbed) measurement never decides a best on its own."""
+    return sorted(costs)[len(costs) // 2] if costs else math.inf
 
 
 def result_to_json(result: MeasureResult) -> dict:

@@ -69,7 +69,12 @@ class RoundTuner(Protocol):
 
     @property
     def costs(self) -> Sequence[float]:
-        """Every measured cost (s, inf: failed), the database's first, in commit order."""
+        """Every program's first measured cost (s, inf: failed), the database's first, in commit order."""
+        ...
+
+    @property
+    def best_cost(self) -> float:
+        """The best program's cost (s, inf: none), over all its measurements (re-timings included)."""
         ...
 
     def resume(self) -> object:
@@ -78,6 +83,10 @@ class RoundTuner(Protocol):
 
     def round(self, n_trials: int) -> int:
         """Measure up to n_trials new programs; return how many (0: nothing new to measure)."""
+        ...
+
+    def confirm(self) -> int:
+        """Re-time the best program if it was measured fewer times than a best needs; return how many times."""
         ...
 
 
@@ -114,7 +123,8 @@ class TaskRow:
 
 @dataclass(frozen=True)
 class SchedulerProgress:
-    """What a callback sees after the resume (phase "resume") and after every round (phase "round").
+    """What a callback sees after the resume (phase "resume"), after every round (phase "round") and after the
+    tasks' bests were re-timed at the end (phase "confirm").
 
     `models` is each model's estimated latency (sum of weight x best latency, seconds; None while one of
     its tasks has no valid measurement); `objective` the objective at the current bests (None likewise).
@@ -373,6 +383,9 @@ class TaskScheduler:
             for tuner in tuners:
                 tuner.resume()
             session.history = [_history_of(t.costs, self.round_trials) for t in tuners]
+            for h, t in zip(session.history, tuners):
+                if h:
+                    h[-1] = t.best_cost  # over all measurements: a re-timed best may cost more than its first
             self._report(session, "resume", None, 0)
             while session.done < trials:
                 i = self._pick(session)
@@ -391,8 +404,9 @@ class TaskScheduler:
                     continue
                 session.done += measured
                 session.rounds += 1
-                session.history[i].append(min(tuners[i].costs, default=math.inf))
+                session.history[i].append(tuners[i].best_cost)
                 self._report(session, "round", i, measured)
+            self._confirm(session)
         except KeyboardInterrupt:
             stopped = "interrupted"
             LOGGER.warning("scheduler interrupted after %d trials; every measured record is in the database",
@@ -400,6 +414,16 @@ class TaskScheduler:
         return ScheduleResult(self.tasks, self._rows(session), [t.best_state for t in tuners],
                               self._model_latencies(session.best()), session.done, session.rounds, stopped,
                               time.perf_counter() - session.start)
+
+    def _confirm(self, session: _Session) -> None:
+        """Before the final estimate: every task's best is re-timed unless it was already (see tune.RETIMES)."""
+        retimed = 0
+        for i, tuner in enumerate(session.tuners):
+            if (n := tuner.confirm()) and session.history[i]:
+                session.history[i][-1] = tuner.best_cost
+            retimed += n
+        if retimed:
+            self._report(session, "confirm", None, retimed)
 
     def _offer_transfers(self, session: _Session, i: int) -> None:
         """Offer task i the adapted best programs of the other tasks whose best is new to it."""
@@ -535,7 +559,7 @@ class ProgressTable:
             self._drawn = len(lines)
         elif p.phase == "resume":
             self.stream.write("\n".join(format_table(p)) + "\n")
-        else:
+        elif p.phase == "round":
             r = p.rows[p.task] if p.task is not None else None
             best = f"{_ms(r.latency)} ({r.gflops:.2f} GFLOP/s)" if r is not None and r.gflops > 0 else "-"
             models = ", ".join(f"{name} {_ms(s)}" for name, s in p.models.items())
