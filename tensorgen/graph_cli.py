@@ -62,6 +62,8 @@ def tune_model(args: argparse.Namespace) -> int:
     print(f"estimated end-to-end latency: {latency * 1e3:.3f} ms" if latency else
           "estimated end-to-end latency: - (some task has no valid program yet)")
     print(f"{result.trials} trials in {result.wall_s:.1f} s ({result.stopped})")
+    if result.skipped:
+        print("skipped (search faults): " + ", ".join(f"{n} {k}" for k, n in result.skipped.items()))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({**result.to_dict(), "model": graph.name, "db": args.db}, f, indent=1)

@@ -141,6 +141,7 @@ def summary_table(result: TuneResult, db: str) -> str:
     """The result as aligned `key  value` rows."""
     cost = result.best_cost
     errors = ", ".join(f"{n} {k}" for k, n in result.errors.items()) or "none"
+    skipped = ", ".join(f"{n} {k}" for k, n in result.skipped.items()) or "none"
     rows = [
         ("workload", f"{result.task.desc} [{result.task.workload_key}]"),
         ("target", str(result.task.target)),
@@ -153,6 +154,7 @@ def summary_table(result: TuneResult, db: str) -> str:
         ("  run", f"{result.run_s:.1f} s"),
         ("  search overhead", f"{result.search_overhead_s:.1f} s"),
         ("errors (this run)", errors),
+        ("skipped (search faults)", skipped),
         ("database", db),
     ]
     width = max(len(k) for k, _ in rows)
