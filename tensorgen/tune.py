@@ -450,8 +450,8 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
     `{"generations": 0}` or `{"sketches": [...]}` for "ansor"; see make_policy and ablation_policy).
     `target`/`hw` are used only when `task_or_dag` is not a SearchTask; `build_timeout`/`run_timeout`
     (seconds per candidate) only for the default LocalBuilder/LocalRunner (see MeasureSetup.open).
-    Ctrl-C (KeyboardInterrupt, also from a callback) stops the loop; what was measured is kept and
-    returned (`interrupted=True`).
+    Ctrl-C (KeyboardInterrupt, also from a callback; `tensorgen` turns SIGTERM into one) stops the loop; what
+    was measured is kept and returned (`interrupted=True`), and saying so is the caller's business.
     """
     if trials < 0 or batch_size < 1:
         raise TuneError(f"need trials >= 0 and batch_size >= 1, got trials={trials}, batch_size={batch_size}")
@@ -473,6 +473,6 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
                     break
         except KeyboardInterrupt:
             interrupted = True
-            LOGGER.warning("%s: interrupted after %d trials; every measured record is in the database", task,
-                           tuner.trials_done)
+            LOGGER.info("%s: interrupted after %d trials; every measured record is in the database", task,
+                        tuner.trials_done)
     return tuner.result(interrupted)

@@ -200,7 +200,15 @@ def _tune(args: argparse.Namespace) -> int:
                 "seed": args.seed, "db": args.db}
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=2)
-    return 130 if result.interrupted else 0
+    if result.interrupted:
+        print(interrupted_line(result.trials, args.db), file=sys.stderr)
+        return 130
+    return 0
+
+
+def interrupted_line(trials: int, db: str) -> str:
+    """The one line `tensorgen tune` prints when Ctrl-C or SIGTERM stops it."""
+    return f"tensorgen: interrupted after {trials} trials; every measured record is in {db}"
 
 
 def _show(args: argparse.Namespace) -> int:

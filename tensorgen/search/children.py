@@ -200,6 +200,9 @@ def _serve(maker: ChildMaker, conn, parent: int) -> None:
     relax_worker_collections()
     while True:
         try:
+            while not conn.poll(1.0):
+                if os.getppid() != parent:  # where no parent-death signal exists
+                    return
             msg = conn.recv()
         except EOFError:
             return

@@ -399,8 +399,8 @@ class TaskScheduler:
                 self._report(session, "round", i, measured)
         except KeyboardInterrupt:
             stopped = "interrupted"
-            LOGGER.warning("scheduler interrupted after %d trials; every measured record is in the database",
-                           session.done)
+            LOGGER.info("scheduler interrupted after %d trials; every measured record is in the database",
+                        session.done)
         return ScheduleResult(self.tasks, self._rows(session), [t.best_state for t in tuners],
                               self._model_latencies(session.best()), session.done, session.rounds, stopped,
                               time.perf_counter() - session.start, skips.summary() if skips is not None else {})
