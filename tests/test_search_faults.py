@@ -13,7 +13,8 @@ from search_tasks import gmm
 
 from tensorgen.costmodel import RandomModel
 from tensorgen.dag import ComputeDAG
-from tensorgen.search.annotate import sample_initial_population
+from tensorgen.features.extractor import FeatureExtractor
+from tensorgen.search.annotate import AnnotationPolicy, sample_initial_population
 from tensorgen.search.evolution import EvolutionarySearch
 from tensorgen.search.mutations import DEFAULT_MUTATIONS, Mutation, register_mutation
 from tensorgen.search.rules import DEFAULT_RULES, Cond, SketchRule, register_rule, unregister_rule
@@ -57,6 +58,20 @@ class BrokenModel(EvolvingRandomModel):
 
     def predict(self, features):
         raise FloatingPointError("a bug in the cost model's prediction")
+
+
+class BrokenAnnotation(AnnotationPolicy):
+    def factorizations(self, extent, n, inner_to_outer=True):
+        raise ZeroDivisionError("a bug in random annotation")
+
+
+class BatchShyExtractor(FeatureExtractor):
+    """Fails on every batch of more than one program: each is then extracted on its own."""
+
+    def extract(self, states):
+        if len(states) > 1:
+            raise RuntimeError("a bug in batched feature extraction")
+        return super().extract(states)
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +121,16 @@ def test_a_failing_cost_model_is_skipped_and_tuning_goes_on(task, caplog):
     assert result.skipped.get("cost model predict", 0) > 0 and result.skipped.get("cost model update", 0) > 0
     logged = [r.getMessage() for r in caplog.records if "cost model update" in r.getMessage()]
     assert len(logged) == 1 and "BrokenModel" in logged[0] and "a bug in the cost model" in logged[0]
+
+
+def test_failing_random_annotation_is_counted_and_tuning_ends_cleanly(task):
+    result = tune(task, trials=4, batch_size=4, policy="random", policy_options={"annotation": BrokenAnnotation()})
+    assert result.trials == 0 and result.skipped.get("random annotation", 0) > 0
+
+
+def test_failing_feature_extraction_falls_back_to_one_program_at_a_time(task):
+    result = _tune(task, policy_options={"extractor": BatchShyExtractor(task.hw)})
+    assert result.trials == 8 and result.skipped.get("feature extraction", 0) > 0
 
 
 def test_tune_cli_summary_lists_the_skips(task):
