@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import traceback
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -210,10 +211,18 @@ def _serve(maker: ChildMaker, conn, parent: int) -> None:
             return
         kind, jobs = msg
         maker.skips = Skips(log=False)
-        made = maker.sample(jobs) if kind == "sample" else maker.make(jobs)
-        steps = made if kind == "sample" else [r.steps for r in made]
-        feats = maker.features([maker.state(st) for st in steps if st is not None])
-        conn.send((made, feats, maker.skips))
+        try:
+            made = maker.sample(jobs) if kind == "sample" else maker.make(jobs)
+            steps = made if kind == "sample" else [r.steps for r in made]
+            feats = maker.features([maker.state(st) for st in steps if st is not None])
+            reply: tuple | str = (made, feats, maker.skips)
+        except Exception:  # noqa: BLE001 - reported to the search process, which redoes the jobs
+            reply = traceback.format_exc()
+        conn.send(reply)
+
+
+class SearchWorkerError(RuntimeError):
+    """A search worker's jobs raised outside the guarded operations (the message is its last traceback line)."""
 
 
 def _stop(conns, procs) -> None:
@@ -254,7 +263,7 @@ class ChildWorkers:
     def _restart(self, w: int, exc: BaseException) -> None:
         """Worker `w` died or broke its protocol: count it, end what is left of it and fork a new one."""
         proc = self.procs[w]
-        self.maker.skips.note("search worker", f"worker pid {proc.pid} of {self.maker.task}", exc)
+        self.maker.skips.note("search worker", f"a worker of {self.maker.task}", exc)
         self.conns[w].close()
         if proc.is_alive():
             proc.kill()
@@ -296,7 +305,7 @@ class ChildWorkers:
             if sent[w]:
                 try:
                     answer = self._answer(w, len(q))
-                except (EOFError, OSError, ValueError, TypeError) as exc:
+                except (EOFError, OSError, ValueError, TypeError, SearchWorkerError) as exc:
                     self._restart(w, exc)
             if answer is None:
                 mine = [jobs[k] for k in q]
@@ -317,7 +326,10 @@ class ChildWorkers:
 
     def _answer(self, w: int, n: int) -> tuple[list, list]:
         """Worker w's answer to n jobs (its skipped operations go to the search process's count)."""
-        got, feats, skips = self.conns[w].recv()
+        reply = self.conns[w].recv()
+        if isinstance(reply, str):
+            raise SearchWorkerError(reply.strip().splitlines()[-1])
+        got, feats, skips = reply
         if len(got) != n:
             raise ValueError(f"search worker {w} answered {len(got)} results for {n} jobs")
         self.maker.skips.absorb(skips)
