@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 
 from tensorgen import __version__
 from tensorgen.errors import TensorgenError
@@ -23,6 +25,15 @@ def _ops(args: argparse.Namespace) -> int:
     return 0
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so that it ends a command as Ctrl-C does: what a tuning run measured is
+    committed, its workers are stopped, and one line says so."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tensorgen", description="Generate fast tensor programs by search.")
     parser.add_argument("--version", action="version", version=f"tensorgen {__version__}")
@@ -39,14 +50,19 @@ def main(argv: list[str] | None = None) -> int:
     db_cli.register(sub)
     tune_cli.register(sub)
     args = parser.parse_args(argv)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
         return args.fn(args)
     except TensorgenError as err:
         print(f"tensorgen: error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("tensorgen: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print(f"tensorgen: {'terminated' if isinstance(exc, Terminated) else 'interrupted'}", file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 from tensorgen.records.cli import DEFAULT_DB, open_existing
 
@@ -44,6 +45,7 @@ def tune_model(args: argparse.Namespace) -> int:
     from tensorgen.graph.tasks import extract_tasks
     from tensorgen.search.scheduler import ProgressTable, TaskScheduler
     from tensorgen.target import Target
+    from tensorgen.tune_cli import interrupted_line
 
     graph = load_graph(args.model if hasattr(args, "model") else args.op, batch=args.batch)
     tasks = extract_tasks(graph, Target.parse(args.target))
@@ -62,10 +64,15 @@ def tune_model(args: argparse.Namespace) -> int:
     print(f"estimated end-to-end latency: {latency * 1e3:.3f} ms" if latency else
           "estimated end-to-end latency: - (some task has no valid program yet)")
     print(f"{result.trials} trials in {result.wall_s:.1f} s ({result.stopped})")
+    if result.skipped:
+        print("skipped (search faults): " + ", ".join(f"{n} {k}" for k, n in result.skipped.items()))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({**result.to_dict(), "model": graph.name, "db": args.db}, f, indent=1)
-    return 130 if result.interrupted else 0
+    if result.interrupted:
+        print(interrupted_line(result.trials, args.db), file=sys.stderr)
+        return 130
+    return 0
 
 
 def _models(args: argparse.Namespace) -> int:

@@ -30,6 +30,7 @@ from tensorgen.records.database import Database, SQLiteDatabase
 from tensorgen.records.record import Record, program_cost, steps_hash
 from tensorgen.schedule.state import State
 from tensorgen.search.policy import SearchPolicy
+from tensorgen.search.skips import Skips
 from tensorgen.search.task import SearchTask
 from tensorgen.target import HardwareParams, Target
 from tensorgen.te.tensor import Tensor
@@ -88,6 +89,7 @@ class TuneResult:
     run_s: float
     errors: dict[str, int] = field(default_factory=dict)
     interrupted: bool = False
+    skipped: dict[str, int] = field(default_factory=dict)  # search operations that raised, per kind (search.skips)
     retimed: int = 0  # extra measurements of programs that became the best (see RETIMES)
 
     def to_dict(self) -> dict[str, Any]:
@@ -98,7 +100,7 @@ class TuneResult:
             "best_gflops": self.best_gflops, "trials": self.trials, "total_trials": self.total_trials,
             "tuning_wall_s": self.tuning_wall_s, "search_overhead_s": self.search_overhead_s,
             "build_s": self.build_s, "run_s": self.run_s, "errors": dict(self.errors),
-            "interrupted": self.interrupted, "retimed": self.retimed,
+            "interrupted": self.interrupted, "skipped": dict(self.skipped), "retimed": self.retimed,
             "best_steps": self.best_state.to_json() if self.best_state is not None else None,
         }
 
@@ -114,12 +116,12 @@ def make_task(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], 
 
 
 def make_policy(task: SearchTask, policy: str | SearchPolicy, cost_model: Any = "xgb", seed: int = 0,
-                policy_options: dict[str, Any] | None = None) -> SearchPolicy:
+                policy_options: dict[str, Any] | None = None, skips: Skips | None = None) -> SearchPolicy:
     """The policy a name stands for ("ansor": SketchPolicy with the named cost model; "random").
 
     `policy_options` are keyword arguments for that policy's constructor (e.g. `generations=0`,
     `population=512` or `sketches=[...]` for SketchPolicy; `sketches=` for RandomPolicy); they
-    cannot go with a policy instance.
+    cannot go with a policy instance. The named policies count their failed operations in `skips`.
     """
     options = dict(policy_options or {})
     if not isinstance(policy, str):
@@ -130,7 +132,7 @@ def make_policy(task: SearchTask, policy: str | SearchPolicy, cost_model: Any = 
     if name == "random":
         from tensorgen.search.random_policy import RandomPolicy
 
-        return _construct(RandomPolicy, name, task, seed=seed, **options)
+        return _construct(RandomPolicy, name, task, seed=seed, skips=skips, **options)
     if name == "ansor":
         try:
             from tensorgen.search.sketch_policy import SketchPolicy
@@ -142,7 +144,7 @@ def make_policy(task: SearchTask, policy: str | SearchPolicy, cost_model: Any = 
         if "cost_model" in options:
             raise TuneError("pass the cost model as tune(cost_model=...), not in policy_options")
         return _construct(SketchPolicy, name, task, cost_model=make_cost_model(cost_model, seed), seed=seed,
-                          **options)
+                          skips=skips, **options)
     raise TuneError(f"unknown search policy {policy!r}; choose one of {', '.join(POLICIES)} or pass a SearchPolicy")
 
 
@@ -325,12 +327,15 @@ class TaskTuner:
     policy; after that the database is only appended to.
 
     `trials` is the budget shown in progress reports; `search_s` is search time already spent on the task
-    (building its policy), counted in its search overhead and wall time.
+    (building its policy), counted in its search overhead and wall time. A policy's proposal or update that
+    raises is skipped (an empty proposal, an unlearned batch) and counted in `skips`, which the named
+    policies (make_policy) share.
     """
 
     def __init__(self, task: SearchTask, policy: SearchPolicy, setup: MeasureSetup, *, trials: int = 0,
-                 callbacks: Sequence[Callback] = (), search_s: float = 0.0) -> None:
+                 callbacks: Sequence[Callback] = (), search_s: float = 0.0, skips: Skips | None = None) -> None:
         self.task, self.policy, self.setup = task, policy, setup
+        self.skips = skips if skips is not None else Skips()
         self.callbacks = tuple(callbacks)
         self.tally = _Tally(task, trials, time.perf_counter(), policy_s=search_s, busy_s=search_s)
         self._measured: set[str] | None = None  # step hashes in the database, known after resume()
@@ -373,7 +378,8 @@ class TaskTuner:
                 inputs.append(MeasureInput(self.task, state))
                 results.append(record.result)
             if inputs:
-                self.policy.update(inputs, results)
+                with self.skips.guard("policy update", str(self.task)):
+                    self.policy.update(inputs, results)
             note_fastest = getattr(self.setup.runner, "note_fastest", None)
             if note_fastest is not None:
                 note_fastest(self.task, tally.best_cost)
@@ -390,7 +396,9 @@ class TaskTuner:
         tally = self.tally
         tally.since = time.perf_counter()
         try:
-            proposed = self.policy.next_batch(n_trials)
+            proposed: list[State] = []
+            with self.skips.guard("policy proposal", str(self.task)):
+                proposed = self.policy.next_batch(n_trials)
             tally.policy_s += time.perf_counter() - tally.since
             states = []
             for state in proposed:  # a policy that breaks its promise must not cost measurements
@@ -403,7 +411,8 @@ class TaskTuner:
             inputs = [MeasureInput(self.task, s) for s in states]
             results = self._measure(inputs)
             t0 = time.perf_counter()
-            self.policy.update(inputs, results)
+            with self.skips.guard("policy update", str(self.task)):
+                self.policy.update(inputs, results)
             tally.policy_s += time.perf_counter() - t0
             self._report(tally.progress("batch", inputs, results))
             return len(results)
@@ -480,7 +489,7 @@ class TaskTuner:
         t = self.tally
         return TuneResult(self.task, t.best_state, t.best_cost, t.best_gflops, t.done, len(t.costs), t.busy_s,
                           t.policy_s, t.build_s, t.run_s, {k: n for k, n in sorted(t.errors.items())}, interrupted,
-                          t.retimed)
+                          self.skips.summary(), t.retimed)
 
     def __repr__(self) -> str:
         return f"TaskTuner({self.task}, {self.tally.done} measured, best {self.tally.best_cost:.3g} s)"
@@ -504,19 +513,20 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
     `{"generations": 0}` or `{"sketches": [...]}` for "ansor"; see make_policy and ablation_policy).
     `target`/`hw` are used only when `task_or_dag` is not a SearchTask; `build_timeout`/`run_timeout`
     (seconds per candidate) only for the default LocalBuilder/LocalRunner (see MeasureSetup.open).
-    Ctrl-C (KeyboardInterrupt, also from a callback) stops the loop; what was measured is kept and
-    returned (`interrupted=True`).
+    Ctrl-C (KeyboardInterrupt, also from a callback; `tensorgen` turns SIGTERM into one) stops the loop; what
+    was measured is kept and returned (`interrupted=True`), and saying so is the caller's business.
     """
     if trials < 0 or batch_size < 1:
         raise TuneError(f"need trials >= 0 and batch_size >= 1, got trials={trials}, batch_size={batch_size}")
     task = make_task(task_or_dag, target, hw)
     t0 = time.perf_counter()
     # before opening the db: a bad policy (or policy option) creates no file
-    search = make_policy(task, policy, cost_model, seed, policy_options)
+    skips = Skips()
+    search = make_policy(task, policy, cost_model, seed, policy_options, skips)
     search_s = time.perf_counter() - t0
     interrupted = False
     with MeasureSetup.open(db, builder, runner, build_timeout, run_timeout) as setup:
-        tuner = TaskTuner(task, search, setup, trials=trials, callbacks=callbacks, search_s=search_s)
+        tuner = TaskTuner(task, search, setup, trials=trials, callbacks=callbacks, search_s=search_s, skips=skips)
         try:
             tuner.resume()
             while tuner.trials_done < trials:
@@ -527,6 +537,6 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
             tuner.confirm()
         except KeyboardInterrupt:
             interrupted = True
-            LOGGER.warning("%s: interrupted after %d trials; every measured record is in the database", task,
-                           tuner.trials_done)
+            LOGGER.info("%s: interrupted after %d trials; every measured record is in the database", task,
+                        tuner.trials_done)
     return tuner.result(interrupted)

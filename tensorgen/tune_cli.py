@@ -141,6 +141,7 @@ def summary_table(result: TuneResult, db: str) -> str:
     """The result as aligned `key  value` rows."""
     cost = result.best_cost
     errors = ", ".join(f"{n} {k}" for k, n in result.errors.items()) or "none"
+    skipped = ", ".join(f"{n} {k}" for k, n in result.skipped.items()) or "none"
     rows = [
         ("workload", f"{result.task.desc} [{result.task.workload_key}]"),
         ("target", str(result.task.target)),
@@ -153,6 +154,7 @@ def summary_table(result: TuneResult, db: str) -> str:
         ("  run", f"{result.run_s:.1f} s"),
         ("  search overhead", f"{result.search_overhead_s:.1f} s"),
         ("errors (this run)", errors),
+        ("skipped (search faults)", skipped),
         ("database", db),
     ]
     width = max(len(k) for k, _ in rows)
@@ -198,7 +200,15 @@ def _tune(args: argparse.Namespace) -> int:
                 "seed": args.seed, "db": args.db}
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=2)
-    return 130 if result.interrupted else 0
+    if result.interrupted:
+        print(interrupted_line(result.trials, args.db), file=sys.stderr)
+        return 130
+    return 0
+
+
+def interrupted_line(trials: int, db: str) -> str:
+    """The one line `tensorgen tune` prints when Ctrl-C or SIGTERM stops it."""
+    return f"tensorgen: interrupted after {trials} trials; every measured record is in {db}"
 
 
 def _show(args: argparse.Namespace) -> int:

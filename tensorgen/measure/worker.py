@@ -4,10 +4,15 @@ Why not multiprocessing: fork is unsafe once the parent holds OpenMP or other th
 the caller's `__main__`, which breaks every script without an `if __name__ == "__main__"` guard. A worker
 started with `-m` imports only what the calls need. Each call has a timeout; a worker that hangs is killed,
 one that dies is noticed at once (end of its pipe), and either is replaced on its next call.
+
+A worker dies with its parent, even one killed by SIGKILL (`die_with_parent`: the kernel's parent-death
+signal, and the end of its input pipe as the fallback), and ignores SIGINT: Ctrl-C reaches the whole
+process group, and the parent alone decides what it means.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import pickle
 import queue
@@ -67,8 +72,31 @@ def _recv_blocking(f: IO[bytes]) -> bytes | None:
     return f.read(n)
 
 
-def main() -> None:
-    """Worker loop: run (fn, args) calls from stdin, reply on stdout, until stdin closes."""
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int) -> None:
+    """Make this (child) process get SIGKILL when its parent dies, ignore SIGINT (the parent handles Ctrl-C) and
+    end at SIGTERM whatever handler a forked child inherited (the parent's turns it into an interrupt).
+
+    The parent-death signal is Linux's prctl(PR_SET_PDEATHSIG); elsewhere the caller's end-of-pipe check is
+    the only way out. If `parent` is already gone (it died before the call), exit at once."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def main(parent: int | None = None) -> None:
+    """Worker loop: run (fn, args) calls from stdin, reply on stdout, until stdin closes (the parent closed it,
+    or died)."""
+    if parent is not None:
+        die_with_parent(parent)
     inp, out = sys.stdin.buffer, os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints from calls go to stderr, never into the result pipe
     sys.stdout = sys.stderr
@@ -90,8 +118,9 @@ class PopenWorker:
     def start(self) -> None:
         # the parent's sys.path, so functions it can import (tensorgen itself, test hooks) unpickle here too
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
-        self.proc = subprocess.Popen([sys.executable, "-c", "from tensorgen.measure.worker import main; main()"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        code = f"from tensorgen.measure.worker import main; main({os.getpid()})"
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     env=env, start_new_session=True)  # Ctrl-C at the terminal is the parent's
 
     def call(self, fn: Callable, args: Sequence, timeout: float | None) -> Any:
         if self.proc is None or self.proc.poll() is not None:
@@ -140,14 +169,20 @@ class PopenWorker:
             if f is not None:
                 f.close()
 
+    def interrupt(self) -> None:
+        """Kill the process from another thread; the thread in `call` sees it die and cleans up."""
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+
     def close(self) -> None:
         """Let the worker exit on end of input; kill it if it does not within a second."""
         if self.proc is not None and self.proc.stdin is not None and self.proc.poll() is None:
             try:
                 self.proc.stdin.close()
                 self.proc.wait(timeout=1.0)
-            except (BrokenPipeError, subprocess.TimeoutExpired) as exc:
-                sys.stderr.write(f"tensorgen worker did not exit cleanly ({exc}); killing it\n")
+            except (BrokenPipeError, subprocess.TimeoutExpired):
+                pass  # killed below
         self.kill()
 
 
@@ -192,7 +227,15 @@ class WorkerPool:
         return [f.result() for f in futures]
 
     def close(self) -> None:
+        """Stop the workers; calls still running (the caller was interrupted) are cut short, not waited for."""
         if self._threads is not None:
+            self._threads.shutdown(wait=False, cancel_futures=True)
+            idle = []
+            while not self._idle.empty():
+                idle.append(self._idle.get())
+            for w in self._all:
+                if not any(w is i for i in idle):
+                    w.interrupt()
             self._threads.shutdown(wait=True)
             self._threads = None
         for w in self._all:

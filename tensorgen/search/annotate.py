@@ -25,6 +25,7 @@ from tensorgen.schedule.stage import Split, Stage
 from tensorgen.schedule.state import State
 from tensorgen.schedule.steps import RfactorStep, SplitStep, Step
 from tensorgen.search.rules import has_data_reuse, is_output, is_tiled
+from tensorgen.search.skips import Skips
 from tensorgen.search.task import SearchTask
 from tensorgen.target import HardwareParams
 from tensorgen.te.expr import Load, Reduce, Var, walk
@@ -383,15 +384,18 @@ def shares_work(state: State) -> bool:
 
 def sample_initial_population(task: SearchTask, sketches: Sequence[State], n: int, rng: np.random.Generator,
                               policy: AnnotationPolicy | None = None, max_tries: int | None = None,
-                              validate: Callable[[list[State]], list[bool]] | None = None) -> list[State]:
+                              validate: Callable[[list[State]], list[bool]] | None = None,
+                              skips: Skips | None = None) -> list[State]:
     """`n` valid random programs from uniformly picked sketches (fewer only if `max_tries`, default
     10 * n, samples are mostly invalid). Duplicates are kept: the population is a multiset.
     `validate` checks a batch at once, so that a caller that lowers anyway (the feature extractor)
-    checks validity in the same vectorized pass; the default lowers each state."""
+    checks validity in the same vectorized pass; the default lowers each state. A sample that raises
+    otherwise than ScheduleError (a bug) is skipped and counted in `skips`."""
     if not sketches:
         raise ValueError("sample_initial_population: no sketches to sample from")
     policy = policy or AnnotationPolicy()
     validate = validate or (lambda states: [is_valid(s) for s in states])
+    skips = skips if skips is not None else Skips()
     out: list[State] = []
     tries = 0
     limit = 10 * n if max_tries is None else max_tries
@@ -400,9 +404,10 @@ def sample_initial_population(task: SearchTask, sketches: Sequence[State], n: in
         for _ in range(min(n - len(out), limit - tries)):
             tries += 1
             sketch = sketches[int(rng.integers(len(sketches)))]
-            try:
-                batch.append(sample_state(task, sketch, rng, policy))
-            except ScheduleError:
-                continue
+            with skips.guard("random annotation", str(task)):
+                try:
+                    batch.append(sample_state(task, sketch, rng, policy))
+                except ScheduleError:
+                    continue
         out += [s for s, ok in zip(batch, validate(batch)) if ok]
     return out

@@ -5,12 +5,18 @@ by parent, in forked worker processes (`ChildWorkers`). Every job carries its ow
 children do not depend on where, or in how many processes, they were made. A child is valid when
 the feature extractor can derive its statements; the features it computes on the way are the ones
 the cost model scores, so validation costs nothing extra.
+
+An operation that raises (a bug in a rule, a sample, the feature extractor) is skipped and counted in the
+maker's `skips` (tensorgen.search.skips); a worker that dies or raises is restarted and its jobs made again
+in the search process, so neither ends the tuning run.
 """
 
 from __future__ import annotations
 
 import math
 import multiprocessing
+import os
+import traceback
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -20,6 +26,8 @@ import numpy as np
 
 from tensorgen.errors import ScheduleError
 from tensorgen.features.extractor import FeatureExtractor
+from tensorgen.features.layout import N_FEATURES
+from tensorgen.measure.worker import die_with_parent
 from tensorgen.schedule.replay import PrefixReplayer
 from tensorgen.schedule.state import State
 from tensorgen.schedule.steps import Step
@@ -27,6 +35,7 @@ from tensorgen.search.annotate import AnnotationPolicy, sample_state
 from tensorgen.search.crossover import crossover, match_sketch, step_owners
 from tensorgen.search.gc_relief import relax_worker_collections
 from tensorgen.search.mutations import Mutation, mutate
+from tensorgen.search.skips import Skips
 from tensorgen.search.task import SearchTask
 
 Steps = tuple[Step, ...]
@@ -90,8 +99,9 @@ class ChildMaker:
 
     def __init__(self, task: SearchTask, extractor: FeatureExtractor, sketches: Sequence[State],
                  mutations: Sequence[Mutation] | None, max_tries: int = 4, capacity: int = 50_000,
-                 annotation: AnnotationPolicy | None = None):
+                 annotation: AnnotationPolicy | None = None, skips: Skips | None = None):
         self.task, self.extractor, self.sketches = task, extractor, list(sketches)
+        self.skips = skips if skips is not None else Skips()
         self.annotation = annotation or AnnotationPolicy()
         self.mutations, self.max_tries, self.capacity = mutations, max_tries, capacity
         self._states: OrderedDict[Steps, State] = OrderedDict()
@@ -109,26 +119,45 @@ class ChildMaker:
             self.remember(hit)
         return hit
 
+    def features(self, states: Sequence[State]) -> list[np.ndarray]:
+        """The extractor's features of `states` (no rows: the state does not lower); a state whose extraction
+        raises gets no rows and is counted (found by extracting the batch's states one by one)."""
+        with self.skips.guard("feature extraction", f"a batch of {len(states)} programs of {self.task}"):
+            return self.extractor.extract(states)
+        out = []
+        for state in states:
+            feats = None
+            with self.skips.guard("feature extraction", f"a program of {self.task}"):
+                (feats,) = self.extractor.extract([state])
+            out.append(feats if feats is not None else np.zeros((0, N_FEATURES)))
+        return out
+
     def _valid(self, states: Sequence[State | None]) -> list[bool]:
         real = [s for s in states if s is not None]
-        ok = iter(f.shape[0] > 0 for f in self.extractor.extract(real))
+        ok = iter(f.shape[0] > 0 for f in self.features(real))
         return [s is not None and next(ok) for s in states]
 
     def _crossover(self, a: State, b: State, rng: np.random.Generator) -> State | None:
-        k = match_sketch(a, self.sketches)
-        if k is None or k != match_sketch(b, self.sketches) or a.steps == b.steps:
-            return None
-        return crossover(self.task, a, b, len(self.sketches[k].steps), self._owners[k], rng)
+        kid = None
+        with self.skips.guard("crossover", str(self.task)):
+            k = match_sketch(a, self.sketches)
+            if k is None or k != match_sketch(b, self.sketches) or a.steps == b.steps:
+                return None
+            kid = crossover(self.task, a, b, len(self.sketches[k].steps), self._owners[k], rng)
+        return kid
 
     def sample(self, jobs: Sequence[SampleJob]) -> list[Steps | None]:
         """The valid random programs of `jobs` (None where the sample does not apply or lower)."""
         states: list[State | None] = []
         for job in jobs:
-            try:
-                states.append(sample_state(self.task, self.sketches[job.sketch], np.random.default_rng(job.seed),
-                                           self.annotation))
-            except ScheduleError:
-                states.append(None)
+            state = None
+            with self.skips.guard("random annotation", f"sketch {job.sketch} of {self.task}"):
+                try:
+                    state = sample_state(self.task, self.sketches[job.sketch], np.random.default_rng(job.seed),
+                                         self.annotation)
+                except ScheduleError:
+                    pass
+            states.append(state)
         out: list[Steps | None] = []
         for st, ok in zip(states, self._valid(states)):
             if ok:
@@ -151,7 +180,7 @@ class ChildMaker:
         for _ in range(self.max_tries):
             if not todo:
                 break
-            kids = [mutate(self.task, parents[k], rngs[k], self.mutations)[0] for k in todo]
+            kids = [mutate(self.task, parents[k], rngs[k], self.mutations, self.skips)[0] for k in todo]
             failed = []
             for k, kid, ok in zip(todo, kids, self._valid(kids)):
                 if ok:
@@ -164,18 +193,36 @@ class ChildMaker:
         return results
 
 
-def _serve(maker: ChildMaker, conn) -> None:
-    """A worker: run each (kind, jobs) received, send back the new programs' steps with their features."""
+def _serve(maker: ChildMaker, conn, parent: int) -> None:
+    """A worker: run each (kind, jobs) received, send back the new programs' steps with their features and the
+    operations skipped on the way (logged by the search process, once). Ends when the parent closes the pipe
+    or dies."""
+    die_with_parent(parent)
     relax_worker_collections()
     while True:
-        msg = conn.recv()
+        try:
+            while not conn.poll(1.0):
+                if os.getppid() != parent:  # where no parent-death signal exists
+                    return
+            msg = conn.recv()
+        except EOFError:
+            return
         if msg is None:
             return
         kind, jobs = msg
-        made = maker.sample(jobs) if kind == "sample" else maker.make(jobs)
-        steps = made if kind == "sample" else [r.steps for r in made]
-        feats = [None if st is None else maker.extractor.extract_one(maker.state(st)) for st in steps]
-        conn.send((made, feats))
+        maker.skips = Skips(log=False)
+        try:
+            made = maker.sample(jobs) if kind == "sample" else maker.make(jobs)
+            steps = made if kind == "sample" else [r.steps for r in made]
+            feats = maker.features([maker.state(st) for st in steps if st is not None])
+            reply: tuple | str = (made, feats, maker.skips)
+        except Exception:  # noqa: BLE001 - reported to the search process, which redoes the jobs
+            reply = traceback.format_exc()
+        conn.send(reply)
+
+
+class SearchWorkerError(RuntimeError):
+    """A search worker's jobs raised outside the guarded operations (the message is its last traceback line)."""
 
 
 def _stop(conns, procs) -> None:
@@ -196,17 +243,33 @@ class ChildWorkers:
     features come back and go into the search process's extractor cache, where scoring finds them."""
 
     def __init__(self, maker: ChildMaker, n: int):
-        ctx = multiprocessing.get_context("fork")
         self.maker, self.conns, self.procs = maker, [], []
         for _ in range(n):
-            mine, theirs = ctx.Pipe()
-            proc = ctx.Process(target=_serve, args=(maker, theirs), daemon=True)
-            proc.start()
-            theirs.close()
-            self.conns.append(mine)
-            self.procs.append(proc)
+            self.conns.append(None)
+            self.procs.append(None)
+            self._start(len(self.procs) - 1)
         self._home: OrderedDict[Steps, int] = OrderedDict()  # steps -> worker that holds the state
         self._finalizer = weakref.finalize(self, _stop, self.conns, self.procs)
+
+    def _start(self, w: int) -> None:
+        """Fork worker `w` (again): it starts with everything the search process's maker knows now."""
+        ctx = multiprocessing.get_context("fork")
+        mine, theirs = ctx.Pipe()
+        proc = ctx.Process(target=_serve, args=(self.maker, theirs, os.getpid()), daemon=True)
+        proc.start()
+        theirs.close()
+        self.conns[w], self.procs[w] = mine, proc
+
+    def _restart(self, w: int, exc: BaseException) -> None:
+        """Worker `w` died or broke its protocol: count it, end what is left of it and fork a new one."""
+        proc = self.procs[w]
+        self.maker.skips.note("search worker", f"a worker of {self.maker.task}", exc)
+        self.conns[w].close()
+        if proc.is_alive():
+            proc.kill()
+        proc.join(timeout=5.0)
+        self._start(w)
+        self._home = OrderedDict((k, v) for k, v in self._home.items() if v != w)
 
     def close(self) -> None:
         self._finalizer()
@@ -225,17 +288,49 @@ class ChildWorkers:
         return self._run("sample", jobs, [list(range(w, len(jobs), n)) for w in range(n)], lambda r: r, lambda: None)
 
     def _run(self, kind: str, jobs: Sequence, queues: list[list[int]], steps_of, empty) -> list:
+        """Send each worker its queue, collect the answers; a worker that died (or answered nonsense) is
+        restarted, and its jobs are made in this process (same seeds, same children)."""
+        sent = []
         for w, q in enumerate(queues):
-            self.conns[w].send((kind, [jobs[k] for k in q]))
+            try:
+                self.conns[w].send((kind, [jobs[k] for k in q]))
+                sent.append(True)
+            except (OSError, ValueError) as exc:
+                self._restart(w, exc)
+                sent.append(False)
         results = [empty() for _ in jobs]
         wk = self.maker.task.workload_key
         for w, q in enumerate(queues):
-            got, feats = self.conns[w].recv()
-            for k, res, f in zip(q, got, feats):
+            answer = None
+            if sent[w]:
+                try:
+                    answer = self._answer(w, len(q))
+                except (EOFError, OSError, ValueError, TypeError, SearchWorkerError) as exc:
+                    self._restart(w, exc)
+            if answer is None:
+                mine = [jobs[k] for k in q]
+                made = self.maker.sample(mine) if kind == "sample" else self.maker.make(mine)
+                for k, res in zip(q, made):
+                    results[k] = res
+                continue
+            got, feats = answer
+            made_steps = iter(feats)
+            for k, res in zip(q, got):
                 results[k] = res
                 if (steps := steps_of(res)) is not None:
-                    self.maker.extractor.add((wk, steps), f)
+                    self.maker.extractor.add((wk, steps), next(made_steps))
                     self._home[steps] = w
         while len(self._home) > self.maker.capacity:
             self._home.popitem(last=False)
         return results
+
+    def _answer(self, w: int, n: int) -> tuple[list, list]:
+        """Worker w's answer to n jobs (its skipped operations go to the search process's count)."""
+        reply = self.conns[w].recv()
+        if isinstance(reply, str):
+            raise SearchWorkerError(reply.strip().splitlines()[-1])
+        got, feats, skips = reply
+        if len(got) != n:
+            raise ValueError(f"search worker {w} answered {len(got)} results for {n} jobs")
+        self.maker.skips.absorb(skips)
+        return got, feats

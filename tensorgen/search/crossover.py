@@ -9,7 +9,7 @@ import numpy as np
 
 from tensorgen.schedule.state import State
 from tensorgen.schedule.steps import SplitStep, Step
-from tensorgen.search.mutations import LOCATION_STEPS, is_flexible, replay
+from tensorgen.search.mutations import ANNOTATION_STEPS, LOCATION_STEPS, is_flexible, replay
 from tensorgen.search.task import SearchTask
 
 
@@ -25,11 +25,17 @@ def _same_skeleton(sketch_step: Step, step: Step) -> bool:
 
 def match_sketch(state: State, sketches: Sequence[State]) -> int | None:
     """Index of the sketch `state` was annotated from: the longest whose steps start the state's (a
-    sketch can extend another, as rules.PackOperand's do), if any."""
+    sketch can extend another, as rules.PackOperand's do) and are followed by annotation steps only.
+
+    A program can be a sketch of this task's list extended by structural steps (a pack, cache or rfactor
+    stage) when it was made from a sketch the list lacks: one adapted from a similar task whose rules gave
+    it more sketches (a larger operand is packed), or a record of another version. Such a program has
+    other stages than the sketch's annotated programs, so it matches none (no crossover partner)."""
     best = None
     for k, sk in enumerate(sketches):
         n = len(sk.steps)
-        if len(state.steps) >= n and all(_same_skeleton(a, b) for a, b in zip(sk.steps, state.steps[:n])):
+        if len(state.steps) >= n and all(_same_skeleton(a, b) for a, b in zip(sk.steps, state.steps[:n])) \
+                and all(isinstance(s, ANNOTATION_STEPS) for s in state.steps[n:]):
             if best is None or n > len(sketches[best].steps):
                 best = k
     return best
@@ -52,9 +58,12 @@ def crossover(task: SearchTask, a: State, b: State, sketch_len: int, owners: Seq
     random. A flexible stage computed at another stage follows that stage's parent, because the
     consumer's annotations were chosen around that attach point. Location steps go first (in
     descending stage order, as annotation made them), then the rest of each parent's steps in order;
-    the child is verified by replay (None when a step no longer applies).
+    the child is verified by replay (None when a step no longer applies). Parents whose stages differ
+    (not both annotations of the sketch: see `match_sketch`) have no common nodes: None.
     """
     names = [st.name for st in a.stages]
+    if [st.name for st in b.stages] != names:
+        return None
     parent = {n: int(rng.integers(2)) for n in names}
     owned = set(owners) | {names[s.stage_id] for s in a.steps[sketch_len:] + b.steps[sketch_len:]}
     if len({parent[n] for n in owned}) < 2 and len(owned) > 1:

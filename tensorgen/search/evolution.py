@@ -28,6 +28,7 @@ from tensorgen.search.children import ChildJob, ChildMaker, ChildResult, ChildWo
 from tensorgen.search.mutations import DEFAULT_MUTATIONS, Mutation
 from tensorgen.search.policy import state_key
 from tensorgen.search.sketch import generate_sketches
+from tensorgen.search.skips import Skips
 from tensorgen.search.task import SearchTask
 
 # ---------------------------------------------------------------------------------------------
@@ -64,7 +65,8 @@ class EvolutionarySearch:
                  rng: np.random.Generator | None = None, population: int = 2048, generations: int = 4,
                  mutation_prob: float = 0.85, crossover_prob: float = 0.05, elite_fraction: float = 0.0,
                  sketches: Sequence[State] | None = None, mutations: Sequence[Mutation] | None = None,
-                 annotation: AnnotationPolicy | None = None, max_tries: int = 4, workers: int = 1):
+                 annotation: AnnotationPolicy | None = None, max_tries: int = 4, workers: int = 1,
+                 skips: Skips | None = None):
         if not (0 <= mutation_prob <= 1 and 0 <= crossover_prob <= 1):
             raise ValueError("mutation_prob and crossover_prob are probabilities in [0, 1]")
         self.task, self.cost_model = task, cost_model
@@ -76,8 +78,10 @@ class EvolutionarySearch:
             mutations = [copy.copy(r) for r in DEFAULT_MUTATIONS]
             for r in mutations:
                 r.policy = annotation
-        self.maker = ChildMaker(task, self.extractor, sketches if sketches is not None else generate_sketches(task),
-                                mutations, max_tries, annotation=annotation)
+        if sketches is None:
+            sketches = generate_sketches(task, skips=skips)
+        self.maker = ChildMaker(task, self.extractor, sketches,
+                                mutations, max_tries, annotation=annotation, skips=skips)
         self.workers = workers
         self._pool: ChildWorkers | None = None
         self.history: list[GenerationStats] = []
@@ -91,9 +95,12 @@ class EvolutionarySearch:
     # ---- fitness --------------------------------------------------------------------------
 
     def score(self, states: Sequence[State]) -> np.ndarray:
-        """Predicted fitness; -inf for states that do not lower (no statements)."""
-        feats = self.extractor.extract(states)
-        scores = np.asarray(self.cost_model.predict(feats), dtype=np.float64).reshape(-1)
+        """Predicted fitness; -inf for states that do not lower (no statements). A cost model whose prediction
+        fails scores every valid state alike (the generation is a random walk) and is counted in the skips."""
+        feats = self.maker.features(states)
+        scores = np.zeros(len(states))
+        with self.maker.skips.guard("cost model predict", f"{type(self.cost_model).__name__} on {self.task}"):
+            scores = np.asarray(self.cost_model.predict(feats), dtype=np.float64).reshape(len(states))
         return np.where([f.shape[0] > 0 for f in feats], scores, -np.inf)
 
     # ---- children -------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from tensorgen.search.annotate import (
     shares_work,
 )
 from tensorgen.search.rules import has_data_reuse, is_output, is_tiled
+from tensorgen.search.skips import Skips
 from tensorgen.search.task import SearchTask
 from tensorgen.te.expr import Reduce
 
@@ -357,12 +358,22 @@ def register_mutation(rule: Mutation, rules: list[Mutation] | None = None) -> Mu
     return rule
 
 
-def mutate(task: SearchTask, state: State, rng: np.random.Generator,
-           rules: Sequence[Mutation] | None = None) -> tuple[State | None, Mutation | None]:
-    """Apply one applicable rule chosen by weight; (None, rule) if it failed, (None, None) if none applies."""
-    table = [r for r in (DEFAULT_MUTATIONS if rules is None else rules) if r.weight > 0 and r.applicable(task, state)]
+def mutate(task: SearchTask, state: State, rng: np.random.Generator, rules: Sequence[Mutation] | None = None,
+           skips: Skips | None = None) -> tuple[State | None, Mutation | None]:
+    """Apply one applicable rule chosen by weight; (None, rule) if it failed, (None, None) if none applies.
+    A rule that raises (a bug: rules answer None for what they cannot do) counts as not applicable, or as
+    failed, and is counted in `skips`."""
+    skips = skips if skips is not None else Skips()
+    table = []
+    for r in DEFAULT_MUTATIONS if rules is None else rules:
+        with skips.guard("mutation", f"{r.name} on {task}"):
+            if r.weight > 0 and r.applicable(task, state):
+                table.append(r)
     if not table:
         return None, None
     w = np.array([r.weight for r in table], dtype=np.float64)
     rule = table[int(rng.choice(len(table), p=w / w.sum()))]
-    return rule.apply(task, state, rng), rule
+    child = None
+    with skips.guard("mutation", f"{rule.name} on {task}"):
+        child = rule.apply(task, state, rng)
+    return child, rule

@@ -16,6 +16,7 @@ from tensorgen.schedule.state import State
 from tensorgen.search.annotate import AnnotationPolicy, sample_initial_population
 from tensorgen.search.policy import state_key
 from tensorgen.search.sketch import generate_sketches
+from tensorgen.search.skips import Skips
 from tensorgen.search.task import SearchTask
 
 
@@ -28,11 +29,12 @@ class RandomPolicy:
     """
 
     def __init__(self, task: SearchTask, seed: int = 0, sketches: Sequence[State] | None = None,
-                 annotation: AnnotationPolicy | None = None, patience: int = 5) -> None:
+                 annotation: AnnotationPolicy | None = None, patience: int = 5, skips: Skips | None = None) -> None:
         self.task = task
         self.seed = seed
         self.rng = np.random.default_rng(seed)
-        self.sketches = list(sketches) if sketches is not None else generate_sketches(task)
+        self.skips = skips if skips is not None else Skips()
+        self.sketches = list(sketches) if sketches is not None else generate_sketches(task, skips=self.skips)
         self.annotation = annotation or AnnotationPolicy()
         self.patience = patience
         self.seen: set[str] = set()  # keys of states proposed or measured
@@ -41,7 +43,8 @@ class RandomPolicy:
         out: list[State] = []
         idle = 0
         while len(out) < n and idle < self.patience:
-            population = sample_initial_population(self.task, self.sketches, n - len(out), self.rng, self.annotation)
+            population = sample_initial_population(self.task, self.sketches, n - len(out), self.rng, self.annotation,
+                                                   skips=self.skips)
             fresh = 0
             for state in population:
                 key = state_key(state)

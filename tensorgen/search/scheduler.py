@@ -50,6 +50,7 @@ from tensorgen.search.objectives import (
     task_gradient,
 )
 from tensorgen.search.policy import SearchPolicy
+from tensorgen.search.skips import Skips
 from tensorgen.search.task import SearchTask
 from tensorgen.search.transfer import transfer_candidates
 from tensorgen.tune import MeasureSetup, TaskTuner, default_runner, make_cost_model, make_policy
@@ -155,6 +156,7 @@ class ScheduleResult:
     rounds: int
     stopped: str
     wall_s: float
+    skipped: dict[str, int] = field(default_factory=dict)  # search operations that raised, per kind (search.skips)
 
     @property
     def best_costs(self) -> list[float]:
@@ -174,7 +176,7 @@ class ScheduleResult:
                   "best_steps": s.to_json() if s is not None else None}
                  for t, r, s in zip(self.tasks, self.rows, self.best_states)]
         return {"tasks": tasks, "models": {k: seconds(v) for k, v in self.models.items()}, "trials": self.trials,
-                "rounds": self.rounds, "stopped": self.stopped, "wall_s": self.wall_s}
+                "rounds": self.rounds, "stopped": self.stopped, "wall_s": self.wall_s, "skipped": dict(self.skipped)}
 
 
 SchedulerCallback = Callable[[SchedulerProgress], None]
@@ -359,21 +361,23 @@ class TaskScheduler:
             raise SchedulerError("the scheduler needs one policy per task: pass a policy name or a function "
                                  "task -> SearchPolicy, not a SearchPolicy instance")
         shared_model = make_cost_model(cost_model, self.seed)
+        skips = Skips()
 
         def timed(i: int, task: SearchTask) -> tuple[SearchPolicy, float]:
             t0 = time.perf_counter()
             made = policy(task) if callable(policy) else make_policy(task, policy, shared_model, self.seed + i,
-                                                                     policy_options)
+                                                                     policy_options, skips)
             return made, time.perf_counter() - t0
 
         policies = [timed(i, task) for i, task in enumerate(self.tasks)]  # before the db: bad options make no file
         runner = runner if runner is not None else default_runner(run_timeout, evict_weights=True)
         with MeasureSetup.open(db, builder, runner, build_timeout, run_timeout) as setup:
-            tuners = [TaskTuner(task, p, setup, search_s=s) for task, (p, s) in zip(self.tasks, policies)]
-            return self.run(tuners, trials)
+            tuners = [TaskTuner(task, p, setup, search_s=s, skips=skips) for task, (p, s) in zip(self.tasks, policies)]
+            return self.run(tuners, trials, skips)
 
-    def run(self, tuners: Sequence[RoundTuner], trials: int) -> ScheduleResult:
-        """Allocate up to `trials` measurements (this call's budget) to `tuners`, one per task, in order."""
+    def run(self, tuners: Sequence[RoundTuner], trials: int, skips: Skips | None = None) -> ScheduleResult:
+        """Allocate up to `trials` measurements (this call's budget) to `tuners`, one per task, in order; `skips`
+        (the tuners' failed search operations) goes into the result."""
         if trials < 0 or len(tuners) != len(self.tasks):
             raise SchedulerError(f"need trials >= 0 and one tuner per task ({len(self.tasks)}); got trials={trials}, "
                                  f"{len(tuners)} tuners")
@@ -409,11 +413,11 @@ class TaskScheduler:
             self._confirm(session)
         except KeyboardInterrupt:
             stopped = "interrupted"
-            LOGGER.warning("scheduler interrupted after %d trials; every measured record is in the database",
-                           session.done)
+            LOGGER.info("scheduler interrupted after %d trials; every measured record is in the database",
+                        session.done)
         return ScheduleResult(self.tasks, self._rows(session), [t.best_state for t in tuners],
                               self._model_latencies(session.best()), session.done, session.rounds, stopped,
-                              time.perf_counter() - session.start)
+                              time.perf_counter() - session.start, skips.summary() if skips is not None else {})
 
     def _confirm(self, session: _Session) -> None:
         """Before the final estimate: every task's best is re-timed unless it was already (see tune.RETIMES)."""

@@ -15,26 +15,34 @@ from collections.abc import Sequence
 from tensorgen.errors import ScheduleError
 from tensorgen.schedule.state import State
 from tensorgen.search.rules import DEFAULT_RULES, Cond, Derivation, SketchRule
+from tensorgen.search.skips import Skips
 from tensorgen.search.task import SearchTask
 
 
-def derive(task: SearchTask, state: State, i: int, rules: Sequence[SketchRule]) -> list[Derivation]:
+def derive(task: SearchTask, state: State, i: int, rules: Sequence[SketchRule],
+           skips: Skips | None = None) -> list[Derivation]:
     """The successors of one derivation state under `rules` (inlined stages are passed over).
 
     A rule whose application raises ScheduleError contributes nothing: a rule may be offered a
     stage it cannot transform (e.g. a user rule meeting a stage an earlier rule already changed).
+    A rule that fails otherwise (a bug) is skipped for this state and counted in `skips`.
     """
     if state.stages[i].location == "inline":
         return [(state, i - 1)]
+    skips = skips if skips is not None else Skips()
     out: list[Derivation] = []
     for rule in rules:
-        cond = rule.condition(task, state, i)
+        cond, succ = Cond.SKIP, []  # what a failing rule amounts to
+        with skips.guard("sketch rule", f"{rule.name} at stage {state.stages[i].name} of {task}"):
+            answer = rule.condition(task, state, i)
+            if answer is not Cond.SKIP:
+                try:
+                    succ = rule.apply(task, state, i)
+                except ScheduleError:
+                    succ = []
+            cond = answer
         if cond is Cond.SKIP:
             continue
-        try:
-            succ = rule.apply(task, state, i)
-        except ScheduleError:
-            succ = []
         if any(j > i for _, j in succ):
             raise ValueError(f"rule {rule.name} moved the derivation forward from stage {i}; i must not increase")
         out.extend(succ)
@@ -44,12 +52,13 @@ def derive(task: SearchTask, state: State, i: int, rules: Sequence[SketchRule]) 
 
 
 def generate_sketches(task: SearchTask, rules: Sequence[SketchRule] | None = None,
-                      max_sketches: int = 1000) -> list[State]:
+                      max_sketches: int = 1000, skips: Skips | None = None) -> list[State]:
     """All sketches of `task.dag` under `rules` (default: the DEFAULT_RULES table, read at call time),
     deduplicated by their step list and in derivation order.
 
     A rule returning (S, i) with the same i must make progress on its own (like cache_write, which
-    moves the work to a new stage); `max_sketches` bounds a runaway user rule.
+    moves the work to a new stage); `max_sketches` bounds a runaway user rule. A rule that raises (other
+    than ScheduleError) is skipped where it failed and counted in `skips` (see tensorgen.search.skips).
     """
     rules = list(DEFAULT_RULES if rules is None else rules)
     start = State(task.dag)
@@ -64,7 +73,7 @@ def generate_sketches(task: SearchTask, rules: Sequence[SketchRule] | None = Non
         expanded += 1
         if expanded > max_sketches * 100 or len(sketches) > max_sketches:
             raise RuntimeError(f"sketch derivation did not terminate within {max_sketches} sketches; check the rules")
-        queue.extend(derive(task, state, i, rules))
+        queue.extend(derive(task, state, i, rules, skips))
     return list(sketches.values())
 
 

@@ -27,6 +27,7 @@ from tensorgen.search.gc_relief import fewer_collections
 from tensorgen.search.mutations import Mutation
 from tensorgen.search.policy import state_key
 from tensorgen.search.sketch import generate_sketches
+from tensorgen.search.skips import Skips
 from tensorgen.search.task import SearchTask
 
 
@@ -48,6 +49,7 @@ class SketchPolicy:
     is how many random programs each batch samples — sampling lowers every candidate, so it is the
     cost to keep small. `crossover_prob=0` disables crossover. `workers` processes make the children
     (default: one per core of the task's machine, at most this machine's; 1 = in this process).
+    Operations of the search that raise are skipped and counted in `skips` (tensorgen.search.skips).
     """
 
     def __init__(self, task: SearchTask, cost_model=None, seed: int = 0, population: int = 2048,
@@ -57,14 +59,15 @@ class SketchPolicy:
                  mutation_prob: float = 0.85, crossover_prob: float = 0.05,
                  mutations: Sequence[Mutation] | None = None, patience: int = 5, workers: int | None = None,
                  prefilter: StaticAnalyzer | str | None = None, prefilter_pool: int = 4,
-                 prefilter_random: float = 0.1) -> None:
+                 prefilter_random: float = 0.1, skips: Skips | None = None) -> None:
         self.task = task
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.cost_model = cost_model if cost_model is not None else default_cost_model(seed)
         self.extractor = extractor if extractor is not None else FeatureExtractor(task.hw)
         self.annotation = annotation or AnnotationPolicy()
-        self.sketches = list(sketches) if sketches is not None else generate_sketches(task)
+        self.skips = skips if skips is not None else Skips()
+        self.sketches = list(sketches) if sketches is not None else generate_sketches(task, skips=self.skips)
         self.eps_greedy, self.seed_fraction, self.patience = eps_greedy, seed_fraction, patience
         self.init_population = init_population if init_population is not None else min(population, 256)
         if prefilter not in (None, "psa") and not isinstance(prefilter, StaticAnalyzer):
@@ -75,7 +78,7 @@ class SketchPolicy:
             task, self.cost_model, self.extractor, self.rng, population=population, generations=generations,
             mutation_prob=mutation_prob, crossover_prob=crossover_prob, sketches=self.sketches,
             mutations=mutations, annotation=self.annotation,
-            workers=workers if workers is not None else min(task.hw.cores, os.cpu_count() or 1),
+            workers=workers if workers is not None else min(task.hw.cores, os.cpu_count() or 1), skips=self.skips,
         )
         self.seen: set[str] = set()  # keys of states proposed or measured
         self.measured: dict[str, float] = {}  # key -> mean cost (inf for failures)
@@ -177,9 +180,10 @@ class SketchPolicy:
             if math.isfinite(cost) and cost > 0:
                 throughputs[n] = flop / cost
                 self._good.append((cost, len(self._good), inp.state))
-        features = self.extractor.extract([inp.state for inp in inputs])
-        self.cost_model.update(features, throughputs, np.full(len(inputs), self.task.workload_key))
-        self.num_trained += len(inputs)
+        features = self.evolution.maker.features([inp.state for inp in inputs])
+        with self.skips.guard("cost model update", f"{type(self.cost_model).__name__} on {self.task}"):
+            self.cost_model.update(features, throughputs, np.full(len(inputs), self.task.workload_key))
+            self.num_trained += len(inputs)
 
     def __repr__(self) -> str:
         return (f"SketchPolicy({self.task}, seed={self.seed}, {len(self.sketches)} sketches, "
