@@ -15,6 +15,7 @@ from tensorgen.dag import ComputeDAG
 from tensorgen.errors import TensorgenError
 from tensorgen.measure import LocalBuilder, LocalRunner
 from tensorgen.records import SQLiteDatabase
+from tensorgen.records.record import program_cost
 from tensorgen.search.random_policy import RandomPolicy
 from tensorgen.te.ops.suite import make_gmm
 from tensorgen.tune import TuneError, TuneProgress, make_task, tune
@@ -259,6 +260,10 @@ def test_one_lucky_measurement_does_not_make_the_best(task, tmp_path):
         result = tune(task, trials=8, db=tmp_path / "l.db", policy=RandomPolicy(task, seed=5), batch_size=8,
                       builder=builder, runner=runner)
     assert runner.lucky_cost is not None and result.retimed >= 2
-    assert result.best_cost > 100 * runner.lucky_cost
     with SQLiteDatabase(tmp_path / "l.db") as db:
-        assert db.best(task.workload_key, "cpu").cost == result.best_cost
+        best = db.best(task.workload_key, "cpu")
+        runs = [r.cost for r in db.records(task.workload_key, "cpu") if r.ok and r.steps_hash == best.steps_hash]
+    # the reported best is its program's re-timed cost, never the disturbed reading (on a loaded machine the
+    # re-timings themselves may differ by 1000x: a thread of the team waits for a core for a time slice)
+    assert result.best_cost != runner.lucky_cost and best.cost == result.best_cost
+    assert result.best_cost == program_cost(runs) and len(runs) > 1, runs
