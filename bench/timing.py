@@ -25,6 +25,7 @@ under load can be reproduced anywhere.
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import subprocess
@@ -64,6 +65,31 @@ class Protocol:
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "clock"}
+
+
+def add_arguments(parser: argparse.ArgumentParser, pause_s: float = 0.5) -> None:
+    """The protocol's command-line options, the same in every benchmark; `protocol_from` reads them."""
+    default = Protocol()
+    group = parser.add_argument_group("timing (bench/timing.py)")
+    group.add_argument("--rounds", type=int, default=default.rounds,
+                       help=f"timing rounds before their agreement is checked (default {default.rounds})")
+    group.add_argument("--max-rounds", type=int, default=default.max_rounds,
+                       help=f"rounds after which a comparison whose rounds still disagree is marked unreliable "
+                            f"(default {default.max_rounds})")
+    group.add_argument("--bound", type=float, default=default.bound,
+                       help=f"largest spread (interquartile range / median) of an engine's rounds and of the "
+                            f"per-round ratios (default {default.bound})")
+    group.add_argument("--repeat", type=int, default=default.samples,
+                       help=f"timed samples per block (default {default.samples})")
+    group.add_argument("--pause", type=float, default=pause_s, help=f"sleep before each block, s (default {pause_s})")
+    group.add_argument("--load", action="store_true",
+                       help="run one competing CPU-bound process while timing (the comparison under load)")
+
+
+def protocol_from(args: argparse.Namespace) -> Protocol:
+    """The Protocol of `add_arguments`' options (ValueError when they make no protocol)."""
+    return Protocol(rounds=args.rounds, max_rounds=args.max_rounds, bound=args.bound, samples=args.repeat,
+                    pause_s=args.pause, warm_s=min(Protocol.warm_s, args.pause))
 
 
 def spread(values: list[float]) -> float:
