@@ -353,8 +353,8 @@ def run_case(op: str, shape_index: int | None, config: tuple[int, ...], batch: i
             entry["load"] = describe_load(load)  # other processes on the cores distort OpenMP timings
             timed = compare(fns, protocol_from(args))
         entry.update(timing=timed.to_json(), reliable=timed.reliable, disagreement=timed.disagreement())
-        for name, seconds in timed.seconds.items():
-            entry[f"{name}_gflops"] = dag.flop_count / seconds / 1e9
+        for name, gflops in timed.gflops(dag.flop_count).items():
+            entry[f"{name}_gflops"] = gflops
             entry[f"{name}_rounds"] = [round(dag.flop_count / t / 1e9, 3) for t in timed.rounds_s[name]]
         entry["ratio"] = timed.ratios["torch"]
         entry["numpy_ratio"] = timed.ratios.get("numpy")

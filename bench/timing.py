@@ -123,6 +123,10 @@ class Comparison:
         s = self.seconds
         return {name: s[name] / s[self.reference] for name in s if name != self.reference}
 
+    def gflops(self, flops: float) -> dict[str, float]:
+        """Each engine's GFLOP/s for `flops` per call, from the same medians as `seconds` and `ratios`."""
+        return {name: flops / s / 1e9 for name, s in self.seconds.items()}
+
     @property
     def round_ratios(self) -> dict[str, list[float]]:
         ours = self.rounds_s[self.reference]
