@@ -287,15 +287,20 @@ def test_cli_tune_model_then_build_uses_the_records(tmp_path, capsys):
 def test_layers_bench_times_every_kernel_inside_the_model(tmp_path):
     """bench/layers.py: the timed rebuild runs, every kernel gets a time, every conv an ORT Conv node."""
     import importlib.util
+    import sys
 
+    sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))  # layers imports bench/timing.py
     spec = importlib.util.spec_from_file_location("_bench_layers", Path(__file__).parents[2] / "bench" / "layers.py")
     layers = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(layers)
     model = tmp_path / "resnet18.onnx"
     onnx.save(zoo_model("resnet18", image_size=32), model)
     out = tmp_path / "layers.json"
-    assert layers.main([str(model), "--db", str(tmp_path / "empty.db"), "--runs", "2", "--json", str(out)]) == 0
-    kernels = json.loads(out.read_text())["kernels"]
+    assert layers.main([str(model), "--db", str(tmp_path / "empty.db"), "--runs", "2", "--rounds", "2",
+                        "--max-rounds", "3", "--pause", "0", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    kernels = result["kernels"]
+    assert 2 <= result["totals"]["rounds"] <= 3 and len(result["totals"]["rounds_s"]["onnxruntime"]) >= 2
     assert len(kernels) == len(partition(load_graph(str(model))).subgraphs) and all(k["ms"] > 0 for k in kernels)
     convs = [k for k in kernels if "conv" in k["kernel"]]
     assert len(convs) == 20 and all(k["onnxruntime"] and "Conv" in k["onnxruntime"]["op"] for k in convs)
