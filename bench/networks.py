@@ -13,7 +13,8 @@ already holds. Tuning resumes from --db, so a run can be extended later.
 The peers run the model as their users do, with `--threads` threads each: ONNX Runtime on the zoo's
 ONNX file (io_binding, inputs and outputs bound once to preallocated buffers), and the zoo model
 written as a PyTorch nn.Module with the same weights (tensorgen/graph/zoo_torch.py) under
-torch.inference_mode, eager and compiled by torch.compile (a failed compile is reported in its row).
+torch.inference_mode (entered once, outside the timed calls), eager and compiled by torch.compile (a
+failed compile is reported in its row).
 tensorgen and PyTorch allocate their outputs each call (neither has an output argument; for a model
 that is one allocation per output against milliseconds of work).
 
@@ -131,8 +132,7 @@ def measure(name: str, batch: int, options: dict[str, int], db: str, threads: in
         tensors = [torch.from_numpy(feeds[n]) for n in graph.inputs]
 
         def eager() -> list:
-            with torch.inference_mode():
-                return [module(*tensors).numpy()]
+            return [module(*tensors).numpy()]
 
         runs: dict[str, Callable[[], list]] = {"tensorgen": lambda: compiled.run(inputs), "onnxruntime": ort_run,
                                              "torch": eager}
@@ -140,39 +140,46 @@ def measure(name: str, batch: int, options: dict[str, int], db: str, threads: in
             compiled_module = torch.compile(module)
 
             def compiled_torch() -> list:
-                with torch.inference_mode():
-                    return [compiled_module(*tensors).numpy()]
+                return [compiled_module(*tensors).numpy()]
 
             runs["torch_compile"] = compiled_torch
-        row["output_error"], engines = {}, {}
-        for engine, run in runs.items():
-            try:
-                start = time.perf_counter()
-                got = run()
-                if engine == "torch_compile":
-                    row["torch_compile_s"] = time.perf_counter() - start  # the first call compiles
-            except Exception as err:  # a peer that cannot run is a row note, never the end of the benchmark
-                row["errors"][engine] = f"{'torch.compile' if engine == 'torch_compile' else engine} failed: " \
-                                        f"{_one_line(err)}"
-                continue
-            abs_err, rel_err = output_error(got, reference)
-            row["output_error"][engine] = {"max_abs": abs_err, "max_rel": rel_err}
-            if rel_err > OUTPUT_RTOL:
-                row["errors"][engine] = f"wrong output: max |{engine} - onnxruntime| = {abs_err:.3g} " \
-                                        f"({rel_err:.3g} of max |onnxruntime|, tolerance {OUTPUT_RTOL:g})"
-            else:
-                engines[engine] = run
-        row["status"] = "ok" if "tensorgen" in engines else "wrong output" \
-            if "tensorgen" in row["output_error"] else "error"
-        if row["status"] != "ok":
-            return row
-        with competing_load(load) as pid:
-            row["load"] = describe_load(pid)
-            timed = compare(engines, protocol, reference="tensorgen")
+        with torch.inference_mode():  # entered once, outside the timed calls
+            check_and_time(runs, reference, protocol, load, row)
+    return row
+
+
+def check_and_time(runs: dict[str, Callable[[], list]], reference: list, protocol: Protocol, load: bool,
+                   row: dict) -> None:
+    """Check every engine's output against `reference`, then time those that are right, into `row`:
+    status "ok", or "wrong output"/"error" (tensorgen is wrong or failed) and no times at all."""
+    row["output_error"], engines = {}, {}
+    for engine, run in runs.items():
+        try:
+            start = time.perf_counter()
+            got = run()
+            if engine == "torch_compile":
+                row["torch_compile_s"] = time.perf_counter() - start  # the first call compiles
+        except Exception as err:  # a peer that cannot run is a row note, never the end of the benchmark
+            row["errors"][engine] = f"{'torch.compile' if engine == 'torch_compile' else engine} failed: " \
+                                    f"{_one_line(err)}"
+            continue
+        abs_err, rel_err = output_error(got, reference)
+        row["output_error"][engine] = {"max_abs": abs_err, "max_rel": rel_err}
+        if rel_err > OUTPUT_RTOL:
+            row["errors"][engine] = f"wrong output: max |{engine} - onnxruntime| = {abs_err:.3g} " \
+                                    f"({rel_err:.3g} of max |onnxruntime|, tolerance {OUTPUT_RTOL:g})"
+        else:
+            engines[engine] = run
+    row["status"] = "ok" if "tensorgen" in engines else "wrong output" \
+        if "tensorgen" in row["output_error"] else "error"
+    if row["status"] != "ok":
+        return
+    with competing_load(load) as pid:
+        row["load"] = describe_load(pid)
+        timed = compare(engines, protocol, reference="tensorgen")
     row["ms"] = {engine: s * 1e3 for engine, s in timed.seconds.items()}
     row["speedup"] = timed.ratios  # peer time over tensorgen's (> 1: tensorgen is faster)
     row.update(reliable=timed.reliable, disagreement=timed.disagreement(), timing=timed.to_json())
-    return row
 
 
 def measure_fresh(*args: Any) -> dict:
