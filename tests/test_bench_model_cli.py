@@ -37,6 +37,7 @@ def test_bench_reports_the_speedup_of_a_correct_output(tmp_path, capsys):
     assert rc == 0 and "as fast" in out and "WRONG OUTPUT" not in out
     assert result["output_ok"] is True and result["max_rel_err_vs_onnxruntime"] <= result["output_rtol"]
     assert set(result["ratios"]) == {"onnxruntime"}  # the node-by-node interpreter is no peer
+    assert result["ratios"]["onnxruntime"] == result["onnxruntime_ms"] / result["tensorgen_ms"]  # one statistic
     assert result["torch_ms"] is None and "torch " not in out
 
 
