@@ -1,8 +1,10 @@
 """A/B of two builds of one model (`tensorgen build` output directories), in one process: whole-model
-time in alternating blocks (each after a warm-up, see tensorgen.graph.compare.time_engines) and each
-kernel's median time inside the model (CompiledModel.profile), with the outputs checked to agree.
+time on the protocol of bench/timing.py (alternating blocks; a/b is the ratio of the medians over rounds,
+which must agree within --bound or the result is marked unreliable) and each kernel's median time inside
+the model (CompiledModel.profile), with the outputs checked to agree.
 
-    python bench/ab_models.py mobilenet_v2 DIR_A DIR_B [--blocks 8] [--threads 2] [--json FILE]
+    python bench/ab_models.py mobilenet_v2 DIR_A DIR_B [--rounds 3] [--bound 0.1] [--threads 2] [--load]
+                              [--json FILE]
 
 Both builds must hold the same kernels (the same model and database); what differs is how they were
 built, e.g. by two versions of the compiler.
@@ -12,12 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 
 import numpy as np
+from timing import add_arguments, compare, competing_load, describe_load, protocol_from
 
-from tensorgen.graph.compare import time_engines
 from tensorgen.graph.load import onnx_model_of
 from tensorgen.graph.zoo import random_inputs
 from tensorgen.runtime.model import CompiledModel
@@ -28,33 +29,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("model", help="zoo name or .onnx the builds were made from (for the inputs)")
     parser.add_argument("a")
     parser.add_argument("b")
-    parser.add_argument("--blocks", type=int, default=8)
     parser.add_argument("--profile-rounds", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--pause", type=float, default=0.5, help="seconds of sleep before each block")
     parser.add_argument("--json", metavar="FILE")
+    add_arguments(parser)
     args = parser.parse_args(argv)
+    try:
+        protocol = protocol_from(args)
+    except ValueError as err:
+        parser.error(str(err))
 
     feeds = random_inputs(onnx_model_of(args.model))
     models = {"a": CompiledModel(args.a, threads=args.threads), "b": CompiledModel(args.b, threads=args.threads)}
     inputs = [feeds[name] for name, _, _ in models["a"].inputs]
     outs = {k: m.run(inputs) for k, m in models.items()}
     diff = max(float(np.max(np.abs(x - y))) for x, y in zip(outs["a"], outs["b"]))
-    blocks = time_engines({k: m.run for k, m in models.items()}, inputs, args.blocks, pause_s=args.pause,
-                          warm_s=min(0.2, 0.4 * args.pause))
-    ratio = statistics.median(a / b for a, b in zip(blocks["a"], blocks["b"]))
+    with competing_load(args.load) as pid:
+        load = describe_load(pid)
+        timed = compare({k: (lambda m=m: m.run(inputs)) for k, m in models.items()}, protocol, reference="b")
+    ms = {k: v * 1e3 for k, v in timed.seconds.items()}
+    ratio = timed.ratios["a"]
     kernels = {k: np.median([[x["ms"] for x in m.profile(inputs, repeat=10)] for _ in range(args.profile_rounds)],
                             axis=0) for k, m in models.items()}
     names = [k["name"] for k in models["a"].manifest["kernels"]]
-    print(f"{args.model}: a {statistics.median(blocks['a']):.3f} ms, b {statistics.median(blocks['b']):.3f} ms, "
-          f"a/b per block (median) {ratio:.3f}; kernel sums a {kernels['a'].sum():.3f} b {kernels['b'].sum():.3f}; "
-          f"outputs differ by {diff:.2g}")
+    verdict = "" if timed.reliable else f" UNRELIABLE: {timed.disagreement()};"
+    print(f"{args.model}: a {ms['a']:.3f} ms, b {ms['b']:.3f} ms, a/b {ratio:.3f} ({timed.rounds} rounds);{verdict} "
+          f"kernel sums a {kernels['a'].sum():.3f} b {kernels['b'].sum():.3f}; outputs differ by {diff:.2g}")
     for name, x, y in zip(names, kernels["a"], kernels["b"]):
         if abs(y - x) > 0.03 * x:
             print(f"  {name:28s} {x:.4f} -> {y:.4f} ms ({y / x:.2f})")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"model": args.model, "a": args.a, "b": args.b, "blocks_ms": blocks, "a_over_b": ratio,
+            json.dump({"model": args.model, "a": args.a, "b": args.b, "ms": ms, "a_over_b": ratio,
+                       "reliable": timed.reliable, "timing": timed.to_json(), "load": load,
                        "max_abs_diff": diff, "kernels_ms": {n: [float(x), float(y)]
                                                             for n, x, y in zip(names, kernels["a"], kernels["b"])}},
                       f, indent=1)

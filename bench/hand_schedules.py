@@ -1,13 +1,12 @@
 """Hand-written schedules vs. vendor libraries: GMM 1024^3 vs NumPy, ResNet-50 conv2d vs PyTorch.
 
-    python bench/hand_schedules.py [--json FILE] [--repeat N] [--rounds R] [--threads T]
+    python bench/hand_schedules.py [--json FILE] [--threads T] [--rounds R] [--bound B] [--load] ...
 
 The schedules are `tensorgen.demo.gmm_state` / `tensorgen.demo.conv2d_state` (one copy, shared
-with the demo and the smoke test). Timing protocol (2 cores, both runtimes spin their worker
-threads for a while after each call, so back-to-back interleaving of the two halves the speed of
-whichever runs second): R rounds of alternating blocks (ours, peer, ours, peer, ...), a 0.5 s sleep
-before every block, each block warmed up and reported as the median of N timed calls. GFLOP/s are
-the medians over rounds; `ratio` is the median of the per-round ratios.
+with the demo and the smoke test). Timing: the protocol of bench/timing.py (alternating blocks,
+GFLOP/s the medians over rounds and `ratio` their ratio, rows whose rounds never agree within
+--bound marked unreliable). NumPy writes into a preallocated output (`matmul(out=)`) as tensorgen
+does; PyTorch's conv2d has no `out=` and allocates its result.
 """
 
 from __future__ import annotations
@@ -27,41 +26,28 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 
 import numpy as np  # noqa: E402
+from timing import Protocol, add_arguments, compare, competing_load, describe_load, protocol_from  # noqa: E402
 
 from tensorgen.build import build  # noqa: E402
-from tensorgen.demo import conv2d_nhwc_reference, conv2d_state, gmm_state, max_rel_error, median_seconds  # noqa: E402
+from tensorgen.demo import conv2d_nhwc_reference, conv2d_state, gmm_state, max_rel_error  # noqa: E402
 from tensorgen.runtime import aligned  # noqa: E402
-
-SLEEP_S = 0.5
-
 
 RTOL = 1e-3  # relative to max |reference|
 
 
-def _block(fn, repeat: int, warmup: int = 3) -> float:
-    return median_seconds(fn, repeat, warmup, pause=SLEEP_S)
+def compare_peer(ours, peer, peer_name: str, flops: float, protocol: Protocol, load: bool) -> dict:
+    """tensorgen and its peer (None: tensorgen alone) under the protocol: GFLOP/s, ratio, agreement."""
+    engines = {"tensorgen": ours, **({peer_name: peer} if peer is not None else {})}
+    with competing_load(load) as pid:
+        loaded = describe_load(pid)
+        timed = compare(engines, protocol)
+    gflops = timed.gflops(flops)
+    return {"tensorgen_gflops": gflops["tensorgen"], f"{peer_name}_gflops": gflops.get(peer_name),
+            "ratio": timed.ratios.get(peer_name), "reliable": timed.reliable, "disagreement": timed.disagreement(),
+            "timing": timed.to_json(), "load": loaded}
 
 
-def compare(ours, peer, flops: float, repeat: int, rounds: int) -> dict:
-    """Alternate blocks ours/peer for `rounds` rounds; GFLOP/s medians and the median per-round ratio."""
-    g_ours, g_peer, ratios = [], [], []
-    for _ in range(rounds):
-        t_ours = _block(ours, repeat)
-        g_ours.append(flops / t_ours / 1e9)
-        if peer is not None:
-            t_peer = _block(peer, repeat)
-            g_peer.append(flops / t_peer / 1e9)
-            ratios.append(t_peer / t_ours)
-    return {
-        "tensorgen_gflops": round(float(np.median(g_ours)), 2),
-        "peer_gflops": round(float(np.median(g_peer)), 2) if g_peer else None,
-        "ratio": round(float(np.median(ratios)), 3) if ratios else None,
-        "tensorgen_rounds": [round(g, 1) for g in g_ours],
-        "peer_rounds": [round(g, 1) for g in g_peer],
-    }
-
-
-def bench_gmm(repeat: int, rounds: int, threads: int, size: int = 1024) -> dict:
+def bench_gmm(protocol: Protocol, load: bool, threads: int, size: int = 1024) -> dict:
     # The program is the whole GMM including its two layout stages (A_packed, B_packed): they run
     # on every call and are part of the measured time, like the packing inside a BLAS call.
     state = gmm_state(size, size, size)
@@ -74,9 +60,9 @@ def bench_gmm(repeat: int, rounds: int, threads: int, size: int = 1024) -> dict:
     err = max_rel_error(c, a @ b)
     if err > RTOL:
         raise SystemExit(f"gmm_1024: tensorgen result differs from NumPy (max rel error {err:.2e})")
-    res = compare(lambda: func(a, b, c), lambda: a @ b, 2.0 * size**3, repeat, rounds)
-    res["numpy_gflops"] = res.pop("peer_gflops")
-    res["numpy_rounds"] = res.pop("peer_rounds")
+    c_numpy = np.empty_like(c)
+    res = compare_peer(lambda: func(a, b, c), lambda: np.matmul(a, b, out=c_numpy), "numpy", 2.0 * size**3,
+                       protocol, load)
     res["max_rel_error"] = err
     return res
 
@@ -91,14 +77,10 @@ def _torch_conv(x_nhwc: np.ndarray, w_hwio: np.ndarray, threads: int):
     w = torch.from_numpy(np.ascontiguousarray(w_hwio.transpose(3, 2, 0, 1)))  # OIHW
     conv = torch.nn.functional.conv2d
 
-    def run():
-        with torch.no_grad():
-            return conv(x, w, padding=1)
-
-    return run, torch.__version__
+    return (lambda: conv(x, w, padding=1)), torch.__version__  # no input requires grad: autograd records nothing
 
 
-def bench_conv(repeat: int, rounds: int, threads: int) -> dict:
+def bench_conv(protocol: Protocol, load: bool, threads: int) -> dict:
     n, h, w, ci, co = 1, 56, 56, 64, 64
     # 2 rows x 7 pixels x 8 channels = 14 accumulators: fits the 16 AVX2 registers once loads use base pointers
     state = conv2d_state(n, h, w, ci, co, kernel=3, padding=1, stride=1, tile_w=7, tile_h=2)
@@ -117,9 +99,7 @@ def bench_conv(repeat: int, rounds: int, threads: int) -> dict:
         terr = max_rel_error(peer().numpy().transpose(0, 2, 3, 1), ref)
         if terr > RTOL:
             raise SystemExit(f"c2d_resnet: torch disagrees with the reference ({terr:.2e}); layouts wrong?")
-    res = compare(lambda: func(x, wt, y), peer, 2.0 * n * h * w * ci * co * 9, repeat, rounds)
-    res["torch_gflops"] = res.pop("peer_gflops")
-    res["torch_rounds"] = res.pop("peer_rounds")
+    res = compare_peer(lambda: func(x, wt, y), peer, "torch", 2.0 * n * h * w * ci * co * 9, protocol, load)
     res["torch_version"] = torch_version
     res["max_rel_error"] = err
     return res
@@ -128,32 +108,31 @@ def bench_conv(repeat: int, rounds: int, threads: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
-    parser.add_argument("--repeat", type=int, default=10, help="timed calls per block (median taken)")
-    parser.add_argument("--rounds", type=int, default=5, help="alternating ours/peer rounds")
     parser.add_argument("--threads", type=int, default=int(_THREADS), help="threads for every runtime")
+    add_arguments(parser)
     args = parser.parse_args(argv)
+    try:
+        protocol = protocol_from(args)
+    except ValueError as err:
+        parser.error(str(err))
 
-    gmm = bench_gmm(args.repeat, args.rounds, args.threads)
-    conv = bench_conv(args.repeat, args.rounds, args.threads)
+    gmm = bench_gmm(protocol, args.load, args.threads)
+    conv = bench_conv(protocol, args.load, args.threads)
 
-    rows = [("gmm_1024", gmm["tensorgen_gflops"], "numpy", gmm["numpy_gflops"], gmm["ratio"]),
-            ("c2d_resnet", conv["tensorgen_gflops"], "torch", conv["torch_gflops"], conv["ratio"])]
-    print(f"{'op':<12} {'tensorgen GFLOP/s':>18} {'peer':>6} {'peer GFLOP/s':>13} {'ratio':>7}")
-    for op, ours, peer_name, peer, ratio in rows:
+    rows = [("gmm_1024", gmm, "numpy"), ("c2d_resnet", conv, "torch")]
+    print(f"{'op':<12} {'tensorgen GFLOP/s':>18} {'peer':>6} {'peer GFLOP/s':>13} {'ratio':>7} {'rounds':>6}")
+    for op, res, peer_name in rows:
+        peer = res[f"{peer_name}_gflops"]
         peer_s = "n/a" if peer is None else f"{peer:.1f}"
-        ratio_s = "n/a" if ratio is None else f"{ratio:.2f}"
-        print(f"{op:<12} {ours:>18.1f} {peer_name:>6} {peer_s:>13} {ratio_s:>7}")
-    print(f"(threads={args.threads}, repeat={args.repeat}, rounds={args.rounds}; "
-          "ratio = median of per-round tensorgen/peer speed ratios)")
+        ratio_s = "n/a" if res["ratio"] is None else f"{res['ratio']:.2f}"
+        verdict = "" if res["reliable"] else f"  UNRELIABLE: {res['disagreement']}"
+        print(f"{op:<12} {res['tensorgen_gflops']:>18.1f} {peer_name:>6} {peer_s:>13} {ratio_s:>7} "
+              f"{res['timing']['rounds']:>6}{verdict}")
+    print(f"(threads={args.threads}; GFLOP/s: medians over rounds, ratio: their ratio; bench/timing.py)")
 
     if args.json:
-        out = {
-            "gmm_1024": gmm,
-            "c2d_resnet": conv,
-            "threads": args.threads,
-            "repeat": args.repeat,
-            "rounds": args.rounds,
-        }
+        out = {"gmm_1024": gmm, "c2d_resnet": conv, "threads": args.threads, "timing": protocol.to_json(),
+               "load": args.load}
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=2)
             fh.write("\n")

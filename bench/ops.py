@@ -3,8 +3,8 @@
     python bench/ops.py [--ops C2D,GMM,...] [--shapes 0,1,2,3] [--batch 1,16] [--trials 64]
                         [--db FILE] [--json FILE] [--seed 0] [--batch-size 64] [--population N]
                         [--generations N] [--prefilter psa]
-                        [--threads 2] [--rounds 3] [--repeat 10] [--pause 0.5] [--stat median|best]
-                        [--config a,b,c] [--quiet]
+                        [--threads 2] [--rounds 3] [--max-rounds 9] [--bound 0.1] [--repeat 5]
+                        [--pause 0.5] [--load] [--config a,b,c] [--quiet]
 
 For every case (operator x shape x batch) of `tensorgen.te.ops.suite.SUITE` selected on the command
 line: tune with the Ansor policy (`tensorgen.tune`, `--trials` programs, seeded), build the best
@@ -14,7 +14,11 @@ PyTorch CPU (and NumPy for GMM) side by side in the same run with `--threads` th
 - Correctness first: a case whose output does not match is reported with status "error" and no
   tensorgen speed. The PyTorch float32 result is checked against the same reference, so a wrong
   reference composition shows up as an error too.
-- Same work: every peer computes the same math on the same inputs. PyTorch runs in its native
+- Same work: every peer computes the same math on the same inputs, into a preallocated output where
+  it has one: tensorgen always, NumPy `matmul(out=)`, PyTorch `bmm(out=)` (GMM), `linalg.vector_norm(out=)`
+  (NRM) and `matmul(out=)` (TBS's scores; its softmax has no `out=`); PyTorch's convolutions
+  (`conv1d/2d/3d`, `conv_transpose2d`, and ConvLayer's `batch_norm`) have no `out=` and allocate their
+  result every call, as they do in any PyTorch program. PyTorch runs in its native
   channels-first layout (NCW / NCHW / NCDHW, kernels OI...); inputs are converted once, outside the
   timing, and the result converted back only for the check. Operators without a single PyTorch call:
   CAP (capsule conv2d: out[n,h,w,i,j,co] = sum_{rh,rw,k,rc} x[n,h*s+rh,w*s+rw,i,k,rc] w[rh,rw,k,j,rc,co])
@@ -23,12 +27,13 @@ PyTorch CPU (and NumPy for GMM) side by side in the same run with `--threads` th
   (in place); TBS is softmax(Q_h @ K_h^T) per head with Q/K viewed as (batch, heads, seq, hidden).
 - GFLOP/s of every framework use the FLOP count of the tensorgen DAG (`ComputeDAG.flop_count`), so
   ratios of GFLOP/s are ratios of time.
-- Timing (2 cores; OpenMP/OpenBLAS workers spin after a call): `--rounds` rounds of alternating
-  blocks (tensorgen, torch, numpy, ...), a `--pause` sleep before each block; a block warms up, then
-  takes the median of up to `--repeat` samples, each sample long enough (>= 1 ms, several calls if
-  needed) for the clock, and stops early after ~2 s. GFLOP/s are medians over rounds and `ratio` the
-  median of the per-round tensorgen/torch speed ratios (`--stat best`: the best round of each, for a
-  machine other processes share; every round is in the JSON, and the 1-min load average per case).
+- Timing: the protocol of bench/timing.py. Alternating blocks of every framework, a `--pause` sleep
+  before each, `--repeat` samples per block of the same number of calls for every framework (enough
+  for the fastest one's sample to last 1 ms, so short kernels run in batches); GFLOP/s are medians
+  over rounds and `ratio` their ratio. Rounds are added (from `--rounds` up to `--max-rounds`) until
+  every framework's rounds and the per-round ratios agree within `--bound`; a case that never agrees
+  is marked UNRELIABLE in the table, `"reliable": false` (with the spreads) in the JSON, and left out
+  of the geometric means. `--load` runs one competing CPU-bound process while timing.
 - `--db FILE` makes the run resumable: `--trials` is then the total per case, and a case with
   records already in FILE measures only the missing ones (`tuning_wall_s` is this run's time).
 
@@ -62,6 +67,7 @@ from dataclasses import dataclass  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
+from timing import add_arguments, compare, competing_load, describe_load, protocol_from  # noqa: E402 (bench/timing.py)
 
 from tensorgen.build import build  # noqa: E402
 from tensorgen.dag import ComputeDAG  # noqa: E402
@@ -73,9 +79,6 @@ from tensorgen.tune import make_task, tune  # noqa: E402
 RTOL = 1e-3  # per element, relative
 ATOL = 1e-4  # times max |reference|: float32 sums of hundreds to thousands of terms
 FRAMEWORKS = ("tensorgen", "torch", "numpy")
-MIN_SAMPLE_S = 1e-3
-WARMUP_S = 0.2
-MAX_BLOCK_S = 2.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -85,12 +88,14 @@ MAX_BLOCK_S = 2.0
 @dataclass
 class TorchRef:
     """How PyTorch computes one case: `prepare` maps the tensorgen inputs (by placeholder name, NumPy)
-    to torch tensors once; `fn(*tensors)` is the timed call; `back` turns its result into the tensorgen
-    output layout (NumPy) for the check."""
+    to torch tensors once; `fn(*tensors, out=None)` is the timed call, writing into `out` when
+    `writes_out` (a preallocated tensor shaped like its result; PyTorch's convolutions have no `out=`);
+    `back` turns its result into the tensorgen output layout (NumPy) for the check."""
 
     prepare: Callable[[dict[str, Any]], tuple]
     fn: Callable[..., Any]
     back: Callable[[Any], np.ndarray]
+    writes_out: bool = False
 
 
 def _conv_ref(nd: int, stride: int, padding: int, dilation: int = 1, groups: int = 1) -> TorchRef:
@@ -106,14 +111,17 @@ def _conv_ref(nd: int, stride: int, padding: int, dilation: int = 1, groups: int
         return (torch.from_numpy(x["data"]).permute(*to_cf).contiguous(),
                 torch.from_numpy(x["weight"]).permute(*w_perm).contiguous())
 
-    return TorchRef(prepare, lambda d, w: conv(d, w, stride=stride, padding=padding, dilation=dilation, groups=groups),
-                    lambda y: y.permute(*to_cl).numpy())
+    def fn(d, w, out=None):
+        return conv(d, w, stride=stride, padding=padding, dilation=dilation, groups=groups)
+
+    return TorchRef(prepare, fn, lambda y: y.permute(*to_cl).numpy())
 
 
 def _gmm_ref() -> TorchRef:
     import torch
 
-    return TorchRef(lambda x: (torch.from_numpy(x["A"]), torch.from_numpy(x["B"])), torch.bmm, lambda y: y.numpy())
+    return TorchRef(lambda x: (torch.from_numpy(x["A"]), torch.from_numpy(x["B"])), torch.bmm, lambda y: y.numpy(),
+                    writes_out=True)
 
 
 def _t2d_ref(stride: int, padding: int) -> TorchRef:
@@ -124,7 +132,7 @@ def _t2d_ref(stride: int, padding: int) -> TorchRef:
         return (torch.from_numpy(x["data"]).permute(0, 3, 1, 2).contiguous(),
                 torch.from_numpy(x["weight"]).permute(2, 3, 0, 1).contiguous())
 
-    return TorchRef(prepare, lambda d, w: F.conv_transpose2d(d, w, stride=stride, padding=padding),
+    return TorchRef(prepare, lambda d, w, out=None: F.conv_transpose2d(d, w, stride=stride, padding=padding),
                     lambda y: y.permute(0, 2, 3, 1).numpy())
 
 
@@ -149,14 +157,15 @@ def _cap_ref(stride: int, padding: int) -> TorchRef:
         oh, ow = y.shape[-2:]
         return y.reshape(n, cap_i, cap_j, co, oh, ow).permute(0, 4, 5, 1, 2, 3).numpy()
 
-    return TorchRef(prepare, lambda d, w: F.conv2d(d, w, stride=stride, padding=padding), back)
+    return TorchRef(prepare, lambda d, w, out=None: F.conv2d(d, w, stride=stride, padding=padding), back)
 
 
 def _nrm_ref() -> TorchRef:
     import torch
 
     return TorchRef(lambda x: (torch.from_numpy(x["A"]),),
-                    lambda a: torch.linalg.vector_norm(a, ord=2, dim=(1, 2)), lambda y: y.numpy())
+                    lambda a, out=None: torch.linalg.vector_norm(a, ord=2, dim=(1, 2), out=out), lambda y: y.numpy(),
+                    writes_out=True)
 
 
 def _conv_layer_ref(stride: int, padding: int) -> TorchRef:
@@ -169,7 +178,7 @@ def _conv_layer_ref(stride: int, padding: int) -> TorchRef:
     def prepare(x):
         return (*base.prepare(x), *(torch.from_numpy(x[n]) for n in names))
 
-    def fn(d, w, mean, var, gamma, beta):
+    def fn(d, w, mean, var, gamma, beta, out=None):
         y = F.conv2d(d, w, stride=stride, padding=padding)
         return F.relu(F.batch_norm(y, mean, var, gamma, beta, training=False, eps=1e-5), inplace=True)
 
@@ -179,14 +188,16 @@ def _conv_layer_ref(stride: int, padding: int) -> TorchRef:
 def _tbs_ref(heads: int) -> TorchRef:
     import torch
 
-    def fn(q, k):
+    def fn(q, k, out=None):
+        """`out` holds the scores (matmul's output): softmax has no out= and allocates the result."""
         b, s, width = q.shape
         d = width // heads
         qt = q.view(b, s, heads, d).transpose(1, 2)  # (b, h, s, d)
         kt = k.view(b, s, heads, d).permute(0, 2, 3, 1)  # (b, h, d, s)
-        return torch.softmax(torch.matmul(qt, kt), dim=-1)
+        return torch.softmax(torch.matmul(qt, kt, out=out), dim=-1)
 
-    return TorchRef(lambda x: (torch.from_numpy(x["Q"]), torch.from_numpy(x["K"])), fn, lambda y: y.numpy())
+    return TorchRef(lambda x: (torch.from_numpy(x["Q"]), torch.from_numpy(x["K"])), fn, lambda y: y.numpy(),
+                    writes_out=True)
 
 
 def torch_reference(op: str, config: Sequence[int]) -> TorchRef:
@@ -249,54 +260,6 @@ def check(got: np.ndarray, ref: np.ndarray, what: str) -> str | None:
         lines = [ln for ln in str(err).splitlines() if ln.strip().startswith(("Mismatched", "Max"))]
         return f"{what}: output differs from the float64 reference ({'; '.join(lines)})"
     return None
-
-
-def time_block(fn: Callable[[], Any], repeat: int, pause: float, warmup: int = 3) -> float:
-    """Seconds per call: median of up to `repeat` samples after a `pause` sleep and a warm-up of at
-    least `warmup` calls and WARMUP_S seconds (cf. tensorgen.demo.median_seconds: thread pools and
-    caches settle first). A sample runs enough calls to last MIN_SAMPLE_S; the block stops after
-    MAX_BLOCK_S once it has 3 samples."""
-    time.sleep(pause)
-    times: list[float] = []
-    start = time.perf_counter()
-    while len(times) < warmup or time.perf_counter() - start < WARMUP_S:
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-        if times[-1] > MAX_BLOCK_S / 4:  # a slow call is warm after one run
-            break
-    calls = max(1, math.ceil(MIN_SAMPLE_S / max(float(np.median(times[-warmup:])), 1e-9)))
-    samples: list[float] = []
-    start = time.perf_counter()
-    while len(samples) < max(1, repeat):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - t0) / calls)
-        if len(samples) >= 3 and time.perf_counter() - start > MAX_BLOCK_S:
-            break
-    return float(np.median(samples))
-
-
-def compare(fns: dict[str, Callable[[], Any]], flops: float, rounds: int, repeat: int, pause: float) -> dict:
-    """Alternating blocks of every framework for `rounds` rounds: GFLOP/s per framework and round."""
-    per: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(max(1, rounds)):
-        for name, fn in fns.items():
-            per[name].append(flops / time_block(fn, repeat, pause) / 1e9)
-    return per
-
-
-def summarize_rounds(per: dict[str, list[float]], stat: str) -> tuple[dict[str, float], dict[str, float]]:
-    """(GFLOP/s per framework, tensorgen/peer ratio per peer) from per-round GFLOP/s. "median": medians
-    of the speeds and of the per-round ratios; "best": the best round of each (robust on a loaded machine,
-    where a round can lose its cores to other processes)."""
-    ours = np.array(per["tensorgen"])
-    if stat == "best":
-        speeds = {name: float(np.max(g)) for name, g in per.items()}
-        return speeds, {name: speeds["tensorgen"] / speeds[name] for name in per if name != "tensorgen"}
-    speeds = {name: float(np.median(g)) for name, g in per.items()}
-    return speeds, {name: float(np.median(ours / np.array(g))) for name, g in per.items() if name != "tensorgen"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -365,7 +328,9 @@ def run_case(op: str, shape_index: int | None, config: tuple[int, ...], batch: i
         with torch.inference_mode():
             ref64 = ref.back(ref.fn(*ref.prepare({k: v.astype(np.float64) for k, v in arrays.items()})))
             tensors = ref.prepare(arrays)
-            torch_out = ref.back(ref.fn(*tensors))
+            # the timed call, into its preallocated output (shaped like the result; TBS: like the scores)
+            torch_buf = torch.empty_like(ref.fn(*tensors)) if ref.writes_out else None
+            torch_out = ref.back(ref.fn(*tensors, out=torch_buf))
         entry["correctness"].update(checked=True, max_rel_error=max_rel_error(outs[0], ref64),
                                     torch_max_rel_error=max_rel_error(torch_out, ref64))
         why = check(torch_out, ref64, "torch (reference composition)") or check(outs[0], ref64, "tensorgen")
@@ -373,24 +338,24 @@ def run_case(op: str, shape_index: int | None, config: tuple[int, ...], batch: i
             entry["error"] = why
             return entry
 
-        def run_torch():
-            with torch.inference_mode():
-                ref.fn(*tensors)
-
-        fns: dict[str, Callable[[], Any]] = {"tensorgen": lambda: func(*ordered, *outs), "torch": run_torch}
+        fns: dict[str, Callable[[], Any]] = {"tensorgen": lambda: func(*ordered, *outs),
+                                             "torch": lambda: ref.fn(*tensors, out=torch_buf)}
         if op == "GMM":
             a, b = arrays["A"], arrays["B"]
-            entry["numpy_error"] = check(np.matmul(a, b), ref64, "numpy")  # a peer that is wrong is not timed
+            c = np.empty_like(ref64, dtype=np.float32)
+            entry["numpy_error"] = check(np.matmul(a, b, out=c), ref64, "numpy")  # a wrong peer is not timed
             if entry["numpy_error"] is None:
-                fns["numpy"] = lambda: np.matmul(a, b)
-        entry["loadavg_1m"] = os.getloadavg()[0]  # other processes on the cores distort OpenMP timings
-        per = compare(fns, dag.flop_count, args.rounds, args.repeat, args.pause)
-        speeds, ratios = summarize_rounds(per, args.stat)
-        for name, g in per.items():
-            entry[f"{name}_gflops"] = speeds[name]
-            entry[f"{name}_rounds"] = [round(v, 3) for v in g]
-        entry["ratio"] = ratios["torch"]
-        entry["numpy_ratio"] = ratios.get("numpy")
+                fns["numpy"] = lambda: np.matmul(a, b, out=c)
+        # inference mode is entered once, outside the timed calls, like any other engine's setup
+        with competing_load(args.load) as load, torch.inference_mode():
+            entry["load"] = describe_load(load)  # other processes on the cores distort OpenMP timings
+            timed = compare(fns, protocol_from(args))
+        entry.update(timing=timed.to_json(), reliable=timed.reliable, disagreement=timed.disagreement())
+        for name, gflops in timed.gflops(dag.flop_count).items():
+            entry[f"{name}_gflops"] = gflops
+            entry[f"{name}_rounds"] = [round(dag.flop_count / t / 1e9, 3) for t in timed.rounds_s[name]]
+        entry["ratio"] = timed.ratios["torch"]
+        entry["numpy_ratio"] = timed.ratios.get("numpy")
         best = max(entry[f"{f}_gflops"] for f in FRAMEWORKS if entry[f"{f}_gflops"])
         entry["normalized"] = {f: entry[f"{f}_gflops"] / best for f in FRAMEWORKS if entry[f"{f}_gflops"]}
         entry["status"] = "ok"
@@ -413,10 +378,11 @@ def geomean(values: Sequence[float]) -> float | None:
 
 def summarize(cases: Sequence[dict]) -> dict:
     """Geometric mean of the normalized throughput per operator and batch ("OP/bN") and per operator,
-    over the cases that passed the check (cases with an error are left out for every framework)."""
+    over the cases that passed the check and whose timing rounds agreed (the others are left out for
+    every framework)."""
     groups: dict[str, list[dict]] = {}
     for c in cases:
-        if c["status"] == "ok":
+        if c["status"] == "ok" and c["reliable"]:
             groups.setdefault(f"{c['op']}/b{c['batch']}", []).append(c)
             groups.setdefault(c["op"], []).append(c)
     out = {}
@@ -441,7 +407,7 @@ def print_table(cases: Sequence[dict], summary: dict, stream: Any = None) -> Non
     stream = stream or sys.stdout
     w = max([len(c["desc"]) for c in cases] + [4])
     head = (f"{'case':<{w}} {'trials':>6} {'tune s':>7} {'ovh s':>6} {'tg GF/s':>8} {'torch':>8} {'numpy':>8} "
-            f"{'ratio':>6} | {'norm tg':>7} {'torch':>6} {'numpy':>6}")
+            f"{'ratio':>6} {'rounds':>6} | {'norm tg':>7} {'torch':>6} {'numpy':>6}")
     print(head, file=stream)
     print("-" * len(head), file=stream)
     for c in cases:
@@ -452,7 +418,8 @@ def print_table(cases: Sequence[dict], summary: dict, stream: Any = None) -> Non
         n = c["normalized"]
         print(f"{c['desc']:<{w}} {c['trials']:>6} {c['tuning_wall_s']:>7.1f} {c['search_overhead_s']:>6.1f} "
               f"{_gf(c['tensorgen_gflops']):>8} {_gf(c['torch_gflops']):>8} {_gf(c['numpy_gflops']):>8} "
-              f"{c['ratio']:>6.2f} | {n['tensorgen']:>7.2f} {n['torch']:>6.2f} {_fmt(n.get('numpy'), '.2f'):>6}",
+              f"{c['ratio']:>6.2f} {c['timing']['rounds']:>6} | {n['tensorgen']:>7.2f} {n['torch']:>6.2f} "
+              f"{_fmt(n.get('numpy'), '.2f'):>6}{'' if c['reliable'] else '  UNRELIABLE: ' + c['disagreement']}",
               file=stream)
     if summary:
         print("\ngeometric mean of throughput normalized to the best per case (1.00 = best on every case)",
@@ -528,15 +495,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--target", default="cpu", help="tuning target (default cpu)")
     parser.add_argument("--json", metavar="FILE", help="write every case as JSON")
     parser.add_argument("--threads", type=int, default=int(_THREADS), help="threads for every framework")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating timing rounds (default 3)")
-    parser.add_argument("--repeat", type=int, default=10, help="timed samples per block (default 10)")
-    parser.add_argument("--pause", type=float, default=0.5, help="sleep before each timed block, s (default 0.5)")
-    parser.add_argument("--stat", choices=("median", "best"), default="median",
-                        help="GFLOP/s over rounds: the median (default) or the best round (for a loaded machine)")
+    add_arguments(parser)
     parser.add_argument("--quiet", action="store_true", help="no tuning progress lines")
     args = parser.parse_args(argv)
     if args.trials < 0 or args.batch_size < 1 or args.threads < 1:
         parser.error("need --trials >= 0, --batch-size >= 1 and --threads >= 1")
+    try:
+        protocol_from(args)
+    except ValueError as err:
+        parser.error(str(err))
     return args
 
 
@@ -546,8 +513,8 @@ def _write_json(path: str, args: argparse.Namespace, cases: list[dict], summary:
     out = {
         "config": {"trials": args.trials, "batch_size": args.batch_size, "population": args.population,
                    "generations": args.generations, "prefilter": args.prefilter, "seed": args.seed,
-                   "threads": args.threads, "rounds": args.rounds, "repeat": args.repeat, "pause": args.pause,
-                   "stat": args.stat, "target": args.target, "db": args.db, "rtol": RTOL, "atol_rel": ATOL,
+                   "threads": args.threads, "timing": protocol_from(args).to_json(), "load": args.load,
+                   "target": args.target, "db": args.db, "rtol": RTOL, "atol_rel": ATOL,
                    "torch_version": torch.__version__, "numpy_version": np.__version__,
                    "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count()},
         "wall_s": wall, "cases": cases, "summary": summary,
@@ -570,7 +537,8 @@ def main(argv: list[str] | None = None) -> int:
         progress = None if args.quiet else ProgressLine()
         cases.append(run_case(op, index, config, batch, args, progress))
         c = cases[-1]
-        status = (f"{c['tensorgen_gflops']:.1f} GFLOP/s vs torch {c['torch_gflops']:.1f} (ratio {c['ratio']:.2f})"
+        status = (f"{c['tensorgen_gflops']:.1f} GFLOP/s vs torch {c['torch_gflops']:.1f} (ratio {c['ratio']:.2f}"
+                  f"{'' if c['reliable'] else '; UNRELIABLE: ' + c['disagreement']})"
                   if c["status"] == "ok" else f"ERROR {c['error']}")
         print(f"[ops] {c['desc']}: {status}", file=sys.stderr, flush=True)
         if args.json:
@@ -578,12 +546,14 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(cases)
     wall = time.perf_counter() - start
     print_table(cases, summary)
-    print(f"({len(cases)} cases, {sum(c['status'] != 'ok' for c in cases)} errors; {args.trials} trials per case; "
-          f"threads={args.threads}, rounds={args.rounds}, stat={args.stat}; wall {wall:.0f} s)")
-    loaded = [c["desc"] for c in cases if c.get("loadavg_1m", 0.0) > (os.cpu_count() or 1)]
+    ok = [c for c in cases if c["status"] == "ok"]
+    print(f"({len(cases)} cases, {len(cases) - len(ok)} errors, {sum(not c['reliable'] for c in ok)} unreliable "
+          f"(rounds never agreed within {args.bound:.0%}), {sum(c['timing']['rounds'] > args.rounds for c in ok)} "
+          f"re-measured; {args.trials} trials per case; threads={args.threads}, "
+          f"{'one competing process, ' if args.load else ''}wall {wall:.0f} s)")
+    loaded = [c["desc"] for c in ok if c["load"]["loadavg_1m"] > (os.cpu_count() or 1)]
     if loaded:
-        print(f"warning: the machine was loaded (1-min load average > {os.cpu_count()} cores) while timing "
-              f"{len(loaded)} case(s); their OpenMP timings may be distorted (see *_rounds in the JSON; --stat best)")
+        print(f"note: the 1-min load average exceeded the {os.cpu_count()} cores while timing {len(loaded)} case(s)")
     if args.json:
         _write_json(args.json, args, cases, summary, wall)
     return 1 if any(c["status"] != "ok" for c in cases) else 0

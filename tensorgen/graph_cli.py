@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build.add_argument("-o", "--out", required=True, help="output directory (model.so, weights.bin, ...)")
     build.set_defaults(fn=_build)
     bench = model_args(subparsers.add_parser(
-        "bench", help="time a compiled model next to ONNX Runtime and PyTorch, in one run"))
+        "bench", help="time a compiled model next to ONNX Runtime, in one run (outputs checked against it)"))
     bench.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="threads for every engine")
     bench.add_argument("--blocks", type=int, default=5, help="alternating timing blocks (median reported)")
     bench.add_argument("--json", metavar="FILE", help="also write the result to this JSON file")
@@ -100,16 +100,24 @@ PROFILE_LINES = 20
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from tensorgen.graph.compare import compare
+    from tensorgen.graph.compare import OUTPUT_RTOL, compare
 
+    # PyTorch as its users run a model is bench/networks.py's peer; graph/torch_eval.py is an oracle, not a peer
     result = compare(args.model, db=_records(args.db), threads=args.threads, batch=args.batch, blocks=args.blocks,
-                     profile=args.profile, candidates=args.candidates)
+                     profile=args.profile, candidates=args.candidates, with_torch=False)
     print(f"{result.model}: {result.tuned_tasks}/{result.total_tasks} tasks tuned, {args.threads} threads")
     print(f"  tensorgen    {result.tensorgen_ms:9.3f} ms")
-    for peer, ratio in result.ratios().items():
-        print(f"  {peer:12s} {getattr(result, f'{peer}_ms'):9.3f} ms   tensorgen is {ratio:.2f}x as fast")
-    if result.max_abs_err_vs_onnxruntime is not None:
-        print(f"  max |tensorgen - onnxruntime| = {result.max_abs_err_vs_onnxruntime:.3g}")
+    # one statistic: the speedup is the ratio of the medians printed beside it; none for a wrong answer
+    ratios = {"onnxruntime": result.onnxruntime_ms / result.tensorgen_ms} \
+        if result.onnxruntime_ms is not None and result.output_ok is not False else {}
+    if result.onnxruntime_ms is not None:
+        speedup = f"   tensorgen is {ratios['onnxruntime']:.2f}x as fast" if ratios else ""
+        print(f"  onnxruntime  {result.onnxruntime_ms:9.3f} ms{speedup}")
+    if result.output_ok is not None:
+        print(f"  max |tensorgen - onnxruntime| = {result.max_abs_err_vs_onnxruntime:.3g} "
+              f"({result.max_rel_err_vs_onnxruntime:.3g} of max |onnxruntime|; tolerance {OUTPUT_RTOL:g})")
+    if result.output_ok is False:
+        print("  WRONG OUTPUT: tensorgen differs from ONNX Runtime beyond float32 tolerance; no speedup reported")
     if result.kernels:
         total = sum(k["ms"] for k in result.kernels)
         print(f"  kernels inside the model, slowest first ({total:.3f} ms in all):")
@@ -121,5 +129,6 @@ def _bench(args: argparse.Namespace) -> int:
             print(f"    ... {len(slowest) - PROFILE_LINES} more (all of them in --json)")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({**result.__dict__, "ratios": result.ratios()}, f, indent=1)
-    return 0
+            json.dump({**result.__dict__, "ratios": ratios, "output_ok": result.output_ok, "output_rtol": OUTPUT_RTOL},
+                      f, indent=1)
+    return 1 if result.output_ok is False else 0

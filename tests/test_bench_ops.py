@@ -22,7 +22,9 @@ torch = pytest.importorskip("torch")
 
 
 def load_bench(name: str):
-    """Import bench/<name>.py as a module (bench/ is not a package)."""
+    """Import bench/<name>.py as a module (bench/ is not a package; its scripts import bench/timing.py)."""
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
     mod_name = f"_bench_{name}"
     if mod_name not in sys.modules:
         spec = importlib.util.spec_from_file_location(mod_name, BENCH / f"{name}.py")
@@ -58,6 +60,10 @@ def test_torch_reference_is_the_same_math(op):
     with torch.inference_mode():
         ref64 = ref.back(ref.fn(*ref.prepare({k: v.astype(np.float64) for k, v in arrays.items()})))
         ref32 = ref.back(ref.fn(*ref.prepare(arrays)))
+        tensors = ref.prepare(arrays)
+        buf = torch.empty_like(ref.fn(*tensors)) if ref.writes_out else None
+        timed32 = ref.back(ref.fn(*tensors, out=buf))  # the timed call, into its preallocated output
+    assert ops.check(timed32, ref64, "torch out=") is None
     assert ops.check(naive, ref64, "naive") is None
     assert ops.check(ref32, ref64, "torch") is None
     # and the check catches a wrong answer
@@ -68,8 +74,8 @@ def test_ops_bench_smoke(tmp_path, capsys):
     ops = load_bench("ops")
     out = tmp_path / "ops.json"
     rc = ops.main(["--ops", "GMM", "--config", "16,16,16", "--batch", "1", "--trials", "4", "--batch-size", "4",
-                   "--population", "64", "--rounds", "1", "--repeat", "3", "--pause", "0", "--quiet",
-                   "--json", str(out)])
+                   "--population", "64", "--rounds", "2", "--repeat", "3", "--pause", "0", "--bound", "1000",
+                   "--quiet", "--json", str(out)])
     printed = capsys.readouterr().out
     assert rc == 0, printed
     data = json.loads(out.read_text())
@@ -81,6 +87,14 @@ def test_ops_bench_smoke(tmp_path, capsys):
     assert case["op"] == "GMM" and case["shape"] == [16, 16, 16] and case["batch"] == 1 and case["trials"] == 4
     assert case["correctness"]["checked"] and case["correctness"]["max_rel_error"] < ops.RTOL
     assert case["tensorgen_gflops"] > 0 and case["torch_gflops"] > 0 and case["numpy_gflops"] > 0
+    # one statistic: every column and the ratio follow from the medians over rounds
+    assert case["ratio"] == pytest.approx(case["tensorgen_gflops"] / case["torch_gflops"])
+    assert case["numpy_ratio"] == pytest.approx(case["tensorgen_gflops"] / case["numpy_gflops"])
+    timing = case["timing"]
+    assert case["reliable"] is True and timing["rounds"] == 2 and timing["calls"] >= 1
+    assert case["torch_gflops"] == pytest.approx(case["flops"] / timing["seconds"]["torch"] / 1e9)
+    assert set(timing["spreads"]) == {"tensorgen", "torch", "numpy"} and case["load"]["competing_process"] is False
+    assert data["config"]["timing"]["bound"] == 1000 and data["config"]["load"] is False
     assert 0 <= case["search_overhead_s"] <= case["tuning_wall_s"]
     assert max(case["normalized"].values()) == pytest.approx(1.0)
     assert set(data["summary"]) == {"GMM", "GMM/b1"}
@@ -93,7 +107,7 @@ def test_ops_bench_resumes_from_db_and_reports_mismatch(tmp_path, monkeypatch, c
     ops = load_bench("ops")
     db, out = tmp_path / "t.db", tmp_path / "ops.json"
     argv = ["--ops", "NRM", "--config", "8,64", "--batch", "2", "--trials", "2", "--batch-size", "2",
-            "--population", "32", "--rounds", "1", "--repeat", "2", "--pause", "0", "--quiet",
+            "--population", "32", "--rounds", "2", "--repeat", "2", "--pause", "0", "--quiet",
             "--db", str(db), "--json", str(out)]
     assert ops.main(argv) == 0
     assert json.loads(out.read_text())["cases"][0]["trials"] == 2
@@ -108,7 +122,7 @@ def test_ops_bench_resumes_from_db_and_reports_mismatch(tmp_path, monkeypatch, c
 
 def _scaled(ref):
     """A reference whose float64 result is off by 1% (and whose float32 one is too)."""
-    return type(ref)(ref.prepare, lambda *t: ref.fn(*t) * 1.01, ref.back)
+    return type(ref)(ref.prepare, lambda *t, out=None: ref.fn(*t) * 1.01, ref.back)
 
 
 def test_select_cases():
@@ -192,11 +206,41 @@ def test_parse_workload_accepts_zero_padding():
     assert name == "C2D" and config[-1] == 0 and dag.flop_count > 0
 
 
-def test_summarize_rounds():
+def test_unreliable_cases_are_marked_and_left_out_of_the_means(tmp_path, capsys):
+    """A bound no timing can meet: the case is re-measured up to --max-rounds, then published as
+    UNRELIABLE with its spreads, and the geometric means leave it out."""
     ops = load_bench("ops")
-    per = {"tensorgen": [10.0, 1.0, 12.0], "torch": [5.0, 0.5, 8.0]}
-    speeds, ratios = ops.summarize_rounds(per, "median")
-    assert speeds == {"tensorgen": 10.0, "torch": 5.0} and ratios["torch"] == pytest.approx(2.0)
-    speeds, ratios = ops.summarize_rounds(per, "best")
-    assert speeds == {"tensorgen": 12.0, "torch": 8.0} and ratios["torch"] == pytest.approx(1.5)
+    out = tmp_path / "ops.json"
+    rc = ops.main(["--ops", "GMM", "--config", "8,8,8", "--batch", "1", "--trials", "2", "--batch-size", "2",
+                   "--population", "16", "--rounds", "2", "--max-rounds", "3", "--bound", "1e-12", "--repeat", "2",
+                   "--pause", "0", "--quiet", "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert rc == 0
+    data = json.loads(out.read_text())
+    (case,) = data["cases"]
+    assert case["status"] == "ok" and case["reliable"] is False and case["timing"]["rounds"] == 3
+    assert case["timing"]["reliable"] is False and max(case["timing"]["spreads"].values()) > 1e-12
+    assert "UNRELIABLE" in printed and "1 unreliable" in printed and "1 re-measured" in printed
+    assert data["summary"] == {}
+
+
+def test_load_option_runs_a_competing_process(tmp_path):
+    ops = load_bench("ops")
+    out = tmp_path / "ops.json"
+    assert ops.main(["--ops", "NRM", "--config", "8,16", "--batch", "1", "--trials", "2", "--batch-size", "2",
+                     "--population", "16", "--rounds", "2", "--repeat", "2", "--pause", "0", "--bound", "1000",
+                     "--load", "--quiet", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["config"]["load"] is True and data["cases"][0]["load"]["competing_process"] is True
+
+
+def test_bad_timing_options_are_refused(capsys):
+    ops = load_bench("ops")
+    with pytest.raises(SystemExit):
+        ops.parse_args(["--rounds", "1"])
+    assert "rounds" in capsys.readouterr().err
+
+
+def test_geomean():
+    ops = load_bench("ops")
     assert ops.geomean([1.0, 0.25]) == pytest.approx(0.5) and ops.geomean([]) is None

@@ -1,10 +1,20 @@
-"""The hand schedules of tensorgen.demo (used by bench/hand_schedules.py) on small shapes: correctness only."""
+"""The hand schedules of tensorgen.demo (used by bench/hand_schedules.py) on small shapes, and the scripts
+bench/hand_schedules.py and bench/tune_gmm.py on tiny budgets."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tensorgen.build import build
 from tensorgen.demo import conv2d_nhwc_im2col, conv2d_nhwc_reference, conv2d_state, gmm_state, max_rel_error
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(BENCH))  # the bench scripts import bench/timing.py
+import timing  # noqa: E402
 
 
 @pytest.mark.parametrize("m,n,k,kw", [
@@ -51,3 +61,33 @@ def test_bad_tiles_are_rejected():
         gmm_state(60, 64, 64)
     with pytest.raises(ValueError):
         conv2d_state(1, 8, 8, 16, 12)
+
+
+
+def _bench_module(name: str):
+    """bench/<name>.py as a module (bench/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_hand_schedules_bench_uses_the_timing_protocol():
+    """One statistic per row: the ratio is the ratio of the reported GFLOP/s; NumPy writes into its own
+    preallocated output."""
+    hand = _bench_module("hand_schedules")
+    protocol = timing.Protocol(rounds=2, max_rounds=2, bound=1000.0, samples=2, pause_s=0.0, warm_s=0.0)
+    res = hand.bench_gmm(protocol, False, 1, size=64)
+    assert res["max_rel_error"] < hand.RTOL and res["reliable"] is True
+    assert res["ratio"] == pytest.approx(res["tensorgen_gflops"] / res["numpy_gflops"])
+    assert res["timing"]["rounds"] == 2 and set(res["timing"]["seconds"]) == {"tensorgen", "numpy"}
+
+
+def test_tune_gmm_bench_smoke(tmp_path, capsys):
+    tune_gmm = _bench_module("tune_gmm")
+    out = tmp_path / "g.json"
+    assert tune_gmm.main(["--size", "32", "--trials", "2", "--batch-size", "2", "--rounds", "2", "--max-rounds", "2",
+                          "--repeat", "2", "--pause", "0", "--bound", "1000", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["ratio"] == pytest.approx(data["tuned_gflops"] / data["numpy_gflops"]) and data["reliable"]
+    assert "rounds" in capsys.readouterr().out

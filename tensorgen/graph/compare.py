@@ -21,6 +21,22 @@ from tensorgen.graph.ir import Graph
 
 Runner = Callable[[list[np.ndarray]], list[np.ndarray]]
 
+# Two float32 programs of one model agree to this, relative to the largest |output| of ONNX Runtime: they
+# sum in different orders (fusions, tiling), and the zoo's weights keep activations in range (zoo_builder).
+OUTPUT_RTOL = 1e-3
+
+
+def output_error(ours: list[np.ndarray], ref: list[np.ndarray]) -> tuple[float, float]:
+    """(max |ours - ref|, that over max |ref|) over all outputs; inf when a shape differs or ours is not finite."""
+    abs_err, scale = 0.0, 0.0
+    for a, b in zip(ours, ref, strict=True):
+        a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+        if a.shape != b.shape or not np.isfinite(a).all():
+            return math.inf, math.inf
+        abs_err = max(abs_err, float(np.max(np.abs(a - b), initial=0.0)))
+        scale = max(scale, float(np.max(np.abs(b), initial=0.0)))
+    return abs_err, abs_err / scale if scale > 0 else (0.0 if abs_err == 0 else math.inf)
+
 
 @dataclass
 class Comparison:
@@ -35,6 +51,13 @@ class Comparison:
     build_s: float
     kernels: list[dict] | None = None  # CompiledModel.profile, when asked for
     blocks_ms: dict[str, list[float]] | None = None  # each engine's per-run ms of every round, in order
+    max_rel_err_vs_onnxruntime: float | None = None  # max_abs_err over max |ONNX Runtime output|
+
+    @property
+    def output_ok(self) -> bool | None:
+        """Whether tensorgen's output equals ONNX Runtime's within OUTPUT_RTOL (None: no ONNX Runtime)."""
+        rel = self.max_rel_err_vs_onnxruntime
+        return None if rel is None else rel <= OUTPUT_RTOL
 
     def ratios(self) -> dict[str, float]:
         """Speedup of tensorgen over each peer (> 1: tensorgen is faster): the median over rounds of the
@@ -132,10 +155,9 @@ def compare(model: object, db=None, threads: int = 2, batch: int = 1, blocks: in
         torch_run = torch_runner(graph, threads) if with_torch else None
         if torch_run is not None:
             engines["torch"] = torch_run
-        err = None
+        err = rel_err = None
         if ort_run is not None:
-            ours, ref = compiled.run(inputs), ort_run(inputs)
-            err = max(float(np.max(np.abs(a - np.asarray(b, dtype=a.dtype)))) for a, b in zip(ours, ref))
+            err, rel_err = output_error(compiled.run(inputs), ort_run(inputs))
         samples = time_engines(engines, inputs, blocks)
         ms = {name: statistics.median(v) for name, v in samples.items()}
         profiled = compiled.profile(inputs) if profile else None
@@ -143,4 +165,4 @@ def compare(model: object, db=None, threads: int = 2, batch: int = 1, blocks: in
     keys = {k["workload_key"] for k in kernels}
     tuned = {k["workload_key"] for k in kernels if k["tuned"]}
     return Comparison(graph.name, threads, ms["tensorgen"], ms.get("onnxruntime"), ms.get("torch"), err,
-                      len(tuned), len(keys), build_s, profiled, samples)
+                      len(tuned), len(keys), build_s, profiled, samples, rel_err)

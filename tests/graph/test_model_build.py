@@ -287,15 +287,20 @@ def test_cli_tune_model_then_build_uses_the_records(tmp_path, capsys):
 def test_layers_bench_times_every_kernel_inside_the_model(tmp_path):
     """bench/layers.py: the timed rebuild runs, every kernel gets a time, every conv an ORT Conv node."""
     import importlib.util
+    import sys
 
+    sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))  # layers imports bench/timing.py
     spec = importlib.util.spec_from_file_location("_bench_layers", Path(__file__).parents[2] / "bench" / "layers.py")
     layers = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(layers)
     model = tmp_path / "resnet18.onnx"
     onnx.save(zoo_model("resnet18", image_size=32), model)
     out = tmp_path / "layers.json"
-    assert layers.main([str(model), "--db", str(tmp_path / "empty.db"), "--runs", "2", "--json", str(out)]) == 0
-    kernels = json.loads(out.read_text())["kernels"]
+    assert layers.main([str(model), "--db", str(tmp_path / "empty.db"), "--runs", "2", "--rounds", "2",
+                        "--max-rounds", "3", "--pause", "0", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    kernels = result["kernels"]
+    assert 2 <= result["totals"]["rounds"] <= 3 and len(result["totals"]["rounds_s"]["onnxruntime"]) >= 2
     assert len(kernels) == len(partition(load_graph(str(model))).subgraphs) and all(k["ms"] > 0 for k in kernels)
     convs = [k for k in kernels if "conv" in k["kernel"]]
     assert len(convs) == 20 and all(k["onnxruntime"] and "Conv" in k["onnxruntime"]["op"] for k in convs)
@@ -318,7 +323,9 @@ def test_unaligned_and_strided_inputs_run_like_aligned_ones(tmp_path):
 def test_ab_models_bench_compares_two_builds(tmp_path, capsys):
     """bench/ab_models.py: two builds of one model timed in one process; identical builds agree exactly."""
     import importlib.util
+    import sys
 
+    sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))  # ab_models imports bench/timing.py
     spec = importlib.util.spec_from_file_location("_bench_ab", Path(__file__).parents[2] / "bench" / "ab_models.py")
     ab = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ab)
@@ -326,12 +333,13 @@ def test_ab_models_bench_compares_two_builds(tmp_path, capsys):
     onnx.save(_tiny_model(), model)
     a, b = build_model(str(model), tmp_path / "a"), build_model(str(model), tmp_path / "b")
     out = tmp_path / "ab.json"
-    assert ab.main([str(model), str(a), str(b), "--blocks", "2", "--profile-rounds", "1", "--pause", "0",
-                    "--json", str(out)]) == 0
+    assert ab.main([str(model), str(a), str(b), "--rounds", "2", "--max-rounds", "2", "--bound", "1000",
+                    "--profile-rounds", "1", "--pause", "0", "--json", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert result["max_abs_diff"] == 0.0 and len(result["blocks_ms"]["a"]) == 2 and result["a_over_b"] > 0
+    assert result["max_abs_diff"] == 0.0 and len(result["timing"]["rounds_s"]["a"]) == 2 and result["a_over_b"] > 0
+    assert result["a_over_b"] == pytest.approx(result["ms"]["a"] / result["ms"]["b"]) and result["reliable"]
     assert set(result["kernels_ms"]) == {k["name"] for k in json.loads((a / "model.json").read_text())["kernels"]}
-    assert "a/b per block" in capsys.readouterr().out
+    assert "a/b" in capsys.readouterr().out
 
 
 def test_kernels_with_reordered_parallel_loops_match_onnxruntime(tmp_path, monkeypatch):
