@@ -3,8 +3,11 @@ smallest program that showed it. `python bench/fuzz.py --schedules --minutes N` 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from fuzz_schedules import check_schedule
+
+from tensorgen import State, build, te
 
 SEEDS = range(40)
 
@@ -21,3 +24,12 @@ def test_the_fuzzer_applies_and_rejects_steps():
     assert sum(o.rejected for o in outcomes) > 0
     assert sum(o.program.count("\ns.") for o in outcomes) > 8 * 2
 
+
+def test_sigmoid_of_a_sum_negates_the_whole_sum():
+    """The C of sigmoid(x) was `1 / (1 + exp(-x))` with x pasted in: exp(-a * 0.5 + b) for x = a * 0.5 + b."""
+    a = te.placeholder((4,), name="a")
+    b = te.placeholder((4,), name="b")
+    y = te.compute((4,), lambda i: te.sigmoid(a[i] * 0.5 + b[i]), name="y")
+    xa, xb = np.linspace(-1, 1, 4, dtype=np.float32), np.linspace(2, -2, 4, dtype=np.float32)
+    (got,) = build(State([a, b, y])).run(xa, xb)
+    np.testing.assert_allclose(got, 1 / (1 + np.exp(-(xa * 0.5 + xb))), rtol=1e-6)
