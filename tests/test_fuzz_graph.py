@@ -1,0 +1,62 @@
+"""The graph fuzzer (tests/fuzz_graphs.py) on a fixed-seed budget: random ONNX models, each tuned a few
+trials per task with one of the policies in turn, built, run and compared with ONNX Runtime.
+`python bench/fuzz.py --minutes N` runs it longer and saves reproducers.
+
+Seeds that currently show a bug fixed elsewhere in issue 22 are xfail(strict=True) with the bug named:
+once the fix is merged they pass, strict xfail fails, and the mark comes off.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fuzz_graphs import OPS, POLICIES, check_model, known_bug, random_model, validate
+
+TRIALS = 2  # per task
+# (seed, policy): convs / pools / layer norms / matmuls / NaN through max-like ops, every policy
+CASES = [(1, "ansor"), (7, "random"), (8, "ansor-psa"), (21, "ansor"), (24, "random"), (38, "ansor-psa")]
+KNOWN = [
+    pytest.param(48, "random", marks=pytest.mark.xfail(
+        strict=True, reason="pool ceil_mode keeps a last window lying in the padding (extra row/column)")),
+    pytest.param(12, "ansor", marks=pytest.mark.xfail(
+        strict=True, reason="Gather does not check its indices (an id past the table runs without an error)")),
+    pytest.param(135, "ansor-psa", marks=pytest.mark.xfail(
+        strict=True, reason="NaN does not propagate through Relu (max written as a > b ? a : b)")),
+    pytest.param(186, "random", marks=pytest.mark.xfail(
+        strict=True, reason="NaN does not propagate through Clip (it comes out as the upper bound)")),
+]
+
+
+@pytest.mark.parametrize("seed,policy", CASES + KNOWN)
+def test_random_model_tuned_and_built_matches_onnxruntime(seed, policy, tmp_path):
+    failure = check_model(random_model(np.random.default_rng(seed)), seed, policy, TRIALS, tmp_path)
+    assert failure is None, f"{failure.headline()} (known: {known_bug(failure)})\n{failure.error}"
+
+
+def test_the_generator_writes_valid_models_that_cover_the_operators():
+    """onnx.checker, strict shape inference and ONNX Runtime accept every model; the ops the fuzzer means
+    to reach all appear within a few dozen seeds."""
+    seen = set()
+    for seed in range(60):
+        model = random_model(np.random.default_rng(seed))
+        validate(model)
+        seen |= {n.op_type for n in model.graph.node}
+    wanted = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "Concat", "Add", "Mul", "Sub",
+              "Div", "MatMul", "Gemm", "LayerNormalization", "Softmax", "Erf", "Tanh", "ReduceMean", "ReduceSum",
+              "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Gather", "BatchNormalization",
+              "Relu", "Sigmoid", "Clip", "Pow", "Sqrt", "Exp"}
+    assert wanted <= seen, sorted(wanted - seen)
+    assert set(POLICIES) == {"ansor", "random", "ansor-psa"} and "aspp" in OPS
+
+
+def test_bench_fuzz_runs_one_case_and_a_schedule_budget(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("_bench_fuzz", Path(__file__).parents[1] / "bench" / "fuzz.py")
+    fuzz = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fuzz)
+    assert fuzz.main(["--case", "13", "--policy", "random", "--trials", "0", "--out", str(tmp_path)]) == 0
+    assert fuzz.main(["--schedules", "--minutes", "0.05", "--seed", "0", "--out", str(tmp_path)]) == 0
+    assert "schedules," in capsys.readouterr().out
+    assert not list(tmp_path.iterdir())  # nothing failed, nothing saved
