@@ -5,7 +5,7 @@ random schedules on random DAGs compared with the NumPy interpreter (`--schedule
     python bench/fuzz.py --schedules --minutes 5 [--seed 0] [--out fuzz_out/]
 
 Each graph case runs in its own process (a crash or a hang of a compiled model is a failure, not the end
-of the run), with the policies of tests/fuzz_graphs.POLICIES in turn. Every failure is saved under
+of the run), with the policies of tests/fuzz_graph_check.POLICIES in turn. Every failure is saved under
 --out as a reproducer: DIR/graph-<seed>-<policy>/model.onnx, failure.json (seed, policy, stage, the known
 bug it matches if any) and error.txt (traceback or mismatch); a schedule failure as
 DIR/schedule-<seed>/failure.json with the DAG and steps. Exits 1 if anything failed.
@@ -26,7 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the fuzzers live with the tests
 
 import numpy as np  # noqa: E402
-from fuzz_graphs import POLICIES, Failure, check_model, known_bug, random_model, validate  # noqa: E402
+from fuzz_graph_check import POLICIES, Failure, check_model, known_bug, validate  # noqa: E402
+from fuzz_graphs import random_model  # noqa: E402
 from fuzz_schedules import check_schedule  # noqa: E402
 
 CASE_TIMEOUT_S = 600

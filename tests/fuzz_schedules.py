@@ -139,13 +139,17 @@ def _lengths(rng: np.random.Generator, extent: int | None) -> list[int | None]:
 def random_step(rng: np.random.Generator, s: State) -> str:
     """Apply one random primitive with random arguments; returns its description."""
     computed = [st.name for st in s.stages if not st.is_placeholder]
-    name = computed[int(rng.integers(len(computed)))] if rng.random() < 0.95 else s.stages[0].name
+    name = computed[int(rng.integers(len(computed)))] if rng.random() < 0.85 else s.stages[0].name
     stage = s.stage(name)
     iters = [it.name for it in stage.iters]
     it = iters[int(rng.integers(len(iters)))] if iters else "missing"
     kind = str(rng.choice(["split", "split", "split", "fuse", "reorder", "parallel", "vectorize", "unroll",
                            "compute_at", "compute_at", "compute_inline", "compute_root", "cache_write", "rfactor",
-                           "pragma", "storage_align"]))
+                           "pragma", "storage_align", "follow_split", "follow_fused_split", "cache_read",
+                           "pack_layout"]))
+    others = [st.name for st in s.stages]
+    other = others[int(rng.integers(len(others)))]
+    step_id = int(rng.integers(-1, len(s.steps) + 1))
     if kind == "split":
         args = (name, it, _lengths(rng, stage.iters[iters.index(it)].extent if iters else 1), bool(rng.random() < 0.7))
         s.split(*args)
@@ -175,6 +179,20 @@ def random_step(rng: np.random.Generator, s: State) -> str:
     elif kind == "rfactor":
         args = (name, it, int(rng.integers(0, len(iters) + 1)))
         s.rfactor(*args)
+    elif kind == "follow_split":
+        args = (name, it, step_id, int(rng.integers(1, 4)))
+        s.follow_split(*args)
+    elif kind == "follow_fused_split":
+        ids = sorted({int(rng.integers(0, max(len(s.steps), 1))) for _ in range(int(rng.integers(1, 3)))})
+        args = (name, it, ids, int(rng.integers(0, 3)), bool(rng.random() < 0.5))
+        s.follow_fused_split(*args)
+    elif kind == "cache_read":
+        args = (name, "local", [c for c in s.consumers(name) if rng.random() < 0.8] or [other])
+        s.cache_read(*args)
+    elif kind == "pack_layout":
+        readers = s.consumers(name)
+        args = (name, readers[0] if readers and rng.random() < 0.8 else other)
+        s.pack_layout(*args)
     elif kind == "pragma":
         args = (name, it, str(rng.choice(["auto_unroll_max_step$16", "auto_unroll_max_step$0", "bogus"])))
         s.pragma(*args)
@@ -192,17 +210,20 @@ def random_step(rng: np.random.Generator, s: State) -> str:
 class ScheduleOutcome:
     seed: int
     program: str  # the DAG and the steps applied, as text
-    rejected: int  # steps that raised ScheduleError
+    rejected: int  # random steps that raised ScheduleError
+    applied: int = 0  # random steps that were applied
     stage: str = ""  # "step" | "unchanged" | "roundtrip" | "build" | "run" | "mismatch", when failed
     failure: str | None = None
 
     def to_dict(self) -> dict:
-        return {"seed": self.seed, "stage": self.stage, "rejected": self.rejected, "program": self.program,
+        return {"seed": self.seed, "stage": self.stage, "rejected": self.rejected, "applied": self.applied,
+                "program": self.program,
                 "failure": self.failure, "reproduce": f"tests/fuzz_schedules.py: check_schedule({self.seed})"}
 
 
 def check_schedule(seed: int, steps: int | None = None) -> ScheduleOutcome:
-    """Draw a DAG and up to `steps` (default 2..12) random steps from `seed`; check what they give."""
+    """Draw a DAG, tile some stages, then apply `steps` (default 2..15) random steps drawn from `seed`; check
+    what they give."""
     rng = np.random.default_rng(seed)
     tensors = random_dag(rng)
     s = State(tensors)
@@ -214,10 +235,13 @@ def check_schedule(seed: int, steps: int | None = None) -> ScheduleOutcome:
         outcome.stage, outcome.failure = stage, message
         return outcome
 
-    for _ in range(steps if steps is not None else int(rng.integers(2, 13))):
+    for stage in [st.name for st in s.stages if not st.is_placeholder and rng.random() < 0.5]:
+        _tile(rng, s, stage, tried)  # deeper programs: most random steps then act on tiled loops
+    for _ in range(steps if steps is not None else int(rng.integers(2, 16))):
         before = (s.stages, s.steps)
         try:
             tried.append(random_step(rng, s))
+            outcome.applied += 1
         except ScheduleError as err:
             outcome.rejected += 1
             tried.append(f"# rejected: {err}")
@@ -248,6 +272,20 @@ def check_schedule(seed: int, steps: int | None = None) -> ScheduleOutcome:
                                 f"{func.source}")
     outcome.program = "\n".join([f"# dag: {s.dag}", *tried])
     return outcome
+
+
+def _tile(rng: np.random.Generator, s: State, name: str, tried: list[str]) -> None:
+    """Valid splits of every loop of a stage (and a cache_write first, sometimes), as a sketch rule would."""
+    if rng.random() < 0.3 and s.stage(name).tensor.reduce_axes:
+        s.cache_write(name, "local")
+        tried.append(f"cache_write('{name}')")
+        name = f"{name}_local"
+    for it in list(s.stage(name).iters):
+        divisors = [d for d in range(2, (it.extent or 1) + 1) if (it.extent or 1) % d == 0]
+        if divisors:
+            lengths = [int(rng.choice(divisors))]
+            s.split(name, it.name, lengths)
+            tried.append(f"split('{name}', '{it.name}', {lengths})")
 
 
 def _order(s: State, inputs: list[Tensor]) -> list[int]:

@@ -1,5 +1,6 @@
-"""The graph fuzzer (tests/fuzz_graphs.py) on a fixed-seed budget: random ONNX models, each tuned a few
-trials per task with one of the policies in turn, built, run and compared with ONNX Runtime.
+"""The graph fuzzer (tests/fuzz_graphs.py, tests/fuzz_graph_check.py) on a fixed-seed budget: random ONNX
+models, each tuned a few trials per task with one of the policies in turn, built, run and compared with
+ONNX Runtime.
 `python bench/fuzz.py --minutes N` runs it longer and saves reproducers.
 
 Seeds that currently show a bug fixed elsewhere in issue 22 are xfail(strict=True) with the bug named:
@@ -13,26 +14,31 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fuzz_graphs import OPS, POLICIES, check_model, known_bug, random_model, validate
+from fuzz_graph_check import POLICIES, check_model, known_bug, validate
+from fuzz_graphs import OPS, random_model
 
 TRIALS = 2  # per task
-# (seed, policy): convs / pools / layer norms / matmuls / NaN through max-like ops, every policy
-CASES = [(1, "ansor"), (7, "random"), (8, "ansor-psa"), (21, "ansor"), (24, "random"), (38, "ansor-psa")]
+# (seed, policy, trials per task): convs / pools / layer norms / matmuls / NaN through max-like ops, every policy
+CASES = [(1, "ansor", TRIALS), (7, "random", TRIALS), (8, "ansor-psa", TRIALS), (21, "ansor", TRIALS),
+         (24, "random", TRIALS), (38, "ansor-psa", TRIALS)]
+
+
+def _known(seed: int, policy: str, trials: int, bug: str):
+    return pytest.param(seed, policy, trials, marks=pytest.mark.xfail(strict=True, reason=bug))
+
+
 KNOWN = [
-    pytest.param(48, "random", marks=pytest.mark.xfail(
-        strict=True, reason="pool ceil_mode keeps a last window lying in the padding (extra row/column)")),
-    pytest.param(12, "ansor", marks=pytest.mark.xfail(
-        strict=True, reason="Gather does not check its indices (an id past the table runs without an error)")),
-    pytest.param(135, "ansor-psa", marks=pytest.mark.xfail(
-        strict=True, reason="NaN does not propagate through Relu (max written as a > b ? a : b)")),
-    pytest.param(186, "random", marks=pytest.mark.xfail(
-        strict=True, reason="NaN does not propagate through Clip (it comes out as the upper bound)")),
+    _known(48, "random", TRIALS, "pool ceil_mode keeps a last window lying in the padding (extra row/column)"),
+    _known(12, "ansor", TRIALS, "Gather does not check its indices (an id past the table runs without an error)"),
+    _known(135, "ansor-psa", TRIALS, "NaN does not propagate through Relu (max written as a > b ? a : b)"),
+    _known(186, "random", TRIALS, "NaN does not propagate through Clip (it comes out as the upper bound)"),
+    _known(202, "random", 6, "gcc: redefinition of 'input0_at' (base-pointer hoisting emits one name twice)"),
 ]
 
 
-@pytest.mark.parametrize("seed,policy", CASES + KNOWN)
-def test_random_model_tuned_and_built_matches_onnxruntime(seed, policy, tmp_path):
-    failure = check_model(random_model(np.random.default_rng(seed)), seed, policy, TRIALS, tmp_path)
+@pytest.mark.parametrize("seed,policy,trials", CASES + KNOWN)
+def test_random_model_tuned_and_built_matches_onnxruntime(seed, policy, trials, tmp_path):
+    failure = check_model(random_model(np.random.default_rng(seed)), seed, policy, trials, tmp_path)
     assert failure is None, f"{failure.headline()} (known: {known_bug(failure)})\n{failure.error}"
 
 
