@@ -66,3 +66,21 @@ def test_bench_fuzz_runs_one_case_and_a_schedule_budget(tmp_path, capsys):
     assert fuzz.main(["--schedules", "--minutes", "0.05", "--seed", "0", "--out", str(tmp_path)]) == 0
     assert "schedules," in capsys.readouterr().out
     assert not list(tmp_path.iterdir())  # nothing failed, nothing saved
+
+
+def test_a_gather_from_a_size_one_axis_is_tuned_without_wrong_answers(tmp_path):
+    """The harness filled int64 inputs (a Gather's indices) with 0..3: past an axis of 1 to 3 (qkv[:, :, 2] in
+    an exported attention), so every candidate read memory the naive program did not and was stored as a
+    wrong answer (found by the graph fuzzer, seed 301)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]),
+             helper.make_node("Gather", ["t", "idx"], ["g"], axis=2), helper.make_node("Mul", ["g", "c"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 2, 1])
+    graph = helper.make_graph(nodes, "small_axis", [x],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 2, 1, 3])],
+                              [numpy_helper.from_array(np.zeros((2, 1), np.int64), "idx"),
+                               numpy_helper.from_array(np.linspace(-1, 1, 3).astype(np.float32), "c")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    failure = check_model(model, 0, "random", 4, tmp_path)
+    assert failure is None, failure.error
