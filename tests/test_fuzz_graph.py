@@ -10,11 +10,13 @@ once the fix is merged they pass, strict xfail fails, and the mark comes off.
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
-from fuzz_graph_check import POLICIES, check_model, known_bug, validate
+from fuzz_graph_check import POLICIES, Failure, check_model, known_bug, validate
 from fuzz_graphs import OPS, random_model
 
 TRIALS = 2  # per task
@@ -66,6 +68,11 @@ def test_bench_fuzz_runs_one_case_and_a_schedule_budget(tmp_path, capsys):
     assert fuzz.main(["--schedules", "--minutes", "0.05", "--seed", "0", "--out", str(tmp_path)]) == 0
     assert "schedules," in capsys.readouterr().out
     assert not list(tmp_path.iterdir())  # nothing failed, nothing saved
+    failure = Failure(5, "random", "mismatch", "output 0: ...")
+    saved = fuzz.save(failure, tmp_path, random_model(np.random.default_rng(5)))
+    info = json.loads((saved / "failure.json").read_text())
+    assert info["seed"] == 5 and info["reproduce"] == "python bench/fuzz.py --case 5 --policy random"
+    assert validate(onnx.load(saved / "model.onnx")) and (saved / "error.txt").read_text() == failure.error
 
 
 def test_a_gather_from_a_size_one_axis_is_tuned_without_wrong_answers(tmp_path):
