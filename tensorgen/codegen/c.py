@@ -302,7 +302,7 @@ class _CWriter:
         args = [self.expr(a) for a in e.args]
         suffix = "f" if e.dtype == "float32" else ""
         if e.name == "sigmoid":
-            return f"(1{'.0f' if suffix else '.0'} / (1 + exp{suffix}(-{args[0]})))"
+            return f"(1{'.0f' if suffix else '.0'} / (1 + exp{suffix}(-({args[0]}))))"
         if e.name == "rsqrt":
             return f"(1{'.0f' if suffix else '.0'} / sqrt{suffix}({args[0]}))"
         if e.name == "abs" and not is_float(e.dtype):
