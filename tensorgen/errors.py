@@ -26,5 +26,11 @@ class CompileError(TensorgenError):
         self.log = log
 
 
+class ToolchainError(CompileError):
+    """The C toolchain or the kernel cache cannot work at all (no compiler, flags it rejects, an unwritable
+    cache): no program can be built until the environment is fixed, so this stops a run instead of being
+    stored as a failure of the program at hand."""
+
+
 class RuntimeCallError(TensorgenError, ValueError):
     """A compiled kernel was called with arrays of the wrong shape, dtype or layout."""

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tensorgen.codegen.toolchain import cache_dir, find_compiler
+from tensorgen.codegen.toolchain import cache_dir, find_compiler, intact, seal, usable_cache_dir
 from tensorgen.dag import ComputeDAG
 from tensorgen.errors import CompileError
 from tensorgen.loopir.nodes import row_major
@@ -267,11 +267,10 @@ def harness_executable(cc: str | None = None, timeout: float = 120.0) -> Path:
     cmd = find_compiler(cc)
     source = harness_source()
     key = hashlib.sha256("\0".join([source, *cmd]).encode()).hexdigest()[:24]
-    root = cache_dir()
-    exe = root / f"harness-{key}"
-    if exe.exists():
+    exe = cache_dir() / f"harness-{key}"
+    if intact(exe):
         return exe
-    root.mkdir(parents=True, exist_ok=True)
+    root = usable_cache_dir()
     with tempfile.TemporaryDirectory(dir=root) as tmp:
         c_path, out = Path(tmp) / "harness.c", Path(tmp) / "harness"
         c_path.write_text(source)
@@ -282,6 +281,7 @@ def harness_executable(cc: str | None = None, timeout: float = 120.0) -> Path:
             raise CompileError(f"cannot compile the timing harness: {exc}", source=source) from exc
         if proc.returncode != 0:
             raise CompileError(f"timing harness failed to compile:\n{proc.stderr}", source=source, log=proc.stderr)
+        seal(exe, out)
         os.replace(out, exe)
     return exe
 
