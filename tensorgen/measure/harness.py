@@ -31,6 +31,7 @@ from tensorgen.loopir.nodes import row_major
 from tensorgen.schedule.layout_rewrite import LayoutRewrite
 
 MAX_ARGS = 64
+HARNESS_FAILED = 3  # the harness's exit status when it fails itself (die(): dlopen, allocation, its output file)
 #: dtype -> (harness kind letter, numpy dtype of the bytes it writes)
 KINDS: dict[str, tuple[str, str]] = {
     "float32": ("f", "float32"), "float64": ("d", "float64"), "int32": ("i", "int32"),

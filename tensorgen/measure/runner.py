@@ -23,6 +23,7 @@ from tensorgen.dag import ComputeDAG
 from tensorgen.measure.builder import KERNEL_NAME
 from tensorgen.measure.guard import ErrorGuard
 from tensorgen.measure.harness import (
+    HARNESS_FAILED,
     HarnessConfig,
     HarnessRun,
     arg_specs,
@@ -56,6 +57,8 @@ def classify_run(run: HarnessRun, timeout: float, repeat: int) -> tuple[ErrorKin
         except ValueError:
             name = f"signal {-rc}"
         return ErrorKind.RUNTIME_ERROR, f"candidate crashed with {name}{detail}"
+    if rc == HARNESS_FAILED and "harness: " in run.stderr:
+        return ErrorKind.UNKNOWN, f"the timing harness failed (not the candidate){detail}"
     if rc != 0:
         return ErrorKind.RUNTIME_ERROR, f"harness exited with status {rc}{detail}"
     if len(run.costs) != repeat:
