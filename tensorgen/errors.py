@@ -32,5 +32,10 @@ class ToolchainError(CompileError):
     stored as a failure of the program at hand."""
 
 
+class MemoryBudgetError(TensorgenError):
+    """A model or task needs more memory than the budget allows (see hardware.memory_limit); refused before
+    anything of its size is allocated."""
+
+
 class RuntimeCallError(TensorgenError, ValueError):
     """A compiled kernel was called with arrays of the wrong shape, dtype or layout."""

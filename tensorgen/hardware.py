@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tensorgen.codegen.toolchain import compile_source
-from tensorgen.errors import TensorgenError
+from tensorgen.errors import MemoryBudgetError, TensorgenError
 from tensorgen.target import HardwareParams, Target
 
 SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
@@ -55,6 +55,13 @@ def memory_limit() -> int:
     limit = int(MEMORY_SHARE * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     return min(limit, soft) if soft != resource.RLIM_INFINITY else limit
+
+
+def check_memory_budget(need: int, what: str) -> None:
+    """MemoryBudgetError "<what>; the limit is ..." when `need` bytes exceed memory_limit()."""
+    limit = memory_limit()
+    if need > limit:
+        raise MemoryBudgetError(f"{what}; the limit is {format_bytes(limit)} (set {MEMORY_ENV} to change it)")
 
 
 def format_bytes(n: float) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import resource
+import sqlite3
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ import pytest
 from onnx import TensorProto, helper
 from onnx_faults import FAULTS
 
+from tensorgen.errors import MemoryBudgetError
 from tensorgen.graph.ir import GraphError
 from tensorgen.graph.load import load_graph
 
@@ -87,7 +89,7 @@ def test_a_model_within_the_budget_loads_and_one_over_it_does_not(monkeypatch: p
     monkeypatch.setenv("TENSORGEN_MEMORY_LIMIT", "48K")
     assert load_graph(model).inputs == ["x"]
     monkeypatch.setenv("TENSORGEN_MEMORY_LIMIT", "47K")
-    with pytest.raises(GraphError, match="needs 49.2 KB .*the limit is 48.1 KB"):
+    with pytest.raises(MemoryBudgetError, match="needs 49.2 KB .*the limit is 48.1 KB"):
         load_graph(model)
 
 
@@ -138,3 +140,13 @@ def test_partition_alignment_of_huge_kernels_is_bounded(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     same, seconds = proc.stdout.split()
     assert same == "True" and float(seconds) < 10
+
+
+def test_tuning_an_operator_too_large_for_memory_stores_nothing(tmp_path: Path) -> None:
+    """Sizes of a suite operator are checked too, before its arguments are allocated for timing."""
+    proc = cli(["tune", "gmm", "--shape", "100000,100000,100000", "--trials", "2", "--batch-size", "2", "--policy",
+                "random", "--db", str(tmp_path / "t.db")], tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("tensorgen: error: GMM(100000,100000,100000) needs 120.0 GB")
+    with sqlite3.connect(tmp_path / "t.db") as conn:
+        assert conn.execute("SELECT COUNT(*) FROM records").fetchone() == (0,)

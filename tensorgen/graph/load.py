@@ -53,11 +53,10 @@ def memory_needed(graph: Graph) -> int:
 
 
 def check_memory(graph: Graph) -> None:
-    """GraphError with the figure when `graph` needs more than the memory budget (hardware.memory_limit),
+    """MemoryBudgetError with the figures when `graph` needs more than the memory budget (hardware.memory_limit),
     before anything of its size (inputs, buffers, an analysis per element) is allocated."""
-    from tensorgen.graph.onnx_frontend import check_bytes
-    from tensorgen.hardware import format_bytes
+    from tensorgen.hardware import check_memory_budget, format_bytes
 
     need = memory_needed(graph)
-    check_bytes(need, f"model {graph.name!r} needs {format_bytes(need)} for its weights, inputs, outputs and "
+    check_memory_budget(need, f"model {graph.name!r} needs {format_bytes(need)} for its weights, inputs, outputs and "
                       "buffers")

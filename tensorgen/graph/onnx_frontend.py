@@ -27,10 +27,9 @@ from tensorgen.graph.ir import Graph, GraphError, Node, Value
 from tensorgen.graph.onnx_eval import evaluate, infer_outputs, np_dtype
 from tensorgen.graph.onnx_export import export_onnx
 from tensorgen.graph.onnx_normalize import CONST_INPUTS, NORMALIZERS, ImportState, OnnxNode
-from tensorgen.hardware import MEMORY_ENV, format_bytes, memory_limit
+from tensorgen.hardware import check_memory_budget, format_bytes
 
-__all__ = ["FOLD_ONLY_OPS", "GRAPH_OPS", "OPSETS", "SUPPORTED_OPS", "check_bytes", "export_onnx", "import_onnx",
-           "read_onnx"]
+__all__ = ["FOLD_ONLY_OPS", "GRAPH_OPS", "OPSETS", "SUPPORTED_OPS", "export_onnx", "import_onnx", "read_onnx"]
 
 OPSETS = range(13, 22)
 # ops that never survive import: Constant and Shape always fold, ConstantOfShape must (else GraphError)
@@ -149,19 +148,12 @@ def _check_external(t: onnx.TensorProto, path: Path) -> None:
     if not file.is_file():
         raise GraphError(f"{what}, which does not exist")
     declared = math.prod(t.dims) * _ITEMSIZE.get(t.data_type, 1)
-    check_bytes(declared, f"{what}: it declares {format_bytes(declared)}")
+    check_memory_budget(declared, f"{what}: it declares {format_bytes(declared)}")
     offset, size = info.offset or 0, file.stat().st_size
     length = info.length or size - offset
     if length != declared or offset + length > size:
         raise GraphError(f"{what} at offset {offset}, length {length}: the file holds {size} bytes and the tensor "
                          f"needs {declared}")
-
-
-def check_bytes(need: int, what: str) -> None:
-    """GraphError "<what>; the limit is ..." when `need` bytes exceed the memory budget (hardware.memory_limit)."""
-    limit = memory_limit()
-    if need > limit:
-        raise GraphError(f"{what}; the limit is {format_bytes(limit)} (set {MEMORY_ENV} to change it)")
 
 
 def _producers(g: onnx.GraphProto, state: ImportState, source: str) -> dict[str, str]:
@@ -215,7 +207,7 @@ def _graph_inputs(g: onnx.GraphProto, state: ImportState, overrides: dict[str, S
     for t in g.initializer:
         if t.data_type in _ITEMSIZE:
             need = math.prod(t.dims) * _ITEMSIZE[t.data_type]
-            check_bytes(need, f"{source}: initializer {t.name!r} declares {format_bytes(need)}")
+            check_memory_budget(need, f"{source}: initializer {t.name!r} declares {format_bytes(need)}")
         try:
             array = numpy_helper.to_array(t)
         except Exception as e:
@@ -298,7 +290,7 @@ def _check_fold_size(proto: onnx.NodeProto, label: str, opset: int, state: Impor
     except GraphError:  # inference cannot always see through a fold; evaluating it decides then
         return
     need = sum(math.prod(v.shape) * np.dtype(v.dtype).itemsize for v in outs.values())
-    check_bytes(need, f"{label}: folding it makes constants of {format_bytes(need)}")
+    check_memory_budget(need, f"{label}: folding it makes constants of {format_bytes(need)}")
 
 
 def _normalize(proto: onnx.NodeProto, name: str, label: str, opset: int, attrs: dict[str, Any],

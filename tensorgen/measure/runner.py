@@ -20,6 +20,7 @@ import numpy as np
 from tensorgen.codegen.c import render_c
 from tensorgen.codegen.toolchain import compile_source
 from tensorgen.dag import ComputeDAG
+from tensorgen.hardware import check_memory_budget, format_bytes
 from tensorgen.measure.builder import KERNEL_NAME
 from tensorgen.measure.guard import ErrorGuard
 from tensorgen.measure.harness import (
@@ -159,6 +160,9 @@ class LocalRunner:
     def run(self, inputs: list[MeasureInput], build_results: list[BuildResult]) -> list[MeasureResult]:
         if len(inputs) != len(build_results):
             raise ValueError(f"{len(inputs)} inputs but {len(build_results)} build results")
+        for task in {inp.task.key: inp.task for inp in inputs}.values():
+            need = sum(math.prod(t.shape) * np.dtype(t.dtype).itemsize for t in task.dag.args)
+            check_memory_budget(need, f"{task.desc or task} needs {format_bytes(need)} for its arguments")
         results = []
         for i, (inp, br) in enumerate(zip(inputs, build_results)):
             res = self.measure(inp, br)
