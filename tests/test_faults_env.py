@@ -95,6 +95,18 @@ def test_build_and_model_tune_in_a_broken_environment(fault, broken, tmp_path: P
     assert records_in(tmp_path / "m.db") == 0
 
 
+def test_a_batch_failing_for_a_full_disk_stops_the_run(tmp_path: Path) -> None:
+    """A compiler that builds the trivial preflight kernel but then finds the disk full for every candidate."""
+    cc = tmp_path / "fullcc"
+    cc.write_text('#!/bin/sh\ncase "$*" in *preflight.c*|--version) exec gcc "$@";; esac\n'
+                  'echo "cc1: fatal error: cannot write: No space left on device" >&2\nexit 1\n')
+    cc.chmod(0o755)
+    proc = cli([*TUNE, "--db", str(tmp_path / "t.db")], {"CC": str(cc), "TENSORGEN_CACHE_DIR": str(tmp_path / "k")},
+               tmp_path)
+    assert_one_line_error(proc, "every build of the batch failed with 'No space left on device'")
+    assert records_in(tmp_path / "t.db") == 0
+
+
 def test_preflight_rejects_a_bogus_march(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TENSORGEN_CACHE_DIR", str(tmp_path / "k"))
     with pytest.raises(ToolchainError, match="march=bogus.*cannot build a trivial kernel"):

@@ -30,6 +30,16 @@ _KILL_GRACE = 2.0
 #: Build errors a broken environment causes too (a program's own are instantiation errors)
 _MAYBE_ENVIRONMENT = frozenset({ErrorKind.COMPILE_ERROR, ErrorKind.COMPILE_TIMEOUT, ErrorKind.UNKNOWN})
 
+#: What compilers and the OS say when the machine, not the program, stops a build
+ENVIRONMENT_ERRORS = ("No space left on device", "Disk quota exceeded", "Read-only file system", "Permission denied",
+                      "Cannot allocate memory")
+
+
+def environment_error(message: str) -> str | None:
+    """The ENVIRONMENT_ERRORS phrase in a build's message, if any."""
+    return next((e for e in ENVIRONMENT_ERRORS if e in message), None)
+
+
 SourceHook = Callable[[MeasureInput, str], str]
 
 
@@ -66,6 +76,8 @@ def build_candidate(inp: MeasureInput, timeout: float, source_hook: SourceHook |
     except ToolchainError as exc:  # not the candidate's fault (LocalBuilder.build stops the run if it persists)
         return result(ErrorKind.UNKNOWN, str(exc))
     except CompileError as exc:
+        if environment_error(f"{exc}\n{exc.log}"):
+            return result(ErrorKind.UNKNOWN, str(exc))
         kind = ErrorKind.COMPILE_TIMEOUT if "timed out" in str(exc) else ErrorKind.COMPILE_ERROR
         return result(kind, str(exc))
     except Exception:
@@ -113,6 +125,10 @@ class LocalBuilder:
         if all(r.error_kind in _MAYBE_ENVIRONMENT for r in results):
             for march in marches:
                 preflight(march=march, again=True)
+            causes = {environment_error(r.error_msg) for r in results}
+            if len(causes) == 1 and None not in causes:
+                raise ToolchainError(f"every build of the batch failed with {causes.pop()!r}, a fault of the "
+                                     f"machine: {results[0].error_msg.splitlines()[0]}")
         return results
 
     def close(self) -> None:
