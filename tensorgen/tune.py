@@ -456,7 +456,8 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
     `trials` is this call's budget: records already in `db` for this workload + target are replayed
     into the policy first (and counted in `total_trials`, and considered for the best), then `trials`
     more are measured in batches of `batch_size`, fewer only if the policy runs out of new programs or
-    the run is interrupted. A state already in the database is never measured again. `db` is a path, a
+    the run is interrupted. A state already in the database is measured again only if it failed for the
+    machine's sake (see measure_again). `db` is a path, a
     Database, or None (in memory, gone after the call). `policy` is "ansor" (SketchPolicy with
     `cost_model`), "random", or a SearchPolicy instance (give it a fresh one: tune feeds it the
     database's records); `policy_options` are keyword arguments for the named policy's constructor (e.g.
