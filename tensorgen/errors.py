@@ -26,5 +26,16 @@ class CompileError(TensorgenError):
         self.log = log
 
 
+class ToolchainError(CompileError):
+    """The C toolchain or the kernel cache cannot work at all (no compiler, flags it rejects, an unwritable
+    cache): no program can be built until the environment is fixed, so this stops a run instead of being
+    stored as a failure of the program at hand."""
+
+
+class MemoryBudgetError(TensorgenError):
+    """A model or task needs more memory than the budget allows (see hardware.memory_limit); refused before
+    anything of its size is allocated."""
+
+
 class RuntimeCallError(TensorgenError, ValueError):
     """A compiled kernel was called with arrays of the wrong shape, dtype or layout."""

@@ -9,6 +9,7 @@ import math
 import os
 import platform
 import re
+import resource
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tensorgen.codegen.toolchain import compile_source
-from tensorgen.errors import TensorgenError
+from tensorgen.errors import MemoryBudgetError, TensorgenError
 from tensorgen.target import HardwareParams, Target
 
 SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
@@ -30,10 +31,45 @@ QUICK_ENV = "TENSORGEN_HW_QUICK"  # set to 1 for tiny benchmark sizes (tests); q
 
 def parse_size(text: str) -> int:
     """'32K', '32768K', '1 MiB', '524288' -> bytes (sysfs, lscpu and getconf each spell sizes differently)."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]?)(?:I?B)?\s*", text.upper())
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*", text.upper())
     if not m:
         raise ValueError(f"cannot parse size {text!r}")
-    return int(float(m.group(1)) * 1024 ** " KMG".index(m.group(2) or " "))
+    return int(float(m.group(1)) * 1024 ** " KMGT".index(m.group(2) or " "))
+
+
+MEMORY_ENV = "TENSORGEN_MEMORY_LIMIT"
+MEMORY_SHARE = 0.8  # of physical memory, the default budget of a model
+
+
+def memory_limit() -> int:
+    """Bytes a model's buffers, weights and inputs may take: $TENSORGEN_MEMORY_LIMIT (e.g. '12G'), else
+    MEMORY_SHARE of physical memory; never more than the process's address-space limit (ulimit -v). Sizes
+    are checked against it before anything is allocated: a tiny file can declare a tensor of 40 GB, and
+    allocating it ends in the kernel's OOM killer, not in an error."""
+    text = os.environ.get(MEMORY_ENV)
+    if text:
+        try:
+            return parse_size(text)
+        except ValueError:
+            raise TensorgenError(f"{MEMORY_ENV}={text!r} is not a size (bytes, or e.g. 512M, 12G)") from None
+    limit = int(MEMORY_SHARE * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return min(limit, soft) if soft != resource.RLIM_INFINITY else limit
+
+
+def check_memory_budget(need: int, what: str) -> None:
+    """MemoryBudgetError "<what>; the limit is ..." when `need` bytes exceed memory_limit()."""
+    limit = memory_limit()
+    if need > limit:
+        raise MemoryBudgetError(f"{what}; the limit is {format_bytes(limit)} (set {MEMORY_ENV} to change it)")
+
+
+def format_bytes(n: float) -> str:
+    """'40.0 GB', '512.0 MB': decimal units, as memory figures in messages are read."""
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} bytes"
 
 
 def parse_key_values(text: str) -> dict[str, str]:

@@ -25,7 +25,7 @@ from tensorgen.errors import TensorgenError
 from tensorgen.hardware import hardware_for
 from tensorgen.measure.builder import Builder, LocalBuilder
 from tensorgen.measure.runner import LocalRunner, Runner
-from tensorgen.measure.types import BuildResult, ErrorKind, MeasureInput, MeasureResult
+from tensorgen.measure.types import BuildResult, ErrorKind, MeasureInput, MeasureResult, measure_again
 from tensorgen.records.database import Database, SQLiteDatabase
 from tensorgen.records.record import Record, program_cost, steps_hash
 from tensorgen.schedule.state import State
@@ -339,6 +339,7 @@ class TaskTuner:
         self.callbacks = tuple(callbacks)
         self.tally = _Tally(task, trials, time.perf_counter(), policy_s=search_s, busy_s=search_s)
         self._measured: set[str] | None = None  # step hashes in the database, known after resume()
+        self._again: list[Record] = []  # resumed records to measure again (see measure_again)
 
     @property
     def costs(self) -> list[float]:
@@ -366,7 +367,16 @@ class TaskTuner:
         self._measured = set()
         tally.since = time.perf_counter()
         try:
-            for record in self.setup.db.records(self.task.workload_key, str(self.task.target)):
+            records = self.setup.db.records(self.task.workload_key, str(self.task.target))
+            tries: dict[str, list[Record]] = {}
+            for record in records:
+                tries.setdefault(record.steps_hash, []).append(record)
+            for record in records:
+                same = tries[record.steps_hash]
+                if measure_again([r.result for r in same]):  # it failed for the machine's sake, not its own
+                    if record is same[0]:
+                        self._again.append(record)
+                    continue
                 self._measured.add(record.steps_hash)
                 try:
                     state = record.state(self.task.dag)
@@ -396,9 +406,10 @@ class TaskTuner:
         tally = self.tally
         tally.since = time.perf_counter()
         try:
-            proposed: list[State] = []
-            with self.skips.guard("policy proposal", str(self.task)):
-                proposed = self.policy.next_batch(n_trials)
+            proposed = self._measure_again(n_trials)
+            if len(proposed) < n_trials:
+                with self.skips.guard("policy proposal", str(self.task)):
+                    proposed += self.policy.next_batch(n_trials - len(proposed))
             tally.policy_s += time.perf_counter() - tally.since
             states = []
             for state in proposed:  # a policy that breaks its promise must not cost measurements
@@ -418,6 +429,17 @@ class TaskTuner:
             return len(results)
         finally:
             tally.busy_s += time.perf_counter() - tally.since
+
+    def _measure_again(self, n: int) -> list[State]:
+        """Up to `n` of the resumed programs whose measurements failed only for the machine's sake."""
+        states = []
+        while self._again and len(states) < n:
+            record = self._again.pop(0)
+            try:
+                states.append(record.state(self.task.dag))
+            except TensorgenError as err:
+                LOGGER.warning("cannot replay a stored record of %s to measure it again: %s", self.task, err)
+        return states
 
     def offer(self, states: Sequence[State]) -> None:
         """Hand the policy programs of this task made elsewhere (see SketchPolicy.offer); policies that cannot
@@ -506,7 +528,8 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
     `trials` is this call's budget: records already in `db` for this workload + target are replayed
     into the policy first (and counted in `total_trials`, and considered for the best), then `trials`
     more are measured in batches of `batch_size`, fewer only if the policy runs out of new programs or
-    the run is interrupted. A state already in the database is never measured again. `db` is a path, a
+    the run is interrupted. A state already in the database is measured again only if it failed for the
+    machine's sake (see measure_again). `db` is a path, a
     Database, or None (in memory, gone after the call). `policy` is "ansor" (SketchPolicy with
     `cost_model`), "random", or a SearchPolicy instance (give it a fresh one: tune feeds it the
     database's records); `policy_options` are keyword arguments for the named policy's constructor (e.g.

@@ -1,8 +1,15 @@
-"""Compile generated C into shared libraries, cached by content so re-tuning never recompiles a kernel."""
+"""Compile generated C into shared libraries, cached by content so re-tuning never recompiles a kernel.
+
+A cached object is trusted only if it matches the size and SHA-256 recorded beside it when it was built
+(`<object>.sum`): a file that merely exists may be truncated by a full disk or a killed copy, and loading
+one crashes the process or, worse, is taken for a failure of the program it holds.
+"""
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import logging
 import os
 import platform
 import shlex
@@ -14,11 +21,12 @@ from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
-from ..errors import CompileError
+from ..errors import CompileError, ToolchainError
 
 #: Flags every kernel is built with; no -ffast-math so results stay comparable with numpy.
 BASE_FLAGS: tuple[str, ...] = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-ffp-contract=fast")
 _LOG_LINES = 20
+LOGGER = logging.getLogger("tensorgen.toolchain")
 
 
 def find_compiler(cc: str | None = None) -> list[str]:
@@ -31,8 +39,8 @@ def find_compiler(cc: str | None = None) -> list[str]:
         if path:
             return [path, *words[1:]]
     if spec:
-        raise CompileError(f"C compiler {spec!r} (from {'cc argument' if cc else '$CC'}) not found on PATH")
-    raise CompileError("no C compiler found: neither gcc nor clang is on PATH; set $CC")
+        raise ToolchainError(f"C compiler {spec!r} (from {'cc argument' if cc else '$CC'}) not found on PATH")
+    raise ToolchainError("no C compiler found: neither gcc nor clang is on PATH; set $CC")
 
 
 @cache
@@ -41,7 +49,7 @@ def _version(path: str) -> str:
     try:
         out = subprocess.run([path, "--version"], check=False, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise CompileError(f"cannot run C compiler {path!r}: {exc}") from exc
+        raise ToolchainError(f"cannot run C compiler {path!r}: {exc}") from exc
     lines = (out.stdout or out.stderr).strip().splitlines()
     return lines[0].strip() if lines else "unknown"
 
@@ -61,6 +69,51 @@ def cache_dir() -> Path:
     """Kernel cache: $TENSORGEN_CACHE_DIR, else ~/.cache/tensorgen/kernels."""
     env = os.environ.get("TENSORGEN_CACHE_DIR")
     return Path(env) if env else Path.home() / ".cache" / "tensorgen" / "kernels"
+
+
+def usable_cache_dir() -> Path:
+    """cache_dir(), created if missing; ToolchainError (one line, naming the directory) if it cannot be."""
+    root = cache_dir()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=root, prefix=".probe.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise _cache_error(root, exc) from None
+    return root
+
+
+def _cache_error(root: Path, exc: OSError) -> ToolchainError:
+    return ToolchainError(f"kernel cache directory {root} is not writable ({exc.strerror or exc}); "
+                          "set TENSORGEN_CACHE_DIR to a writable directory")
+
+
+def _digest(path: Path) -> str:
+    with open(path, "rb") as f:
+        return f"{os.fstat(f.fileno()).st_size} {hashlib.file_digest(f, 'sha256').hexdigest()}"
+
+
+def seal(path: Path, built: Path) -> None:
+    """Record the size and hash of `built` as those of `path`, before `built` is moved there: a reader that
+    finds the new checksum beside an older object rebuilds it, never trusts a partial one."""
+    _atomic_write(path.with_name(path.name + ".sum"), _digest(built))
+
+
+def intact(path: Path) -> bool:
+    """Whether cached `path` exists and matches the size and hash sealed for it; a mismatch is logged."""
+    if not path.exists():
+        return False
+    try:
+        expected = path.with_name(path.name + ".sum").read_text()
+    except OSError:
+        LOGGER.warning("kernel cache: %s has no checksum; rebuilding it", path)
+        return False
+    if _digest(path) != expected:
+        LOGGER.warning("kernel cache: %s does not match its checksum (truncated or overwritten); rebuilding it",
+                       path)
+        return False
+    return True
 
 
 def numbered_source(source: str) -> str:
@@ -137,12 +190,15 @@ def compile_source(
     key = h.hexdigest()
     root = cache_dir()
     so_path, c_path = root / f"{key}.so", root / f"{key}.c"
-    if so_path.exists():
+    if intact(so_path):
         return so_path
-    root.mkdir(parents=True, exist_ok=True)
-    _atomic_write(c_path, source)
-    fd, tmp = tempfile.mkstemp(dir=root, prefix=f"{key}.", suffix=".so.tmp")
-    os.close(fd)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        _atomic_write(c_path, source)
+        fd, tmp = tempfile.mkstemp(dir=root, prefix=f"{key}.", suffix=".so.tmp")
+        os.close(fd)
+    except OSError as exc:
+        raise _cache_error(root, exc) from None
     try:
         try:
             argv = [*cmd, *flags, "-o", tmp, str(c_path), *libraries(source)]
@@ -152,7 +208,7 @@ def compile_source(
                 f"C compiler timed out after {timeout}s compiling {c_path}", source=source
             ) from exc
         except OSError as exc:
-            raise CompileError(f"cannot run C compiler {cmd[0]!r}: {exc}", source=source) from exc
+            raise ToolchainError(f"cannot run C compiler {cmd[0]!r}: {exc}", source=source) from exc
         if proc.returncode != 0:
             log = proc.stderr or proc.stdout
             lines = log.splitlines()
@@ -163,8 +219,54 @@ def compile_source(
                 source=source,
                 log=log,
             )
+        seal(so_path, Path(tmp))
         os.replace(tmp, so_path)
+    except OSError as exc:
+        raise _cache_error(root, exc) from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return so_path
+
+
+_PREFLIGHT_C = r"""
+int tensorgen_preflight(int n) {
+  int s = 0;
+  #pragma omp parallel for reduction(+:s)
+  for (int i = 0; i < n; i++) s += i;
+  return s;
+}
+"""
+_preflight_passed: set[tuple[str, ...]] = set()
+
+
+def preflight(cc: str | None = None, march: str | None = "native", *, again: bool = False) -> None:
+    """Check once per process, compiler, flags and cache directory (`again`: check anew) that a trivial
+    OpenMP kernel compiles with the flags every kernel gets, loads and runs, in a fresh directory of the
+    kernel cache. Raises ToolchainError naming what is broken: without it, a missing compiler, an
+    unwritable cache or a rejected -march would be stored as a failure of every program measured."""
+    cmd = find_compiler(cc)
+    flags = _flags(march, ())
+    key = (*cmd, *flags, str(cache_dir()))
+    if key in _preflight_passed and not again:
+        return
+    root = usable_cache_dir()
+    with tempfile.TemporaryDirectory(dir=root, prefix="preflight.") as tmp:
+        c_path, so = Path(tmp) / "preflight.c", Path(tmp) / "preflight.so"
+        c_path.write_text(_PREFLIGHT_C)
+        what = f"the C compiler ({shlex.join([*cmd, *flags])})"
+        try:
+            proc = _run_group([*cmd, *flags, "-o", str(so), str(c_path)], 120)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ToolchainError(f"{what} cannot be run: {exc}") from None
+        if proc.returncode != 0 or not so.is_file():
+            first = next((line for line in (proc.stderr or proc.stdout).splitlines() if line.strip()), "no output")
+            raise ToolchainError(f"{what} cannot build a trivial kernel (exit {proc.returncode}: {first.strip()}); "
+                                 "check $CC and the target's -mcpu/-march")
+        try:
+            got = ctypes.CDLL(str(so)).tensorgen_preflight(100)
+        except (OSError, AttributeError) as exc:
+            raise ToolchainError(f"a trivial kernel built by {what} cannot be loaded: {exc}") from None
+        if got != 4950:
+            raise ToolchainError(f"a trivial kernel built by {what} returns {got} instead of 4950")
+    _preflight_passed.add(key)

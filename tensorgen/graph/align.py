@@ -42,6 +42,10 @@ from tensorgen.te.expr import BinOp, Const, Expr, const, free_vars, substitute, 
 SAMPLES = 50_000  # read points sampled per argument of a loop
 CACHED_WEIGHTS = 1 << 20  # bytes of a weight that stays in the caches however its panels are visited
 MAX_OWNED = 1 << 22  # output elements enumerated to know their writers (more are sampled)
+#: Loops of more iterations, or writing a value of more elements, keep their tuned order unexamined: the
+#: analysis holds arrays of one entry per iteration and per element written (a [100000, 100000] buffer
+#: would take 10 GB), and kernels that large spend too long in each iteration for the order to matter.
+MAX_ALIGNED = 1 << 26
 
 
 def digits(loop: For) -> list[int]:
@@ -126,8 +130,9 @@ def align_partitions(funcs: Sequence[PrimFunc], values: Sequence[Sequence[str]],
     if threads < 2:
         return list(funcs)
     rng = np.random.default_rng(0)
-    loops = [_loop(k, loop, func, names, rng) for k, (func, names) in enumerate(zip(funcs, values))
-             for loop in top_level(func.body) if isinstance(loop, For) and loop.kind == "parallel"]
+    loops = [info for k, (func, names) in enumerate(zip(funcs, values))
+             for loop in top_level(func.body) if isinstance(loop, For) and loop.kind == "parallel"
+             if (info := _loop(k, loop, func, names, rng)) is not None]
     owner: dict[str, np.ndarray] = {}  # value -> the thread that writes each element (-1: not known)
     for info in loops:
         _write(owner, info, info.orders[0], threads)
@@ -158,13 +163,18 @@ def align_partitions(funcs: Sequence[PrimFunc], values: Sequence[Sequence[str]],
     return out
 
 
-def _loop(kernel: int, loop: For, func: PrimFunc, names: Sequence[str], rng: np.random.Generator) -> _Loop:
+def _loop(kernel: int, loop: For, func: PrimFunc, names: Sequence[str], rng: np.random.Generator) -> _Loop | None:
+    """The loop's analysis, or None when it is too large to analyse (MAX_ALIGNED)."""
+    if loop.extent > MAX_ALIGNED:
+        return None
     value_of = {buf.name: name for buf, name in zip(func.args, names)}
     inputs = {b.name for b in func.args[:len(func.args) - func.attrs.get("n_outputs", 1)]}
     reads, writes = [], []
     for a in accesses(loop):  # arguments, and the kernel's own shared buffers (a padded copy of its input)
         if a.store and a.buffer.name in inputs:
             continue
+        if a.store and a.buffer.size > MAX_ALIGNED:
+            return None
         value = value_of.get(a.buffer.name, f"{func.name}/{a.buffer.name}")
         index, iteration = touched(a, points(a, MAX_OWNED if a.store else SAMPLES, rng))
         (writes if a.store else reads).append((value, index, iteration, a.buffer))

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from tensorgen.codegen.c import render_module, team_compatible
-from tensorgen.codegen.toolchain import compile_source
+from tensorgen.codegen.toolchain import compile_source, preflight
 from tensorgen.errors import TensorgenError
 from tensorgen.graph.align import align_partitions
 from tensorgen.graph.default_schedule import default_schedule
@@ -106,6 +106,7 @@ def build_model(model: object, out_dir: str | os.PathLike[str], *, target: str |
     target = Target.parse(target)
     hw = hardware_for(target)
     graph = model if isinstance(model, Graph) else load_graph(model, batch=batch)
+    preflight(march=march)
     pools: dict[str, tuple[int, list]] = {}  # the builds of one selection share their candidate records
     if candidates > 1 and db is not None and ranks is None:
         def build(ranks: Sequence[int], directory: Path) -> Path:

@@ -11,6 +11,7 @@ exported models: by the time the Reshape is reached, its shape input is a consta
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -19,15 +20,16 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper, inliner, numpy_helper
+from onnx import external_data_helper, helper, inliner, numpy_helper
 
 import tensorgen.graph.onnx_normalize_nn  # noqa: F401  (registers Conv, pooling, Resize)
 from tensorgen.graph.ir import Graph, GraphError, Node, Value
 from tensorgen.graph.onnx_eval import evaluate, infer_outputs, np_dtype
 from tensorgen.graph.onnx_export import export_onnx
 from tensorgen.graph.onnx_normalize import CONST_INPUTS, NORMALIZERS, ImportState, OnnxNode
+from tensorgen.hardware import check_memory_budget, format_bytes
 
-__all__ = ["FOLD_ONLY_OPS", "GRAPH_OPS", "OPSETS", "SUPPORTED_OPS", "export_onnx", "import_onnx"]
+__all__ = ["FOLD_ONLY_OPS", "GRAPH_OPS", "OPSETS", "SUPPORTED_OPS", "export_onnx", "import_onnx", "read_onnx"]
 
 OPSETS = range(13, 22)
 # ops that never survive import: Constant and Shape always fold, ConstantOfShape must (else GraphError)
@@ -41,6 +43,8 @@ FOLD_ONLY_OPS: frozenset[str] = frozenset({
     "Size", "Range", "Floor", "Ceil", "Mod", "Sign", "Tile", "Trilu", "CumSum", "ReduceProd", "ReduceMax", "ReduceMin",
 })
 # outputs after the first that must be unused (what they would hold)
+_ITEMSIZE = {t: np.dtype(helper.tensor_dtype_to_np_dtype(t)).itemsize for t in onnx.TensorProto.DataType.values()
+             if t not in (onnx.TensorProto.UNDEFINED, onnx.TensorProto.STRING)}
 _FIRST_OUTPUT_ONLY = {"Dropout": "the dropout mask", "BatchNormalization": "training statistics",
                       "MaxPool": "Indices"}
 # ops folded from their inputs' static shapes alone, even when the inputs' data are not constant
@@ -62,15 +66,22 @@ def import_onnx(model: onnx.ModelProto | str | os.PathLike,
         model = inliner.inline_local_functions(model)
     opset = _default_opset(model, source)
     g = model.graph
+    if not g.node or not g.output:
+        raise GraphError(f"{source} has an empty graph ({len(g.node)} nodes, {len(g.output)} outputs)")
     _check_ops(g, source)
     state = ImportState({}, {})
     inputs = _graph_inputs(g, state, dict(input_shapes or {}), source)
     state.used = {x for p in g.node for x in p.input} | {o.name for o in g.output}
+    producer = _producers(g, state, source)
     nodes: list[Node] = []
     taken: set[str] = set()
     for i, proto in enumerate(g.node):
         name = _unique(_sanitize(proto.name) or f"{proto.op_type.lower()}_{i}", taken)
         label = f"node {proto.name or name!r} ({proto.op_type})"
+        for x in proto.input:
+            if x and x not in state.values and x in producer:
+                raise GraphError(f"{label} reads {x!r} before {producer[x]} computes it: the graph has a cycle "
+                                 "or its nodes are not in topological order")
         try:
             node = _import_node(proto, name, label, opset, state)
         except GraphError:
@@ -91,16 +102,72 @@ def import_onnx(model: onnx.ModelProto | str | os.PathLike,
 def _load(model: onnx.ModelProto | str | os.PathLike) -> tuple[onnx.ModelProto, str]:
     if isinstance(model, onnx.ModelProto):
         return model, f"model {model.graph.name or '(unnamed)'!r}"
-    path = Path(model)
+    return read_onnx(model), f"ONNX file '{model}'"
+
+
+def read_onnx(path: str | os.PathLike) -> onnx.ModelProto:
+    """The model in the .onnx file at `path`, its external data loaded once each tensor's file is known to lie
+    in the model's folder and to hold what the tensor declares; GraphError (one line) for anything else."""
+    path = Path(path)
     if not path.is_file():
         raise GraphError(f"ONNX file '{path}' does not exist")
     try:
-        loaded = onnx.load(path)
-    except Exception as e:  # protobuf decode errors, missing external data, ...
-        raise GraphError(f"ONNX file '{path}' cannot be read: {type(e).__name__}: {e}") from None
+        loaded = onnx.load(path, load_external_data=False)
+    except Exception as e:  # protobuf decode errors
+        raise GraphError(f"ONNX file '{path}' cannot be read: {type(e).__name__}: {_one_line(e)}") from None
     if not loaded.opset_import and not loaded.graph.node:
         raise GraphError(f"ONNX file '{path}' is not an ONNX model (no graph, no opset)")
-    return loaded, f"ONNX file '{path}'"
+    external = [t for t in _tensors(loaded.graph) if t.data_location == onnx.TensorProto.EXTERNAL]
+    for t in external:
+        _check_external(t, path)
+    if external:
+        try:
+            external_data_helper.load_external_data_for_model(loaded, str(path.parent))
+        except Exception as e:
+            raise GraphError(f"ONNX file '{path}': external data cannot be read: {_one_line(e)}") from None
+    return loaded
+
+
+def _one_line(e: Exception) -> str:
+    return " ".join(str(e).split())
+
+
+def _tensors(g: onnx.GraphProto) -> list[onnx.TensorProto]:
+    """The initializers and Constant values of `g` (subgraphs are refused as unsupported ops anyway)."""
+    attrs = [a.t for node in g.node for a in node.attribute if a.type == onnx.AttributeProto.TENSOR]
+    return [*g.initializer, *attrs]
+
+
+def _check_external(t: onnx.TensorProto, path: Path) -> None:
+    info = external_data_helper.ExternalDataInfo(t)
+    what = f"ONNX file '{path}': tensor {t.name!r} keeps its data in {info.location!r}"
+    folder = path.parent.resolve()
+    file = (folder / info.location).resolve()
+    if not info.location or Path(info.location).is_absolute() or not file.is_relative_to(folder):
+        raise GraphError(f"{what}, outside the model's folder {folder}")
+    if not file.is_file():
+        raise GraphError(f"{what}, which does not exist")
+    declared = math.prod(t.dims) * _ITEMSIZE.get(t.data_type, 1)
+    check_memory_budget(declared, f"{what}: it declares {format_bytes(declared)}")
+    offset, size = info.offset or 0, file.stat().st_size
+    length = info.length or size - offset
+    if length != declared or offset + length > size:
+        raise GraphError(f"{what} at offset {offset}, length {length}: the file holds {size} bytes and the tensor "
+                         f"needs {declared}")
+
+
+def _producers(g: onnx.GraphProto, state: ImportState, source: str) -> dict[str, str]:
+    """Which node computes each value; GraphError if two do, or one overwrites an input or initializer."""
+    producer: dict[str, str] = {}
+    for i, p in enumerate(g.node):
+        label = f"node {p.name or f'{p.op_type.lower()}_{i}'!r} ({p.op_type})"
+        for out in p.output:
+            if out and (out in producer or out in state.values):
+                other = producer.get(out, "a graph input or initializer")
+                raise GraphError(f"{source}: {label} computes {out!r}, which {other} already defines "
+                                 "(ONNX names every value once)")
+            producer[out] = label
+    return producer
 
 
 def _default_opset(model: onnx.ModelProto, source: str) -> int:
@@ -126,18 +193,21 @@ def _check_ops(g: onnx.GraphProto, source: str) -> None:
         bad.setdefault((p.domain, p.op_type), [reason]).append(p.name or f"{p.op_type.lower()}_{i}")
     if not bad:
         return
-    lines = []
+    found = []
     for (domain, op), (reason, first, *more) in bad.items():
         extra = f" (and {len(more)} more {op} nodes)" if more else ""
-        lines.append(f"  node {first!r} ({f'{domain}.' if domain else ''}{op}): {reason}{extra}")
+        found.append(f"node {first!r} ({f'{domain}.' if domain else ''}{op}): {reason}{extra}")
     supported = f"supported: {', '.join(sorted(SUPPORTED_OPS))}; only when folded: {', '.join(sorted(FOLD_ONLY_OPS))}"
-    raise GraphError(f"{source} has unsupported ops:\n" + "\n".join(lines) + "\n" + supported)
+    raise GraphError(f"{source} has unsupported ops: " + "; ".join(found) + "; " + supported)
 
 
 def _graph_inputs(g: onnx.GraphProto, state: ImportState, overrides: dict[str, Sequence[int]],
                   source: str) -> list[str]:
     """Initializers become constants; the other graph inputs get static Values (overrides applied)."""
     for t in g.initializer:
+        if t.data_type in _ITEMSIZE:
+            need = math.prod(t.dims) * _ITEMSIZE[t.data_type]
+            check_memory_budget(need, f"{source}: initializer {t.name!r} declares {format_bytes(need)}")
         try:
             array = numpy_helper.to_array(t)
         except Exception as e:
@@ -167,6 +237,8 @@ def _input_value(vi: onnx.ValueInfoProto, override: Sequence[int] | None) -> Val
         shown = dims if t.HasField("shape") else "unknown"
         raise GraphError(f"graph input {vi.name!r} has a dynamic shape {shown}; give it a static one with "
                          f"import_onnx(model, input_shapes={{{vi.name!r}: (...)}})")
+    if any(d < 0 for d in dims):
+        raise GraphError(f"graph input {vi.name!r} declares a negative dimension: shape {list(dims)}")
     return Value(vi.name, dims, np_dtype(t.elem_type))
 
 
@@ -197,6 +269,7 @@ def _import_node(proto: onnx.NodeProto, name: str, label: str, opset: int, state
     if op in _STATIC_FOLDS:
         folded = {proto.output[0]: _STATIC_FOLDS[op](state.values[proto.input[0]].shape, attrs)}
     elif not dynamic:
+        _check_fold_size(proto, label, opset, state)
         folded = evaluate(proto, label, opset, state.constants)
     elif op not in NORMALIZERS:
         raise GraphError(f"{label}: supported only when all its inputs are constants (it is folded at import), "
@@ -207,6 +280,17 @@ def _import_node(proto: onnx.NodeProto, name: str, label: str, opset: int, state
         state.constants[out] = array
         state.values[out] = Value(out, tuple(array.shape), array.dtype.name)
     return None
+
+
+def _check_fold_size(proto: onnx.NodeProto, label: str, opset: int, state: ImportState) -> None:
+    """Refuse to fold a node whose constant outputs would exceed the memory budget (a ConstantOfShape of
+    [100000, 100000] is 40 GB), by the shapes inference gives them before anything is computed."""
+    try:
+        outs = infer_outputs(proto, label, opset, state.values, state.constants)
+    except GraphError:  # inference cannot always see through a fold; evaluating it decides then
+        return
+    need = sum(math.prod(v.shape) * np.dtype(v.dtype).itemsize for v in outs.values())
+    check_memory_budget(need, f"{label}: folding it makes constants of {format_bytes(need)}")
 
 
 def _normalize(proto: onnx.NodeProto, name: str, label: str, opset: int, attrs: dict[str, Any],

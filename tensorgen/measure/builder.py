@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from tensorgen.codegen.c import render_c
-from tensorgen.codegen.toolchain import compile_source
-from tensorgen.errors import CompileError, LoweringError, ScheduleError
+from tensorgen.codegen.toolchain import compile_source, preflight
+from tensorgen.errors import CompileError, LoweringError, ScheduleError, ToolchainError
 from tensorgen.measure.harness import PRODUCER_C
 from tensorgen.measure.types import BuildResult, ErrorKind, MeasureInput
 from tensorgen.measure.worker import WorkerDied, WorkerPool, WorkerTimeout
@@ -26,6 +26,19 @@ from tensorgen.schedule.lower import lower
 KERNEL_NAME = "tg_candidate"
 #: Seconds past `timeout` before a worker is killed; the compiler's own timeout should fire first.
 _KILL_GRACE = 2.0
+
+#: Build errors a broken environment causes too (a program's own are instantiation errors)
+_MAYBE_ENVIRONMENT = frozenset({ErrorKind.COMPILE_ERROR, ErrorKind.COMPILE_TIMEOUT, ErrorKind.UNKNOWN})
+
+#: What compilers and the OS say when the machine, not the program, stops a build
+ENVIRONMENT_ERRORS = ("No space left on device", "Disk quota exceeded", "Read-only file system", "Permission denied",
+                      "Cannot allocate memory")
+
+
+def environment_error(message: str) -> str | None:
+    """The ENVIRONMENT_ERRORS phrase in a build's message, if any."""
+    return next((e for e in ENVIRONMENT_ERRORS if e in message), None)
+
 
 SourceHook = Callable[[MeasureInput, str], str]
 
@@ -60,7 +73,11 @@ def build_candidate(inp: MeasureInput, timeout: float, source_hook: SourceHook |
         return result(ErrorKind.NONE, "", str(path))
     except (ScheduleError, LoweringError) as exc:
         return result(ErrorKind.INSTANTIATION, f"{type(exc).__name__}: {exc}")
+    except ToolchainError as exc:  # not the candidate's fault (LocalBuilder.build stops the run if it persists)
+        return result(ErrorKind.UNKNOWN, str(exc))
     except CompileError as exc:
+        if environment_error(f"{exc}\n{exc.log}"):
+            return result(ErrorKind.UNKNOWN, str(exc))
         kind = ErrorKind.COMPILE_TIMEOUT if "timed out" in str(exc) else ErrorKind.COMPILE_ERROR
         return result(kind, str(exc))
     except Exception:
@@ -72,6 +89,9 @@ class LocalBuilder:
     """Builds candidates in `n_parallel` worker processes (default: one per CPU), `timeout` s each.
 
     Results come back in input order. Use as a context manager, or call `close()`, to stop the workers.
+    A toolchain that cannot build a trivial kernel (see toolchain.preflight), checked before the first batch
+    and again after a batch in which nothing compiled, raises ToolchainError: the environment is broken, and
+    storing every candidate as a compile error would make the database lie about the programs.
     """
 
     n_parallel: int | None = None
@@ -82,6 +102,9 @@ class LocalBuilder:
     def build(self, inputs: list[MeasureInput]) -> list[BuildResult]:
         if not inputs:
             return []
+        marches = {inp.task.target.march for inp in inputs}
+        for march in marches:
+            preflight(march=march)
         if self._pool is None:
             self._pool = WorkerPool(max(1, self.n_parallel or os.cpu_count() or 1))
         kill_after = self.timeout + _KILL_GRACE if self.timeout > 0 else None
@@ -99,6 +122,13 @@ class LocalBuilder:
             else:
                 kind, msg = ErrorKind.UNKNOWN, f"build raised in the worker:\n{out.error}"
             results.append(BuildResult(None, "", kind, msg, out.seconds))
+        if all(r.error_kind in _MAYBE_ENVIRONMENT for r in results):
+            for march in marches:
+                preflight(march=march, again=True)
+            causes = {environment_error(r.error_msg) for r in results}
+            if len(causes) == 1 and None not in causes:
+                raise ToolchainError(f"every build of the batch failed with {causes.pop()!r}, a fault of the "
+                                     f"machine: {results[0].error_msg.splitlines()[0]}")
         return results
 
     def close(self) -> None:

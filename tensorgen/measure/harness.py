@@ -24,13 +24,14 @@ from pathlib import Path
 
 import numpy as np
 
-from tensorgen.codegen.toolchain import cache_dir, find_compiler
+from tensorgen.codegen.toolchain import cache_dir, find_compiler, intact, seal, usable_cache_dir
 from tensorgen.dag import ComputeDAG
 from tensorgen.errors import CompileError
 from tensorgen.loopir.nodes import row_major
 from tensorgen.schedule.layout_rewrite import LayoutRewrite
 
 MAX_ARGS = 64
+HARNESS_FAILED = 3  # the harness's exit status when it fails itself (die(): dlopen, allocation, its output file)
 #: dtype -> (harness kind letter, numpy dtype of the bytes it writes)
 KINDS: dict[str, tuple[str, str]] = {
     "float32": ("f", "float32"), "float64": ("d", "float64"), "int32": ("i", "int32"),
@@ -270,11 +271,10 @@ def harness_executable(cc: str | None = None, timeout: float = 120.0) -> Path:
     cmd = find_compiler(cc)
     source = harness_source()
     key = hashlib.sha256("\0".join([source, *cmd]).encode()).hexdigest()[:24]
-    root = cache_dir()
-    exe = root / f"harness-{key}"
-    if exe.exists():
+    exe = cache_dir() / f"harness-{key}"
+    if intact(exe):
         return exe
-    root.mkdir(parents=True, exist_ok=True)
+    root = usable_cache_dir()
     with tempfile.TemporaryDirectory(dir=root) as tmp:
         c_path, out = Path(tmp) / "harness.c", Path(tmp) / "harness"
         c_path.write_text(source)
@@ -285,6 +285,7 @@ def harness_executable(cc: str | None = None, timeout: float = 120.0) -> Path:
             raise CompileError(f"cannot compile the timing harness: {exc}", source=source) from exc
         if proc.returncode != 0:
             raise CompileError(f"timing harness failed to compile:\n{proc.stderr}", source=source, log=proc.stderr)
+        seal(exe, out)
         os.replace(out, exe)
     return exe
 

@@ -20,9 +20,11 @@ import numpy as np
 from tensorgen.codegen.c import render_c
 from tensorgen.codegen.toolchain import compile_source
 from tensorgen.dag import ComputeDAG
+from tensorgen.hardware import check_memory_budget, format_bytes
 from tensorgen.measure.builder import KERNEL_NAME
 from tensorgen.measure.guard import ErrorGuard
 from tensorgen.measure.harness import (
+    HARNESS_FAILED,
     HarnessConfig,
     HarnessRun,
     arg_specs,
@@ -56,6 +58,8 @@ def classify_run(run: HarnessRun, timeout: float, repeat: int) -> tuple[ErrorKin
         except ValueError:
             name = f"signal {-rc}"
         return ErrorKind.RUNTIME_ERROR, f"candidate crashed with {name}{detail}"
+    if rc == HARNESS_FAILED and "harness: " in run.stderr:
+        return ErrorKind.UNKNOWN, f"the timing harness failed (not the candidate){detail}"
     if rc != 0:
         return ErrorKind.RUNTIME_ERROR, f"harness exited with status {rc}{detail}"
     if len(run.costs) != repeat:
@@ -156,6 +160,9 @@ class LocalRunner:
     def run(self, inputs: list[MeasureInput], build_results: list[BuildResult]) -> list[MeasureResult]:
         if len(inputs) != len(build_results):
             raise ValueError(f"{len(inputs)} inputs but {len(build_results)} build results")
+        for task in {inp.task.key: inp.task for inp in inputs}.values():
+            need = sum(math.prod(t.shape) * np.dtype(t.dtype).itemsize for t in task.dag.args)
+            check_memory_budget(need, f"{task.desc or task} needs {format_bytes(need)} for its arguments")
         results = []
         for i, (inp, br) in enumerate(zip(inputs, build_results)):
             res = self.measure(inp, br)

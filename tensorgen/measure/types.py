@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tensorgen.schedule.layout_rewrite import LayoutRewrite
@@ -19,7 +20,14 @@ class ErrorKind(str, enum.Enum):
     RUNTIME_ERROR = "runtime_error"  # crash or signal in the candidate
     RUN_TIMEOUT = "run_timeout"
     WRONG_ANSWER = "wrong_answer"
-    UNKNOWN = "unknown"
+    UNKNOWN = "unknown"  # the harness or the build machinery failed, not the candidate
+
+    @property
+    def retryable(self) -> bool:
+        """Whether the error may describe the machine rather than the program (a timeout under another
+        process's load, a failed harness or build worker): such a program is measured again on resume."""
+        return self in (ErrorKind.COMPILE_TIMEOUT, ErrorKind.RUN_TIMEOUT, ErrorKind.UNKNOWN)
+
 
 
 @dataclass(frozen=True)
@@ -65,3 +73,13 @@ class MeasureResult:
             return float("inf")
         c = sorted(self.costs)
         return c[len(c) // 2] if len(c) % 2 else (c[len(c) // 2 - 1] + c[len(c) // 2]) / 2
+
+
+#: How often a program whose every measurement failed with a retryable error is measured before its
+#: failure is taken as its own (a program that always times out must not be re-run on every resume).
+MEASURE_ATTEMPTS = 3
+
+
+def measure_again(results: Sequence[MeasureResult]) -> bool:
+    """Whether a program measured with `results` (all its records so far) is to be measured again."""
+    return len(results) < MEASURE_ATTEMPTS and all(ErrorKind(r.error_kind).retryable for r in results)
