@@ -148,8 +148,8 @@ def test_timeouts_are_measured_again_on_resume(tmp_path: Path, monkeypatch: pyte
     second = tune(task, trials=3, db=db, policy="random", seed=6, batch_size=3)
     assert second.trials == 3 and not second.errors and np.isfinite(second.best_cost)
     records = SQLiteDatabase(db).records(task.workload_key, str(task.target))
-    assert len(records) == 6
-    assert [r.steps_hash for r in records[:3]] == [r.steps_hash for r in records[3:]]
-    tune(task, trials=1, db=db, policy="random", seed=7, batch_size=1)  # nothing is measured a third time
+    assert len(records) == 6 + second.retimed  # the new best is re-timed
+    assert [r.steps_hash for r in records[:3]] == [r.steps_hash for r in records[3:6]]
+    third = tune(task, trials=1, db=db, policy="random", seed=7, batch_size=1)  # nothing is measured a third time
     records = SQLiteDatabase(db).records(task.workload_key, str(task.target))
-    assert len(records) == 7 and len({r.steps_hash for r in records}) == 4
+    assert len(records) == 7 + second.retimed + third.retimed and len({r.steps_hash for r in records}) == 4
