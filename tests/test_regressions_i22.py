@@ -75,3 +75,12 @@ def test_model_with_a_record_computing_the_guarded_read_at_root_builds(tmp_path)
     (ours,) = CompiledModel(directory, threads=1).run([x])
     (ref,) = onnxruntime_runner(proto, graph, 1)([x])
     np.testing.assert_array_equal(ours, ref)
+
+
+def test_integer_product_of_a_quotient_keeps_its_grouping_in_c():
+    """`i * ((i + 1) // 2)` was printed `i * (i + 1) / 2`, which C evaluates as (i * (i + 1)) / 2: a dilated
+    average pool divided by the wrong counts."""
+    out = te.compute((8,), lambda i: te.cast(i * ((i + 1) // 2) + i * ((i + 2) % 3), "float32"), name="out")
+    f = build(State([out]))
+    i = np.arange(8)
+    np.testing.assert_array_equal(f.run()[0], (i * ((i + 1) // 2) + i * ((i + 2) % 3)).astype(np.float32))

@@ -1,0 +1,71 @@
+"""Issue 22's operator bugs found against ONNX Runtime: ceil-mode pooling shapes, NaN propagation, Gather
+bounds. Each compiled model is compared with ONNX Runtime on the same inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+from tensorgen.graph.build import build_model
+from tensorgen.graph.load import load_graph
+from tensorgen.runtime.model import CompiledModel
+
+OPSET = 19
+
+
+def _model(nodes, inputs, outputs, initializers=()) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "i22", inputs, outputs, list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=9)
+
+
+def _ort(proto: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # the declared output shapes are what ONNX shape inference says
+    return ort.InferenceSession(proto.SerializeToString(), options).run(None, feeds)
+
+
+def _ours(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], tmp_path) -> list[np.ndarray]:
+    model = CompiledModel(build_model(proto, tmp_path / "model"), threads=1)
+    return model.run([feeds[n] for n in load_graph(proto).inputs])
+
+
+def _random_pool(rng: np.random.Generator, k: int) -> tuple[onnx.NodeProto, onnx.ValueInfoProto, str]:
+    """One 2-D pooling node drawn at random: Max or Average (count_include_pad either way), kernel,
+    stride, dilation, pads below the kernel, ceil_mode, and an input the dilated window fits in."""
+    op = ["MaxPool", "AveragePool"][rng.integers(2)]
+    kernel, stride, dil = ([int(v) for v in rng.integers(1, hi, 2)] for hi in (4, 4, 3))
+    pads = [int(rng.integers(0, kv)) if rng.integers(2) else 0 for kv in kernel * 2]
+    size = [int(rng.integers(max(1, d * (kv - 1) + 1 - p - q), 8)) for kv, d, p, q in zip(kernel, dil, pads[:2],
+                                                                                          pads[2:])]
+    attrs = {"kernel_shape": kernel, "strides": stride, "dilations": dil, "pads": pads,
+             "ceil_mode": int(rng.integers(2))}
+    if op == "AveragePool":
+        attrs["count_include_pad"] = int(rng.integers(2))
+    x = helper.make_tensor_value_info(f"x{k}", TensorProto.FLOAT, [1, 2, *size])
+    return helper.make_node(op, [f"x{k}"], [f"y{k}"], **attrs), x, f"y{k}"
+
+
+def test_random_pools_match_onnxruntime_shapes_and_values(tmp_path):
+    """Among them the reproducer: kernel 1, stride 2, 2x2 input, ceil_mode: the second window would
+    start past the input (ONNX shape inference says 2x2, ONNX Runtime gives 1x1)."""
+    rng = np.random.default_rng(22)
+    nodes, inputs, outputs = [], [], []
+    for k in range(48):
+        node, x, y = _random_pool(rng, k)
+        nodes.append(node)
+        inputs.append(x)
+        outputs.append(helper.make_tensor_value_info(y, TensorProto.FLOAT, None))
+    repro = helper.make_tensor_value_info("xr", TensorProto.FLOAT, [1, 1, 2, 2])
+    for op in ("MaxPool", "AveragePool"):
+        nodes.append(helper.make_node(op, ["xr"], [f"r_{op}"], kernel_shape=[1, 1], strides=[2, 2], ceil_mode=1))
+        outputs.append(helper.make_tensor_value_info(f"r_{op}", TensorProto.FLOAT, None))
+    proto = _model(nodes, [*inputs, repro], outputs)
+    feeds = {x.name: rng.standard_normal([d.dim_value for d in x.type.tensor_type.shape.dim]).astype(np.float32)
+             for x in proto.graph.input}
+    ref = _ort(proto, feeds)
+    assert ref[-1].shape == ref[-2].shape == (1, 1, 1, 1)
+    for node, a, b in zip(nodes, _ours(proto, feeds, tmp_path), ref):
+        assert a.shape == b.shape, node
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=str(node))
