@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 from tensorgen import te
@@ -84,3 +85,33 @@ def test_integer_product_of_a_quotient_keeps_its_grouping_in_c():
     f = build(State([out]))
     i = np.arange(8)
     np.testing.assert_array_equal(f.run()[0], (i * ((i + 1) // 2) + i * ((i + 2) % 3)).astype(np.float32))
+
+
+def _with_nans(shape, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x.ravel()[rng.permutation(x.size)[: x.size // 4]] = np.nan
+    return x
+
+
+@pytest.mark.parametrize("vector", [False, True], ids=["scalar", "vectorized"])
+def test_max_min_relu_and_max_reduction_propagate_nan(vector):
+    """Relu(NaN) came out 0 (`a > b ? a : b`): NumPy's maximum/minimum and max reduction give NaN, as
+    ONNX Runtime does, in a scalar loop and in a vectorized one."""
+    x, y = te.placeholder((4, 32), name="x"), te.placeholder((4, 32), name="y")
+    ew = te.compute((4, 32), lambda i, j: te.max_expr(x[i, j], 0.0) + te.min_expr(x[i, j], y[i, j])
+                    + te.max_expr(y[i, j], x[i, j]), name="ew")
+    k = te.reduce_axis(4, "k")
+    red = te.compute((32,), lambda j: te.max(x[k, j], axis=k), name="red")
+    a, b = _with_nans((4, 32), 0), _with_nans((4, 32), 1)
+    for out, ref in ((ew, np.maximum(a, 0) + np.minimum(a, b) + np.maximum(b, a)), (red, a.max(axis=0))):
+        s = State([x, y, out] if out is ew else [x, out])
+        if vector:
+            s.split(out.name, "j", [8])
+            if out is red:
+                s.reorder(out.name, ["j_0", "k", "j_1"])
+            s.vectorize(out.name, "j_1")
+        f = build(s)
+        got = f.run(a, b)[0] if out is ew else f.run(a)[0]
+        assert np.isnan(ref).any()
+        np.testing.assert_array_equal(got, ref, err_msg=f.source)

@@ -277,6 +277,8 @@ class _CWriter:
             return self.ref(e.buffer, e.index)
         if isinstance(e, BinOp):
             a, b = self.expr(e.a), self.expr(e.b)
+            if e.op in ("max", "min") and isinstance(e.b, Const) and not isinstance(e.a, Const):
+                a, b = b, a  # the constant first: the helper's NaN test on it folds away (see helper_call)
             if e.op in _INFIX:
                 return infix(e, a, b, _INFIX[e.op])
             if e.op in ("floordiv", "floormod") and self.nonneg(e.a) and self.nonneg(e.b):
@@ -319,12 +321,17 @@ class _CWriter:
         return f"{_MATH[e.name]}{suffix}({', '.join(args)})"
 
     def helper_call(self, op: str, dtype: str, a: str, b: str) -> str:
+        """Float max and min return NaN when either operand is NaN, as ONNX Runtime's Relu, Max, Clip and
+        ReduceMax do: `a` when it is NaN, else `a > b ? a : b`, which yields `b` when `b` is. With a
+        constant `a` (Relu's 0) the NaN test folds away, leaving the single compare-and-select that
+        the vectorizer turns into one instruction, as before."""
         ctype = CTYPES[dtype]
         name = f"{op}_{dtype}"
         if name not in self.helpers:
+            nan = " || a != a" if is_float(dtype) else ""
             body = {
-                "min": "return a < b ? a : b;",
-                "max": "return a > b ? a : b;",
+                "min": f"return a < b{nan} ? a : b;",
+                "max": f"return a > b{nan} ? a : b;",
                 "floordiv": "return (a >= 0) == (b >= 0) || a % b == 0 ? a / b : a / b - 1;",
                 "floormod": "return (a % b + b) % b;",
             }[op]

@@ -69,3 +69,36 @@ def test_random_pools_match_onnxruntime_shapes_and_values(tmp_path):
     for node, a, b in zip(nodes, _ours(proto, feeds, tmp_path), ref):
         assert a.shape == b.shape, node
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=str(node))
+
+
+def _nan_data(rng: np.random.Generator, shape) -> np.ndarray:
+    x = rng.standard_normal(shape).astype(np.float32)
+    x.ravel()[rng.permutation(x.size)[: x.size // 4]] = np.nan
+    return x
+
+
+def test_nan_propagates_through_max_min_relu_clip_as_in_onnxruntime_and_through_reductions(tmp_path):
+    """ONNX Runtime returns NaN where an operand of Relu, Max, Min or Clip is NaN; the generated
+    `a > b ? a : b` returned the other operand (Relu(NaN) = 0). Its MaxPool (and ReduceMax) give NaN
+    only where the NaN is the last (first) element of the window, an artifact of their loop order;
+    tensorgen's give NaN wherever a NaN is, as NumPy and PyTorch do, the one answer that does not
+    depend on the schedule."""
+    shape = [2, 3, 8, 16]
+    x, y = (helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in ("x", "y"))
+    lo, hi = (helper.make_tensor(n, TensorProto.FLOAT, [], [v]) for n, v in (("lo", -0.5), ("hi", 0.5)))
+    nodes = [helper.make_node("Relu", ["x"], ["relu"]), helper.make_node("Max", ["x", "y"], ["max"]),
+             helper.make_node("Min", ["x", "y"], ["min"]), helper.make_node("Clip", ["x", "lo", "hi"], ["clip"]),
+             helper.make_node("MaxPool", ["y"], ["pool"], kernel_shape=[2, 2], strides=[2, 2])]
+    names = ["relu", "max", "min", "clip", "pool"]
+    proto = _model(nodes, [x, y], [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in names],
+                   [lo, hi])
+    rng = np.random.default_rng(4)
+    feeds = {"x": _nan_data(rng, shape), "y": _nan_data(rng, shape)}
+    feeds["y"][0, 0, 0, :] = np.nan  # Max/Min with NaN on both sides as well
+    ours = _ours(proto, feeds, tmp_path)
+    ref = _ort(proto, feeds)[:4]
+    assert np.isnan(ref[0]).any()
+    for name, a, b in zip(names, ours, ref):
+        np.testing.assert_array_equal(a, b, err_msg=name)  # NaN where ORT has NaN, equal elsewhere
+    windows = feeds["y"].reshape(2, 3, 4, 2, 8, 2).transpose(0, 1, 2, 4, 3, 5).reshape(2, 3, 4, 8, 4)
+    np.testing.assert_array_equal(ours[4], windows.max(axis=-1))
