@@ -102,3 +102,67 @@ def test_nan_propagates_through_max_min_relu_clip_as_in_onnxruntime_and_through_
         np.testing.assert_array_equal(a, b, err_msg=name)  # NaN where ORT has NaN, equal elsewhere
     windows = feeds["y"].reshape(2, 3, 4, 2, 8, 2).transpose(0, 1, 2, 4, 3, 5).reshape(2, 3, 4, 8, 4)
     np.testing.assert_array_equal(ours[4], windows.max(axis=-1))
+
+
+def _embedding(vocab: int = 10, width: int = 4, tokens: int = 6) -> onnx.ModelProto:
+    """Token ids -> Gather rows of a [vocab, width] table -> Relu (a kernel of its own after the gather)."""
+    table = helper.make_tensor("table", TensorProto.FLOAT, [vocab, width],
+                               np.arange(vocab * width, dtype=np.float32) - 7)
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [1, tokens])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, tokens, width])
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["rows"], axis=0), helper.make_node("Relu", ["rows"], ["y"])]
+    return _model(nodes, [ids], [y], [table])
+
+
+def test_token_ids_past_the_vocabulary_are_a_named_error_and_negative_ids_wrap(tmp_path):
+    """The generated Gather read outside the table (garbage, or a segfault for a huge id) where ONNX
+    Runtime returns INVALID_ARGUMENT."""
+    import pytest
+
+    from tensorgen.errors import TensorgenError
+
+    proto = _embedding()
+    model = CompiledModel(build_model(proto, tmp_path / "model"), threads=1)
+    ok = np.array([[0, 9, -1, -10, 3, 5]], dtype=np.int64)  # negative ids count from the end, as in ORT
+    np.testing.assert_array_equal(model.run([ok])[0], _ort(proto, {"ids": ok})[0])
+    for bad, position in ((10, 4), (-11, 0), (2**40, 5)):
+        ids = ok.copy()
+        ids[0, position] = bad
+        with pytest.raises(TensorgenError, match=rf"input 'ids' .*Gather.* holds {bad} at flat position {position}, "
+                                                  r"outside \[-10, 10\)") as err:
+            model.run([ids])
+        assert "\n" not in str(err.value)
+        with pytest.raises(Exception, match="out of bounds|INVALID_ARGUMENT|invalid"):
+            _ort(proto, {"ids": ids})
+    np.testing.assert_array_equal(model.run([ok])[0], _ort(proto, {"ids": ok})[0])  # the model still runs
+
+
+def test_constant_indices_outside_the_table_are_refused_at_build(tmp_path):
+    import pytest
+
+    from tensorgen.errors import TensorgenError
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    idx = helper.make_tensor("idx", TensorProto.INT64, [2], [1, 5])
+    proto = _model([helper.make_node("Gather", ["x", "idx"], ["y"], axis=0)], [x], [y], [idx])
+    with pytest.raises(TensorgenError, match=r"indices 1..5 out of range for axis 0 of size 5"):
+        build_model(proto, tmp_path / "model")
+
+
+def test_computed_token_ids_are_checked_too(tmp_path):
+    """ids + 1 would fuse into the Gather's kernel, where no check sees it: the Gather runs apart."""
+    import pytest
+
+    from tensorgen.errors import TensorgenError
+
+    proto = _embedding()
+    one = helper.make_tensor("one", TensorProto.INT64, [], [1])
+    proto.graph.initializer.append(one)
+    proto.graph.node.insert(0, helper.make_node("Add", ["ids", "one"], ["next"]))
+    proto.graph.node[1].input[1] = "next"
+    model = CompiledModel(build_model(proto, tmp_path / "model"), threads=1)
+    ok = np.array([[0, 8, -1, -11, 3, 5]], dtype=np.int64)
+    np.testing.assert_array_equal(model.run([ok])[0], _ort(proto, {"ids": ok})[0])
+    with pytest.raises(TensorgenError, match=r"value 'next' .* holds 10 at flat position 1"):
+        model.run([ok + np.array([[0, 1, 0, 0, 0, 0]])])
