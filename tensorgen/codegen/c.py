@@ -321,10 +321,10 @@ class _CWriter:
         return f"{_MATH[e.name]}{suffix}({', '.join(args)})"
 
     def helper_call(self, op: str, dtype: str, a: str, b: str) -> str:
-        """Float max and min return NaN when either operand is NaN, as ONNX Runtime's Relu, Max, Clip and
-        ReduceMax do: `a` when it is NaN, else `a > b ? a : b`, which yields `b` when `b` is. With a
-        constant `a` (Relu's 0) the NaN test folds away, leaving the single compare-and-select that
-        the vectorizer turns into one instruction, as before."""
+        """Float max and min return NaN when either operand is NaN, as ONNX Runtime's Relu, Max, Min and Clip
+        do (reductions too, so that their result does not depend on the schedule's order): `a` when it is
+        NaN, else `a > b ? a : b`, which yields `b` when `b` is. With a constant `a` (Relu's 0) the NaN
+        test folds away, leaving the compare-and-select the vectorizer makes one or two instructions."""
         ctype = CTYPES[dtype]
         name = f"{op}_{dtype}"
         if name not in self.helpers:
