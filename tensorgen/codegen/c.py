@@ -105,6 +105,7 @@ class _CWriter:
     lines: list[str] = field(default_factory=list)
     names: dict[Var, str] = field(default_factory=dict)
     taken: set[str] = field(default_factory=set)
+    scopes: list[list[str]] = field(default_factory=lambda: [[]])  # names declared in each open loop body
     helpers: dict[str, str] = field(default_factory=dict)
     ranges: Ranges = field(default_factory=dict)
     in_parallel: bool = False
@@ -168,7 +169,7 @@ class _CWriter:
 
     def emit_allocate(self, s: Allocate, depth: int) -> None:
         buf = s.buffer
-        name = self.unique(buf.name)
+        name = self.declare(buf.name)
         if name != buf.name:
             raise ValueError(f"buffer name {buf.name} is used twice")
         ctype = CTYPES[buf.dtype]
@@ -187,7 +188,6 @@ class _CWriter:
         else:
             self.line(depth, f"{ctype} {name}[{buf.size}] __attribute__((aligned(64)));")
         self.emit(s.body, depth)
-        self.taken.discard(name)
 
     def emit_for(self, s: For, depth: int) -> None:
         self.ranges[s.var] = (0, s.extent - 1)
@@ -195,7 +195,7 @@ class _CWriter:
             return
         bases = invariant_bases(s) if encloses_micro_kernel(s) and not self.rebased else {}
         for buf, base in bases.items():
-            ptr = self.unique(f"{buf.name}_at")
+            ptr = self.declare(f"{buf.name}_at")
             ctype = CTYPES[buf.dtype]
             self.line(depth, f"const {ctype}*{self.restrict(buf.name)} {ptr} = &{buf.name}[{self.expr(base)}];")
             self.rebased[buf] = (ptr, base)
@@ -218,13 +218,15 @@ class _CWriter:
         outer = (self.in_parallel, self.in_simd)
         self.in_parallel, self.in_simd = self.in_parallel or parallel, self.in_simd or simd
         self.loops += 1
+        self.scopes.append([])
         self.emit(s.body, depth + 1)
+        self.taken.difference_update(self.scopes.pop())
         self.loops -= 1
         self.in_parallel, self.in_simd = outer
         self.line(depth, "}")
         self.taken.discard(name)
         for buf in bases:
-            self.taken.discard(self.rebased.pop(buf)[0])
+            del self.rebased[buf]
 
     def emit_prefetch(self, plan: prefetch.Plan, depth: int) -> None:
         """The next parallel iteration's weight panels, a few lines per trip of this loop."""
@@ -250,6 +252,13 @@ class _CWriter:
         self.taken.add(name)
         return name
 
+    def declare(self, base: str) -> str:
+        """A unique name for a variable declared before the statement being emitted: it lives until the
+        enclosing loop body closes, so two sibling loops that hoist the same buffer get two names."""
+        name = self.unique(base)
+        self.scopes[-1].append(name)
+        return name
+
     def var_name(self, v: Var) -> str:
         if v not in self.names:
             self.names[v] = self.unique(v.name)
@@ -268,6 +277,8 @@ class _CWriter:
             return self.ref(e.buffer, e.index)
         if isinstance(e, BinOp):
             a, b = self.expr(e.a), self.expr(e.b)
+            if e.op in ("max", "min") and isinstance(e.b, Const) and not isinstance(e.a, Const):
+                a, b = b, a  # the constant first: the helper's NaN test on it folds away (see helper_call)
             if e.op in _INFIX:
                 return infix(e, a, b, _INFIX[e.op])
             if e.op in ("floordiv", "floormod") and self.nonneg(e.a) and self.nonneg(e.b):
@@ -310,12 +321,17 @@ class _CWriter:
         return f"{_MATH[e.name]}{suffix}({', '.join(args)})"
 
     def helper_call(self, op: str, dtype: str, a: str, b: str) -> str:
+        """Float max and min return NaN when either operand is NaN, as ONNX Runtime's Relu, Max, Min and Clip
+        do (reductions too, so that their result does not depend on the schedule's order): `a` when it is
+        NaN, else `a > b ? a : b`, which yields `b` when `b` is. With a constant `a` (Relu's 0) the NaN
+        test folds away, leaving the compare-and-select the vectorizer makes one or two instructions."""
         ctype = CTYPES[dtype]
         name = f"{op}_{dtype}"
         if name not in self.helpers:
+            nan = " || a != a" if is_float(dtype) else ""
             body = {
-                "min": "return a < b ? a : b;",
-                "max": "return a > b ? a : b;",
+                "min": f"return a < b{nan} ? a : b;",
+                "max": f"return a > b{nan} ? a : b;",
                 "floordiv": "return (a >= 0) == (b >= 0) || a % b == 0 ? a / b : a / b - 1;",
                 "floormod": "return (a % b + b) % b;",
             }[op]

@@ -184,7 +184,7 @@ def _manifest(graph: Graph, part: Partition, kernels: list[KernelInfo], plan, ta
         return [{"name": n, "shape": list(graph.value(n).shape), "dtype": graph.value(n).dtype} for n in names]
 
     return {
-        "format": 2, "model": graph.name, "target": str(target),
+        "format": 3, "model": graph.name, "target": str(target),
         "inputs": values(graph.inputs), "outputs": values(graph.outputs),
         "kernels": [k.__dict__ for k in kernels],
         "arena_bytes": plan.arena_bytes, "unshared_bytes": plan.naive_bytes,

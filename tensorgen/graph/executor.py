@@ -5,6 +5,7 @@ The C ABI of a compiled model (see examples/run_model.c):
     tensorgen_model* tensorgen_model_init(const void* weights);   // the weights file's bytes (copied)
     int tensorgen_model_run(tensorgen_model* m, const void* const* inputs, void* const* outputs);
     int tensorgen_model_run_timed(m, inputs, outputs, double* seconds);  // + each kernel's time
+    const char* tensorgen_model_error(const tensorgen_model* m);  // why the last run returned nonzero
     void tensorgen_model_free(tensorgen_model* m);
     int tensorgen_model_num_inputs(void), tensorgen_model_num_outputs(void);
     long tensorgen_model_input_bytes(int i), tensorgen_model_output_bytes(int i);
@@ -13,6 +14,10 @@ init copies the weights into 64-byte aligned memory of its own: a buffer read fr
 aligned, and every vector load of a weight then splits a cache line (tuned 3x3 convs ran 1.3x slower).
 Intermediate values live in one arena allocated by init; values whose lifetimes do not overlap
 share memory. Reshape-like values alias their source, graph outputs are written in place.
+
+A run returns nonzero, with the reason in tensorgen_model_error, where an input would make a kernel read
+outside a tensor: the indices of a Gather computed at run time are checked (in [-n, n), as ONNX Runtime
+does) before the kernel that gathers with them, since a kernel has no way to fail.
 """
 
 from __future__ import annotations
@@ -143,16 +148,25 @@ def executor_source(part: Partition, kernel_names: list[str], weight_offsets: di
         declare(name, f"m->arena + {off}", False)
     lines.append("")
     team = team or [False] * len(kernel_names)
+    in_team = False
     for k, (sub, kernel) in enumerate(zip(part.subgraphs, kernel_names)):
-        if team[k] and (k == 0 or not team[k - 1]):
+        checks = _index_checks(part, sub, where)
+        if checks and in_team:  # a check returns, which no statement inside a parallel region may
+            lines.append("  }")
+            in_team = False
+        lines += checks
+        if team[k] and not in_team:
             lines += ["  #pragma omp parallel", "  {"]
+            in_team = True
         args = [where[part.aliases.get(n, n)] for n in sub.inputs + sub.outputs]
         lines.append(f"  {'  ' if team[k] else ''}TIMED({k}, {kernel}({', '.join(args)}));")
-        if team[k] and (k + 1 == len(team) or not team[k + 1]):
+        if in_team and (k + 1 == len(team) or not team[k + 1]):
             lines.append("  }")
+            in_team = False
     lines += [f"  memcpy(outputs[{i}], {where[root]}, {graph.value(root).nbytes});" for i, root in copies]
     body = "\n".join(lines)
     return f"""
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 #ifdef __linux__
@@ -160,7 +174,7 @@ def executor_source(part: Partition, kernel_names: list[str], weight_offsets: di
 #endif
 
 /* ---- executor: {graph.name}, {len(part.subgraphs)} kernels, arena {plan.arena_bytes} bytes ---- */
-typedef struct {{ char* arena; char* weights; char* scratch; }} tensorgen_model;
+typedef struct {{ char* arena; char* weights; char* scratch; char error[256]; }} tensorgen_model;
 
 /* weights and activations on huge pages where the kernel allows them (THP "madvise"): a layer streams megabytes
    of weights, and 4 KB pages cost it a TLB miss every 64 cache lines */
@@ -183,8 +197,21 @@ tensorgen_model* tensorgen_model_init(const void* weights) {{
     free(m->arena); free(m->weights); free(m->scratch); free(m); return NULL;
   }}
   memcpy(m->weights, weights, {weight_bytes});
+  m->error[0] = 0;
   return m;
 }}
+
+const char* tensorgen_model_error(const tensorgen_model* m) {{ return m->error; }}
+
+/* every index of `ids` (n of them) in [-dim, dim), else the run fails naming the first one that is not */
+#define TENSORGEN_CHECK_INDICES(ids, n, dim, what) do {{ \
+    for (long i_ = 0; i_ < (n); ++i_) {{ \
+      long long v_ = (long long)(ids)[i_]; \
+      if (v_ < -(long long)(dim) || v_ >= (long long)(dim)) {{ \
+        snprintf(m->error, sizeof(m->error), "%s holds %lld at flat position %ld, outside [-%ld, %ld)", \
+                 what, v_, i_, (long)(dim), (long)(dim)); \
+        return 1; \
+      }} }} }} while (0)
 
 static double tensorgen_now(void) {{
   struct timespec t;
@@ -220,6 +247,23 @@ static const long output_bytes[] = {{{_sizes(graph, graph.outputs)}}};
 long tensorgen_model_input_bytes(int i) {{ return input_bytes[i]; }}
 long tensorgen_model_output_bytes(int i) {{ return output_bytes[i]; }}
 """
+
+
+def _index_checks(part: Partition, sub, where: dict[str, str]) -> list[str]:
+    """Checks of the run-time indices `sub`'s Gathers read from other kernels or the model's inputs (fusion
+    keeps their computation out of the Gather's kernel; constant ones were checked at import)."""
+    graph = part.graph
+    out = []
+    for node in sub.nodes:
+        indices = node.inputs[1] if node.op == "Gather" else None
+        if indices is None or graph.is_constant(indices) or indices not in sub.inputs:
+            continue
+        root = part.aliases.get(indices, indices)
+        dim = graph.value(node.inputs[0]).shape[int(node.attrs["axis"])]
+        what = f"{'input' if root in graph.inputs else 'value'} '{root}' (indices of Gather '{node.name}')"
+        what = re.sub(r"[^ -~]", "?", what).replace("\\", "\\\\").replace('"', '\\"')  # a C string literal
+        out.append(f'  TENSORGEN_CHECK_INDICES({where[root]}, {graph.value(indices).size}L, {dim}L, "{what}");')
+    return out
 
 
 def _sizes(graph, names: list[str]) -> str:

@@ -116,8 +116,10 @@ def _in_dependency_order(groups: list[Subgraph], group_of: dict[str, Subgraph],
 
 def _joinable(node: Node, kind: str, graph: Graph, group_of: dict[str, Subgraph],
               users: dict[str, list[Node]], outputs: set[str], aliases: dict[str, str]) -> Subgraph | None:
-    """The group `node` fuses into: that of its first tensor input made by a group it may join."""
-    for name in node.inputs:
+    """The group `node` fuses into: that of its first tensor input made by a group it may join. A Gather
+    joins the group of its data only: indices computed in its own kernel would escape the bounds check the
+    executor makes on a kernel's inputs."""
+    for name in node.inputs[:1] if node.op == "Gather" else node.inputs:
         if not name or graph.is_constant(name) or name in aliases:
             continue
         group = group_of.get(name)

@@ -4,6 +4,7 @@ and sizes are resolved here into explicit pads and scales, so the lowering never
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from tensorgen.graph.ir import Node
 from tensorgen.graph.onnx_normalize import OnnxNode, normalizer
@@ -80,15 +81,35 @@ def _check_transpose_output(n: OnnxNode, spatial: Sequence[int], attrs: dict) ->
                       f"{n.out().shape[2:]}; write explicit pads instead of auto_pad/output_shape")
 
 
+def pooled_size(size: int, kernel: int, stride: int, dilation: int, begin: int, end: int, ceil: bool) -> int:
+    """The output length of a pooling window sweep as ONNX Runtime (and PyTorch) computes it: with
+    ceil_mode the last window may reach past the end padding, but it must start inside the input or
+    the begin padding — a window wholly in the end padding would pool nothing."""
+    span = size + begin + end - dilation * (kernel - 1) - 1
+    out = (-(-span // stride) if ceil else span // stride) + 1
+    return out - 1 if ceil and (out - 1) * stride >= size + begin else out
+
+
 @normalizer("MaxPool", "AveragePool")
 def _pool(n: OnnxNode) -> Node:
+    """The output shape is computed here: ONNX shape inference lets a ceil_mode window start in the end
+    padding (kernel 1, stride 2 on 2 elements: 2 outputs where ONNX Runtime gives 1)."""
     x = n.shape()
     kernel = tuple(int(k) for k in n.attrs["kernel_shape"])
     strides, dilations = n.ints("strides", 1, len(kernel)), n.ints("dilations", 1, len(kernel))
-    attrs = {"kernel_shape": kernel, "strides": strides, "dilations": dilations,
-             "pads": _window_pads(n, x[2:], kernel, strides, dilations), "ceil_mode": int(n.attrs["ceil_mode"])}
+    pads = _window_pads(n, x[2:], kernel, strides, dilations)
+    ceil = int(n.attrs["ceil_mode"])
+    attrs = {"kernel_shape": kernel, "strides": strides, "dilations": dilations, "pads": pads, "ceil_mode": ceil}
     if n.op == "AveragePool":
         attrs["count_include_pad"] = int(n.attrs["count_include_pad"])
+    rank = len(kernel)
+    spatial = tuple(pooled_size(*dims, bool(ceil)) for dims in zip(x[2:], kernel, strides, dilations, pads[:rank],
+                                                                     pads[rank:]))
+    if min(spatial, default=1) < 1:
+        raise n.error(f"the window {list(kernel)} (dilations {list(dilations)}) is larger than the padded input "
+                      f"{list(x[2:])} (pads {list(pads)})")
+    out = n.out()
+    n.state.values[out.name] = replace(out, shape=(*x[:2], *spatial))
     return n.make(attrs=attrs)
 
 

@@ -82,7 +82,8 @@ class _Window:
 
     def count(self, d: int, o: E.Expr, include_pad: bool) -> int | E.Expr:
         """How many window elements along dim d fall inside the input (plus the explicit padding if
-        include_pad): a constant where it is the same for every output position."""
+        include_pad), at least 1: a constant where it is the same for every output position. A dilated
+        window can lie wholly in the padding; its sum is 0 and so, as in ONNX Runtime, is its average."""
         k, s, dl, b = self.kernel[d], self.strides[d], self.dilations[d], self.before[d]
         lo, hi = (-b, self.size[d] + self.after[d]) if include_pad else (0, self.size[d])
         start = np.arange(self.out[d]) * s - b
@@ -90,7 +91,7 @@ class _Window:
         last = -((start - hi) // dl)  # one past the last
         counts = np.minimum(last, k) - np.maximum(first, 0)
         if (counts == counts[0]).all():
-            return int(counts[0])
+            return max(int(counts[0]), 1)
 
         def ceil_div(e: E.Expr) -> E.Expr:
             return e if dl == 1 else (e + (dl - 1)) // dl
@@ -98,10 +99,10 @@ class _Window:
         start_e = offset(scaled(o, s), -b)
         top = ceil_div(hi - start_e)
         top = E.min_expr(top, k) if (last > k).any() else top
-        if (first <= 0).all():
-            return top
-        bottom = ceil_div(lo - start_e)
-        return top - (E.max_expr(bottom, 0) if (first < 0).any() else bottom)
+        if (first > 0).any():
+            bottom = ceil_div(lo - start_e)
+            top = top - (E.max_expr(bottom, 0) if (first < 0).any() else bottom)
+        return E.max_expr(top, 1) if (counts < 1).any() else top
 
 
 @lowering("MaxPool", kind="reduce", dtypes=FLOATS)

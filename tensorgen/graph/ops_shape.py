@@ -80,7 +80,9 @@ def _slice(node: Node, args: Args) -> list[Tensor]:
 
 @lowering("Gather", kind="injective")
 def _gather(node: Node, args: Args) -> list[Tensor]:
-    """A constant scalar index is a literal; tensor indices may be negative (counted from the end)."""
+    """A constant scalar index is a literal; tensor indices may be negative (counted from the end). Indices
+    outside [-n, n) are an error, as in ONNX Runtime: constant ones at import (onnx_normalize), run-time ones
+    where the model's executor checks them before this kernel runs (graph/executor.py)."""
     x, axis = args.tensor(0), int(args.attr("axis"))
     if args.value(1).dtype not in ("int32", "int64"):
         raise args.error(f"indices must be int32 or int64, got {args.value(1).dtype}")

@@ -33,6 +33,9 @@ class CompiledModel:
         lib.tensorgen_model_run.restype = ctypes.c_int
         lib.tensorgen_model_free.argtypes, lib.tensorgen_model_free.restype = [ctypes.c_void_p], None
         self._run_timed = getattr(lib, "tensorgen_model_run_timed", None)  # absent in builds before profiling
+        self._error = lib.tensorgen_model_error if self.manifest.get("format", 1) >= 3 else None  # why a run failed
+        if self._error is not None:
+            self._error.argtypes, self._error.restype = [ctypes.c_void_p], ctypes.c_char_p
         if self._run_timed is not None:
             self._run_timed.argtypes, self._run_timed.restype = [ctypes.c_void_p] * 4, ctypes.c_int
         self._handle = lib.tensorgen_model_init(weights.ctypes.data)  # format 2 on: init copies the weights
@@ -101,5 +104,6 @@ class CompiledModel:
         else:
             status = self._run_timed(self._handle, ins, ptrs, seconds.ctypes.data)
         if status != 0:
-            raise RuntimeCallError(f"{self.directory}: the model failed to run")
+            reason = self._error(self._handle).decode(errors="replace") if self._error is not None else ""
+            raise RuntimeCallError(f"{self.directory}: {reason or 'the model failed to run'}")
         return outs

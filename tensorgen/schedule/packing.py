@@ -102,13 +102,19 @@ def tile_layout(stage: Stage, t: Tensor, every_level: bool = False) -> LayoutRew
 
 
 def _plain_read(stage: Stage, t: Tensor) -> list[str] | None:
-    """The root axes `stage` reads `t` at, when it reads it once, each index a distinct root axis."""
+    """The root axes `stage` reads `t` at, when it reads it once, each index a distinct root axis that
+    spans its dimension exactly. A loop longer than the dimension reads it under a guard (the first
+    part of a Concat: `select(i < 1, cls[i], ...)`) and a shorter one only a slice of it: a layout
+    built from such a loop's tiles would not hold the tensor's elements."""
     loads = [n for n in walk(stage.tensor.body) if isinstance(n, Load) and n.tensor.name == t.name]
     root_of = {id(v): r for v, r in zip(stage.tensor.axes + stage.tensor.reduce_axes, stage.root_names)}
     if len(loads) != 1 or not all(isinstance(i, Var) and id(i) in root_of for i in loads[0].indices):
         return None
     roots = [root_of[id(i)] for i in loads[0].indices]
-    return roots if len(set(roots)) == len(roots) else None
+    extents = _root_extents(stage)
+    if len(set(roots)) != len(roots) or any(extents[r] != n for r, n in zip(roots, t.shape)):
+        return None
+    return roots
 
 
 def _root_extents(stage: Stage) -> dict[str, int]:

@@ -22,12 +22,14 @@ def precedence(e: Expr) -> int:
 
 
 def infix(e: BinOp, a: str, b: str, symbol: str) -> str:
-    """`a symbol b` with the parentheses precedence needs; float + and * keep their grouping."""
+    """`a symbol b` with the parentheses precedence needs; float + and * keep their grouping. An integer
+    `a + (b - c)` and `a * (b * c)` may regroup, `a * (b // c)` or `a * (b % c)` may not."""
     prec = precedence(e)
     if precedence(e.a) < prec:
         a = f"({a})"
-    regroupable = e.op in ("add", "mul") and not is_float(e.dtype)
-    if precedence(e.b) < prec or (precedence(e.b) == prec and not regroupable):
+    same = precedence(e.b) == prec  # then e.b is a BinOp of e's precedence class
+    regroupable = same and not is_float(e.dtype) and (e.op == "add" or e.op == "mul" and e.b.op == "mul")
+    if precedence(e.b) < prec or (same and not regroupable):
         b = f"({b})"
     return f"{a} {symbol} {b}"
 
