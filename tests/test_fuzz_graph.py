@@ -3,8 +3,7 @@ models, each tuned a few trials per task with one of the policies in turn, built
 ONNX Runtime.
 `python bench/fuzz.py --minutes N` runs it longer and saves reproducers.
 
-Seeds that currently show a bug fixed elsewhere in issue 22 are xfail(strict=True) with the bug named:
-once the fix is merged they pass, strict xfail fails, and the mark comes off.
+FOUND are the seeds that found a bug, kept as regressions.
 """
 
 from __future__ import annotations
@@ -25,20 +24,17 @@ CASES = [(1, "ansor", TRIALS), (7, "random", TRIALS), (8, "ansor-psa", TRIALS), 
          (24, "random", TRIALS), (38, "ansor-psa", TRIALS)]
 
 
-def _known(seed: int, policy: str, trials: int, bug: str):
-    return pytest.param(seed, policy, trials, marks=pytest.mark.xfail(strict=True, reason=bug))
-
-
-KNOWN = [
-    _known(48, "random", TRIALS, "pool ceil_mode keeps a last window lying in the padding (extra row/column)"),
-    _known(12, "ansor", TRIALS, "Gather does not check its indices (an id past the table runs without an error)"),
-    _known(135, "ansor-psa", TRIALS, "NaN does not propagate through Relu (max written as a > b ? a : b)"),
-    _known(186, "random", TRIALS, "NaN does not propagate through Clip (it comes out as the upper bound)"),
-    _known(202, "random", 6, "gcc: redefinition of 'input0_at' (base-pointer hoisting emits one name twice)"),
+# seeds that found a bug (fixed in issue 22), kept as regressions
+FOUND = [
+    (48, "random", TRIALS),  # pool ceil_mode kept a last window lying in the padding (extra row/column)
+    (12, "ansor", TRIALS),  # Gather did not check its indices (an id past the table ran without an error)
+    (135, "ansor-psa", TRIALS),  # NaN did not propagate through Relu (max written as a > b ? a : b)
+    (186, "random", TRIALS),  # NaN did not propagate through Clip (it came out as the upper bound)
+    (202, "random", 6),  # gcc: redefinition of 'input0_at' (base-pointer hoisting emitted one name twice)
 ]
 
 
-@pytest.mark.parametrize("seed,policy,trials", CASES + KNOWN)
+@pytest.mark.parametrize("seed,policy,trials", CASES + FOUND)
 def test_random_model_tuned_and_built_matches_onnxruntime(seed, policy, trials, tmp_path):
     failure = check_model(random_model(np.random.default_rng(seed)), seed, policy, trials, tmp_path)
     assert failure is None, f"{failure.headline()} (known: {known_bug(failure)})\n{failure.error}"
