@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from tensorgen import __version__
+from tensorgen.cli_args import ArgumentParser
 from tensorgen.errors import TensorgenError
 
 
@@ -24,7 +25,7 @@ def _ops(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tensorgen", description="Generate fast tensor programs by search.")
+    parser = ArgumentParser(prog="tensorgen", description="Generate fast tensor programs by search.")
     parser.add_argument("--version", action="version", version=f"tensorgen {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="hand-scheduled matmul and conv2d: compile, check, time next to NumPy").set_defaults(
