@@ -153,24 +153,40 @@ class SQLiteDatabase:
         self.corrupt: dict[int, str] = {}
         self._dags: dict[tuple[str, str], dict | _Fault] = {}  # each workload's DAG, checked once
         try:
-            self._conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-        except sqlite3.Error as err:
-            raise self._open_error(err) from None
-        self._conn.text_factory = _text
-        try:
-            self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            if self.path != ":memory:" and not readonly:
-                self._retry(lambda: self._conn.execute("PRAGMA journal_mode = WAL"))
-                # NORMAL in WAL mode survives a killed process; only a power cut may lose the last commits.
-                self._conn.execute("PRAGMA synchronous = NORMAL")
-            self._init_schema()
-            if not readonly:
-                self._probe_write()
+            self._open(immutable=False)
         except sqlite3.DatabaseError as err:
-            self._conn.close()
-            raise self._open_error(err) from None
-        except RecordsError:
-            self._conn.close()
+            if not (readonly and self.path != ":memory:" and _unwritable(self.path)):
+                raise self._open_error(err) from None
+            try:  # in WAL mode even a reader needs a -shm file beside the database, and none can be made there
+                self._open(immutable=True)
+            except sqlite3.DatabaseError as err:
+                raise self._open_error(err) from None
+
+    def _open(self, immutable: bool) -> None:
+        """Connect and check the schema (and writability, unless read-only). `immutable` reads the file as it
+        is, without locks or the write-ahead log: only for a place no one can write to, hence no one is."""
+        if immutable:
+            wal = Path(self.path + "-wal")
+            if wal.exists() and wal.stat().st_size:
+                LOGGER.warning("tuning database %r is in a read-only place; reading it without its write-ahead log "
+                               "%s, whose last commits are not seen", self.path, wal)
+            conn = sqlite3.connect(Path(self.path).absolute().as_uri() + "?immutable=1", uri=True,
+                                   isolation_level=None)
+        else:
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        conn.text_factory = _text
+        self._conn = conn
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            if self.path != ":memory:" and not self.readonly:
+                self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL"))
+                # NORMAL in WAL mode survives a killed process; only a power cut may lose the last commits.
+                conn.execute("PRAGMA synchronous = NORMAL")
+            self._init_schema()
+            if not self.readonly:
+                self._probe_write()
+        except BaseException:
+            conn.close()
             raise
 
     @classmethod
