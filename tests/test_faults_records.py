@@ -145,6 +145,7 @@ def test_corrupt_row_is_skipped_by_stats_best_and_export(fault, records_db, tmp_
     "UPDATE workloads SET dag = '{\"format\": 1}' WHERE workload_key = ?",  # JSON, but not a DAG
     "UPDATE workloads SET dag = '{\"format\": 1, \"tensors\"' WHERE workload_key = ?",  # truncated
     "UPDATE workloads SET dag = CAST(x'7bff7d' AS TEXT) WHERE workload_key = ?",  # not UTF-8
+    "DELETE FROM workloads WHERE workload_key = ?",  # no DAG at all (a join would drop the records in silence)
 ])
 def test_workload_with_a_broken_dag_is_skipped_and_the_others_are_kept(dag_sql, records_db, tmp_path, capsys,
                                                                        caplog):

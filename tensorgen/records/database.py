@@ -69,8 +69,7 @@ CREATE INDEX IF NOT EXISTS records_by_cost ON records (workload_key, target, cos
 CREATE INDEX IF NOT EXISTS records_by_state ON records (workload_key, target, steps_hash);
 """
 
-_COLUMNS = "r.id, r.workload_key, r.target, w.dag, r.hw, r.steps, r.result, r.version, r.format"
-_FROM = "FROM records r JOIN workloads w ON w.workload_key = r.workload_key AND w.target = r.target"
+_COLUMNS = "id, workload_key, target, hw, steps, result, version, format"
 
 
 @runtime_checkable
@@ -278,11 +277,7 @@ class SQLiteDatabase:
             "INSERT OR IGNORE INTO workloads (workload_key, target, dag, created) VALUES (?, ?, ?, ?)",
             (r.workload_key, target, dag_text, now),
         )
-        if (r.workload_key, target) not in self._dags:
-            stored = self._conn.execute("SELECT dag FROM workloads WHERE workload_key = ? AND target = ?",
-                                        (r.workload_key, target)).fetchone()[0]
-            self._workload_dag(r.workload_key, target, stored, check_only=True)
-        if isinstance(self._dags[(r.workload_key, target)], _Fault):  # a damaged DAG would hide the new record
+        if isinstance(self._workload_dag(r.workload_key, target), _Fault):  # it would hide the new record
             self._conn.execute("UPDATE workloads SET dag = ? WHERE workload_key = ? AND target = ?",
                                (dag_text, r.workload_key, target))
             del self._dags[(r.workload_key, target)]
@@ -296,13 +291,16 @@ class SQLiteDatabase:
 
     # ---- reading -----------------------------------------------------------------------------
 
-    def _workload_dag(self, key: str, target: str, text: str, check_only: bool = False) -> dict | None:
-        """The workload's DAG data, decoded and checked once per connection; raises _Fault if it is damaged
-        (unless `check_only`, which just records the verdict)."""
+    def _workload_dag(self, key: str, target: str) -> dict | _Fault:
+        """The workload's DAG data, or why it is unusable; read and checked once per connection."""
         found = self._dags.get((key, target))
         if found is None:
+            row = self._conn.execute("SELECT dag FROM workloads WHERE workload_key = ? AND target = ?",
+                                     (key, target)).fetchone()
             try:
-                found = _json_column("the workload's DAG", text)
+                if row is None:
+                    raise _Fault("bad DAG", "no DAG is stored for its workload")
+                found = _json_column("the workload's DAG", row[0])
                 check_dag(found, key)
             except _Fault as fault:
                 found = _Fault("bad DAG", fault.reason)
@@ -311,13 +309,11 @@ class SQLiteDatabase:
             except RecordsError as err:
                 found = _Fault("bad DAG", f"the workload's DAG: {err}")
             self._dags[(key, target)] = found
-        if isinstance(found, _Fault) and not check_only:
-            raise found
-        return None if isinstance(found, _Fault) else found
+        return found
 
     def _decode(self, row: tuple) -> Record | None:
         """The row as a Record, or None after reporting why it is unreadable."""
-        rid, key, target, dag_text, hw, steps, result, version, fmt = row
+        rid, key, target, hw, steps, result, version, fmt = row
         try:
             for name, value in (("workload_key", key), ("target", target), ("version", version)):
                 if isinstance(value, _Undecodable):
@@ -325,7 +321,10 @@ class SQLiteDatabase:
             data = {"format": fmt, "version": version, "workload_key": key, "target": target,
                     "hw": _json_column("hw", hw), "steps": _json_column("steps", steps),
                     "result": _json_column("result", result)}
-            return Record.from_dict(data, dag=self._workload_dag(key, target, dag_text))
+            dag = self._workload_dag(key, target)
+            if isinstance(dag, _Fault):
+                raise dag
+            return Record.from_dict(data, dag=dag)
         except _Fault as fault:
             self._skip(rid, fault)
         except RecordFormatError as err:
@@ -351,7 +350,7 @@ class SQLiteDatabase:
         return f"{len(self.corrupt)} unreadable record(s) skipped ({kinds})"
 
     def _query(self, sql: str, args: tuple) -> Iterator[Record]:
-        cursor = self._conn.execute(f"SELECT {_COLUMNS} {_FROM} {sql}", args)
+        cursor = self._conn.execute(f"SELECT {_COLUMNS} FROM records {sql}", args)
         try:
             for row in cursor:
                 record = self._decode(row)
@@ -362,7 +361,7 @@ class SQLiteDatabase:
 
     def ranked(self, workload_key: str, target: str) -> Iterator[Record]:
         """The successful records, fastest first (ties: earliest first), read as they are consumed."""
-        return self._query("WHERE r.workload_key = ? AND r.target = ? AND r.cost IS NOT NULL ORDER BY r.cost, r.id",
+        return self._query("WHERE workload_key = ? AND target = ? AND cost IS NOT NULL ORDER BY cost, id",
                            (workload_key, canonical_target(target)))
 
     def best(self, workload_key: str, target: str) -> Record | None:
@@ -380,8 +379,8 @@ class SQLiteDatabase:
     def records(self, workload_key: str, target: str | None = None) -> list[Record]:
         """Every readable record of the workload (failures included), in commit order."""
         if target is None:
-            return list(self._query("WHERE r.workload_key = ? ORDER BY r.id", (workload_key,)))
-        return list(self._query("WHERE r.workload_key = ? AND r.target = ? ORDER BY r.id",
+            return list(self._query("WHERE workload_key = ? ORDER BY id", (workload_key,)))
+        return list(self._query("WHERE workload_key = ? AND target = ? ORDER BY id",
                                 (workload_key, canonical_target(target))))
 
     def workloads(self) -> list[tuple[str, str, int]]:
