@@ -46,6 +46,20 @@ def nonneg_int(text: str) -> int:
     return _integer(text, 0, "a non-negative integer")
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, which a container or taskset narrows)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def thread_count(text: str) -> int:
+    """An argparse type: threads to time with, at most one per usable CPU (more would time the contention)."""
+    threads = positive_int(text)
+    if threads > usable_cpus():
+        raise argparse.ArgumentTypeError(f"{threads} threads, but this process may run on {usable_cpus()} CPU(s); "
+                                         f"timings with more threads than CPUs measure contention, not the program")
+    return threads
+
+
 def _as_argument_type(check: Callable[[str], str]) -> Callable[[str], str]:
     """argparse reports only ArgumentTypeError messages; a TensorgenError's message must reach the user too."""
 
@@ -71,8 +85,7 @@ def target_name(text: str) -> str:
 def _check_local(target: str) -> None:
     parsed = Target.parse(target)
     hardware_for(parsed)  # refuses kinds this machine cannot run
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    cores = int(parsed.get("cores", "1"))
+    usable, cores = usable_cpus(), int(parsed.get("cores", "1"))
     if cores > usable:
         raise TensorgenError(f"target {target!r}: -cores={cores}, but this process may run on {usable} CPU(s); "
                              f"timings with more threads than CPUs measure contention, not the program")

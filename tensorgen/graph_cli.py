@@ -9,7 +9,7 @@ import argparse
 import json
 import os
 
-from tensorgen.cli_args import positive_int
+from tensorgen.cli_args import positive_int, thread_count, usable_cpus
 from tensorgen.records.cli import DEFAULT_DB, open_existing, report_unreadable
 from tensorgen.records.database import SQLiteDatabase
 
@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build.set_defaults(fn=_build)
     bench = model_args(subparsers.add_parser(
         "bench", help="time a compiled model next to ONNX Runtime and PyTorch, in one run"))
-    bench.add_argument("--threads", type=positive_int, default=os.cpu_count() or 1, help="threads for every engine")
+    bench.add_argument("--threads", type=thread_count, default=usable_cpus(), help="threads for every engine")
     bench.add_argument("--blocks", type=positive_int, default=5, help="alternating timing blocks (median reported)")
     bench.add_argument("--json", metavar="FILE", help="also write the result to this JSON file")
     bench.add_argument("--profile", action="store_true",

@@ -27,6 +27,8 @@ BAD = {  # argv -> what the one line must say
     "bench --threads -1": (["bench", "mlp", "--threads", "-1"], "--threads: must be a positive integer, got -1"),
     "bench --threads 0": (["bench", "mlp", "--threads", "0"], "--threads: must be a positive integer, got 0"),
     "bench --threads x": (["bench", "mlp", "--threads", "two"], "--threads: must be a positive integer, got 'two'"),
+    "bench --threads > CPUs": (["bench", "mlp", "--threads", str(USABLE + 1)],
+                               f"{USABLE + 1} threads, but this process may run on {USABLE} CPU(s)"),
     "bench --blocks 0": (["bench", "mlp", "--blocks", "0"], "--blocks: must be a positive integer"),
     "bench --batch 0": (["bench", "mlp", "--batch", "0"], "--batch: must be a positive integer"),
     "build --candidates 0": (["build", "mlp", "-o", "x", "--candidates", "0"], "--candidates: must be a positive"),
