@@ -8,6 +8,7 @@ import sys
 import threading
 
 from tensorgen import __version__
+from tensorgen.cli_args import ArgumentParser
 from tensorgen.errors import TensorgenError
 
 
@@ -35,7 +36,7 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tensorgen", description="Generate fast tensor programs by search.")
+    parser = ArgumentParser(prog="tensorgen", description="Generate fast tensor programs by search.")
     parser.add_argument("--version", action="version", version=f"tensorgen {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="hand-scheduled matmul and conv2d: compile, check, time next to NumPy").set_defaults(

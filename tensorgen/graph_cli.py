@@ -10,7 +10,9 @@ import json
 import os
 import sys
 
-from tensorgen.records.cli import DEFAULT_DB, open_existing
+from tensorgen.cli_args import positive_int, thread_count, usable_cpus
+from tensorgen.records.cli import DEFAULT_DB, open_existing, report_unreadable
+from tensorgen.records.database import SQLiteDatabase
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,10 +20,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     def model_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         p.add_argument("model", metavar="MODEL", help="a zoo name (see `tensorgen models`) or an .onnx file")
-        p.add_argument("--db", default=DEFAULT_DB, help=f"tuning records to use (default {DEFAULT_DB}); "
-                                                        "untuned subgraphs get a default schedule")
-        p.add_argument("--batch", type=int, default=1, help="batch size of a zoo model (default 1)")
-        p.add_argument("--candidates", type=int, default=4, metavar="K",
+        p.add_argument("--db", help=f"tuning records to use, a file that must exist (default: {DEFAULT_DB} if it "
+                                    "exists, else none); untuned subgraphs get a default schedule")
+        p.add_argument("--batch", type=positive_int, default=1, help="batch size of a zoo model (default 1)")
+        p.add_argument("--candidates", type=positive_int, default=4, metavar="K",
                        help="pick each kernel's program among its task's K best records by timing the model "
                             "built with each (in-model selection: K + 1 more builds; default 4; 1: the best alone)")
         return p
@@ -31,8 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build.set_defaults(fn=_build)
     bench = model_args(subparsers.add_parser(
         "bench", help="time a compiled model next to ONNX Runtime, in one run (outputs checked against it)"))
-    bench.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="threads for every engine")
-    bench.add_argument("--blocks", type=int, default=5, help="alternating timing blocks (median reported)")
+    bench.add_argument("--threads", type=thread_count, default=usable_cpus(), help="threads for every engine")
+    bench.add_argument("--blocks", type=positive_int, default=5, help="alternating timing blocks (median reported)")
     bench.add_argument("--json", metavar="FILE", help="also write the result to this JSON file")
     bench.add_argument("--profile", action="store_true",
                        help="also time every kernel inside the model, beside its tuned cost")
@@ -83,15 +85,24 @@ def _models(args: argparse.Namespace) -> int:
     return 0
 
 
-def _records(path: str):
-    return open_existing(path) if os.path.exists(path) else None
+def _records(path: str | None) -> SQLiteDatabase | None:
+    """The database `--db` names (it must exist: a misspelt name must not build untuned in silence), else the
+    default one if it exists, else none."""
+    if path is not None:
+        return open_existing(path)
+    if os.path.exists(DEFAULT_DB):
+        return open_existing(DEFAULT_DB)
+    print(f"no tuning database ({DEFAULT_DB} does not exist, and no --db): every kernel gets a default schedule")
+    return None
 
 
 def _build(args: argparse.Namespace) -> int:
     from tensorgen.graph.build import build_model
 
-    out = build_model(args.model, args.out, db=_records(args.db), batch=args.batch, candidates=args.candidates,
-                      progress=print)
+    db = _records(args.db)
+    out = build_model(args.model, args.out, db=db, batch=args.batch, candidates=args.candidates, progress=print)
+    if db is not None:
+        report_unreadable(db)
     print(f"wrote {out}/model.so, weights.bin, model.c, model.json")
     return 0
 
@@ -103,8 +114,11 @@ def _bench(args: argparse.Namespace) -> int:
     from tensorgen.graph.compare import OUTPUT_RTOL, compare
 
     # PyTorch as its users run a model is bench/networks.py's peer; graph/torch_eval.py is an oracle, not a peer
-    result = compare(args.model, db=_records(args.db), threads=args.threads, batch=args.batch, blocks=args.blocks,
+    db = _records(args.db)
+    result = compare(args.model, db=db, threads=args.threads, batch=args.batch, blocks=args.blocks,
                      profile=args.profile, candidates=args.candidates, with_torch=False)
+    if db is not None:
+        report_unreadable(db)
     print(f"{result.model}: {result.tuned_tasks}/{result.total_tasks} tasks tuned, {args.threads} threads")
     print(f"  tensorgen    {result.tensorgen_ms:9.3f} ms")
     # one statistic: the speedup is the ratio of the medians printed beside it; none for a wrong answer

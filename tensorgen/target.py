@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field, fields
 from tensorgen.errors import TensorgenError
 
 TARGET_KINDS = ("cpu", "cuda")
+# The options each kind understands: an unknown one is a typo that would otherwise be ignored in silence.
+TARGET_OPTIONS = {"cpu": ("cores", "mcpu"), "cuda": ("arch",)}
 
 
 class TargetError(TensorgenError, ValueError):
@@ -25,16 +27,28 @@ class Target:
     def parse(cls, text: str | Target) -> Target:
         if isinstance(text, Target):
             return text
-        parts = shlex.split(text or "")
+        try:
+            parts = shlex.split(text or "")
+        except ValueError as err:  # an unbalanced quote
+            raise TargetError(f"target {text!r}: {err}") from None
         if not parts or parts[0] not in TARGET_KINDS:
             raise TargetError(f"target {text!r}: must start with one of {', '.join(TARGET_KINDS)}")
-        opts = {}
+        kind, known = parts[0], TARGET_OPTIONS[parts[0]]
+        opts: dict[str, str] = {}
         for p in parts[1:]:
             key, eq, value = p.lstrip("-").partition("=")
-            if not p.startswith("-") or not eq or not key:
+            if not p.startswith("-") or not eq or not key or not value:
                 raise TargetError(f"target {text!r}: option {p!r} must look like -key=value")
+            if key not in known:
+                raise TargetError(f"target {text!r}: unknown option -{key}; a {kind} target takes "
+                                  f"{', '.join(f'-{k}' for k in known)}")
+            if key in opts:
+                raise TargetError(f"target {text!r}: option -{key} is given twice")
             opts[key] = value
-        return cls(parts[0], tuple(sorted(opts.items())))
+        cores = opts.get("cores")
+        if cores is not None and (not cores.isdigit() or int(cores) < 1):
+            raise TargetError(f"target {text!r}: -cores must be a positive integer, got {cores!r}")
+        return cls(kind, tuple(sorted(opts.items())))
 
     def get(self, key: str, default: str | None = None) -> str | None:
         return dict(self.options).get(key, default)

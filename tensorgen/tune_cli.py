@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from tensorgen.cli_args import local_target, nonneg_int, positive_int
 from tensorgen.dag import ComputeDAG
 from tensorgen.errors import TensorgenError
 from tensorgen.records.cli import DEFAULT_DB, open_existing
@@ -26,13 +27,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         p.add_argument("op", metavar="OP", help="a suite operator (see `tensorgen ops`), e.g. gmm, c2d, nrm; "
                                                 "for tune also a model: a zoo name (see `tensorgen models`) or .onnx")
         p.add_argument("--shape", help="the operator's shape config, comma separated, e.g. 1024,1024,1024")
-        p.add_argument("--batch", type=int, default=1, help="batch size of the operator (default 1)")
+        p.add_argument("--batch", type=positive_int, default=1, help="batch size of the operator (default 1)")
         p.add_argument("--db", default=DEFAULT_DB, help=f"the tuning database (default {DEFAULT_DB})")
-        p.add_argument("--target", default="cpu", help="the target (default cpu), e.g. 'cpu -cores=2'")
+        p.add_argument("--target", type=local_target, default="cpu",
+                       help="the target (default cpu), e.g. 'cpu -cores=2'")
         return p
 
     tune = workload(subparsers.add_parser("tune", help="search fast programs for a suite operator"))
-    tune.add_argument("--trials", type=int, default=256, help="programs to measure in this run (default 256)")
+    tune.add_argument("--trials", type=nonneg_int, default=256, help="programs to measure in this run (default 256)")
     tune.add_argument("--policy", choices=POLICIES, default="ansor", help="search policy (default ansor)")
     tune.add_argument("--ablation", choices=ABLATIONS, default=None,
                       help="a search variant of the paper's ablation (Figure 7); overrides --policy: "
@@ -41,11 +43,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tune.add_argument("--prefilter", choices=("psa",), default=None,
                       help="operators, policy ansor: keep the best of 4x as many random programs per round by "
                            "Pruner's static analyzer (default: none, Ansor as published)")
-    tune.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    tune.add_argument("--batch-size", type=int, default=None,
+    tune.add_argument("--seed", type=nonneg_int, default=0, help="random seed (default 0)")
+    tune.add_argument("--batch-size", type=positive_int, default=None,
                       help="programs measured per round (default 64 for an operator, 16 per task round for a model)")
     tune.add_argument("--json", metavar="FILE", help="also write the result to this JSON file")
-    tune.add_argument("--early-stopping", type=int, metavar="ROUNDS",
+    tune.add_argument("--early-stopping", type=positive_int, metavar="ROUNDS",
                       help="models: stop tuning a task after this many rounds without improvement (objective f4)")
     tune.add_argument("--strategy", choices=("gradient", "round-robin"), default="gradient",
                       help="models: how rounds are given to tasks (default: Ansor's gradient scheduler)")

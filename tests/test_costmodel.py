@@ -7,9 +7,7 @@ import time
 import numpy as np
 import pytest
 
-pytest.importorskip("xgboost")
-
-from tensorgen.costmodel import (  # noqa: E402
+from tensorgen.costmodel import (
     CostModel,
     RandomModel,
     XGBModel,
@@ -21,7 +19,7 @@ from tensorgen.costmodel import (  # noqa: E402
     recall_at_k,
     rmse,
 )
-from tensorgen.costmodel.xgb import pack_sum_loss, pack_sum_objective  # noqa: E402
+from tensorgen.costmodel.xgb import pack_sum_loss, pack_sum_objective
 
 N_FEATURES = 16
 

@@ -11,10 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("xgboost")
-
-from tensorgen.costmodel.metrics import evaluate_at_ks, metric_names, summarize_folds  # noqa: E402
-from tensorgen.measure.types import ErrorKind, MeasureResult  # noqa: E402
+from tensorgen.costmodel.metrics import evaluate_at_ks, metric_names, summarize_folds
+from tensorgen.measure.types import ErrorKind, MeasureResult
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "costmodel_quality.py"
 SMALL = ["--op", "gmm", "--shape", "32,32,32"]  # builds and runs in a fraction of a second per program

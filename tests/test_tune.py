@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sqlite3
@@ -11,15 +10,15 @@ import numpy as np
 import pytest
 
 from tensorgen.build import build
+from tensorgen.cli import main as cli
 from tensorgen.dag import ComputeDAG
-from tensorgen.errors import TensorgenError
 from tensorgen.measure import LocalBuilder, LocalRunner
 from tensorgen.records import SQLiteDatabase
 from tensorgen.records.record import program_cost
 from tensorgen.search.random_policy import RandomPolicy
 from tensorgen.te.ops.suite import make_gmm
 from tensorgen.tune import TuneError, TuneProgress, make_task, tune
-from tensorgen.tune_cli import ProgressLine, register
+from tensorgen.tune_cli import ProgressLine
 
 FAST = dict(policy="random", batch_size=8, build_timeout=20.0, run_timeout=5.0)
 
@@ -136,18 +135,6 @@ def test_bad_arguments():
 # command line
 
 
-def cli(argv: list[str]) -> int:
-    """`tensorgen` with the tune/show commands registered, errors as in tensorgen.cli.main."""
-    parser = argparse.ArgumentParser(prog="tensorgen")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return args.fn(args)
-    except TensorgenError as err:
-        print(f"tensorgen: error: {err}")
-        return 2
-
-
 def test_cli_tune_json_and_show(tmp_path, capsys):
     db, out = str(tmp_path / "c.db"), tmp_path / "r.json"
     assert cli(["tune", "GMM", "--shape", "64,64,64", "--trials", "8", "--policy", "random", "--db", db,
@@ -181,7 +168,8 @@ def test_cli_errors_exit_2(tmp_path, capsys, argv, message):
     db = tmp_path / "e.db"
     SQLiteDatabase(db).close()
     assert cli([*argv, "--db", str(db)]) == 2
-    assert message in capsys.readouterr().out
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("tensorgen: error:") and message in line
 
 
 def test_progress_line_rewrites_on_a_tty(task):

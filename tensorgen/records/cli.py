@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
+from collections import Counter
 from typing import Any
 
-from tensorgen.records.database import SQLiteDatabase, canonical_target
+from tensorgen.cli_args import target_name
+from tensorgen.errors import TensorgenError
+from tensorgen.records.database import SQLiteDatabase
 from tensorgen.records.jsonl import export, import_
 from tensorgen.records.record import Record, RecordsError
+from tensorgen.schedule.state import State
 
 DEFAULT_DB = "tuning.db"
+LOGGER = logging.getLogger("tensorgen.records")
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -30,7 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
     best = with_db(sub.add_parser("best", help="the best program of a workload as Python steps, with its speed"))
     best.add_argument("workload_key", help="a workload key (or a unique prefix of one)")
-    best.add_argument("--target", help="only this target (default: every target the workload was tuned for)")
+    best.add_argument("--target", type=target_name,
+                      help="only this target (default: every target the workload was tuned for)")
     best.add_argument("--json", metavar="F", help="also write the result to this JSON file")
     best.set_defaults(fn=_best)
 
@@ -46,10 +53,29 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def open_existing(path: str) -> SQLiteDatabase:
-    """Open a database that must already exist: reading must not create an empty file by accident."""
+    """Open a database that must already exist, for reading: reading must not create an empty file by accident,
+    and needs no write access."""
     if not os.path.isfile(path):
         raise RecordsError(f"tuning database {path!r} does not exist (pass --db FILE)")
-    return SQLiteDatabase(path)
+    return SQLiteDatabase(path, readonly=True)
+
+
+def report_unreadable(db: SQLiteDatabase) -> None:
+    """Say how many rows a command skipped as unreadable (each kind was already warned about once)."""
+    if db.corrupt:
+        print(f"{db.path}: {db.corrupt_summary()}")
+
+
+def best_program(db: SQLiteDatabase, workload_key: str, target: str) -> tuple[Record, State] | None:
+    """The fastest record whose steps replay on its DAG, with its State; one that does not is skipped, with a
+    warning, for the next fastest."""
+    for record in db.ranked(workload_key, target):
+        try:
+            return record, record.state()
+        except TensorgenError as err:
+            LOGGER.warning("tuning database %r: skipping a record of workload %s (%.4g ms): its steps do not "
+                           "replay: %s", db.path, workload_key, record.cost * 1e3, err)
+    return None
 
 
 def _write_json(path: str | None, data: Any) -> None:
@@ -71,13 +97,15 @@ def _fmt_ms(cost: float | None) -> str:
 def _stats(args: argparse.Namespace) -> int:
     with open_existing(args.db) as db:
         rows = []
-        for key, target, count in db.workloads():
-            best = db.best(key, target)
-            errors = db.error_counts(key, target)
+        for key, target, _ in db.workloads():
+            records = db.records(key, target)  # every row decoded, so the counts leave out unreadable ones
+            errors = Counter(r.error_kind for r in records)
+            best = min((r for r in records if r.ok and math.isfinite(r.cost)), key=lambda r: r.cost, default=None)
             rows.append({
-                "workload_key": key, "target": target, "records": count, "ok": errors.pop("none", 0),
-                "best_cost": best.cost if best else None, "best_gflops": _gflops(best), "errors": errors,
+                "workload_key": key, "target": target, "records": len(records), "ok": errors.pop("none", 0),
+                "best_cost": best.cost if best else None, "best_gflops": _gflops(best), "errors": dict(errors),
             })
+        unreadable, unreadable_note = dict(Counter(db.corrupt.values())), db.corrupt_summary()
     print(f"{args.db}: {len(rows)} workload(s), {sum(r['records'] for r in rows)} record(s)")
     if rows:
         print(f"{'workload':24s}  {'target':24s}  {'records':>7s}  {'ok':>6s}  {'best ms':>10s}  "
@@ -87,7 +115,9 @@ def _stats(args: argparse.Namespace) -> int:
         errs = " ".join(f"{k}={n}" for k, n in sorted(r["errors"].items())) or "-"
         print(f"{r['workload_key']:24s}  {r['target']:24s}  {r['records']:7d}  {r['ok']:6d}  "
               f"{_fmt_ms(r['best_cost']):>10s}  {gf:>8s}  {errs}")
-    _write_json(args.json, {"db": args.db, "workloads": rows})
+    if unreadable_note:
+        print(f"{args.db}: {unreadable_note}")
+    _write_json(args.json, {"db": args.db, "workloads": rows, "unreadable": unreadable})
     return 0
 
 
@@ -101,26 +131,28 @@ def _best(args: argparse.Namespace) -> int:
         key = keys[0]
         targets = [t for k, t, _ in known if k == key]
         if args.target is not None:
-            wanted = canonical_target(args.target)
+            wanted = args.target
             if wanted not in targets:
                 raise RecordsError(f"workload {key} has no records for target {wanted!r}; it has: {', '.join(targets)}")
             targets = [wanted]
         out, status = [], 0
         for target in targets:
-            record = db.best(key, target)
-            if record is None:
+            found = best_program(db, key, target)
+            if found is None:
                 errors = db.error_counts(key, target)
                 print(f"workload {key} on {target}: no successful measurement "
                       f"({', '.join(f'{k}={n}' for k, n in sorted(errors.items()))})")
                 status = 1
                 continue
-            program = str(record.state())
+            record, state = found
+            program = str(state)
             gflops = _gflops(record)
             print(f"workload {key} on {target}: {record.cost * 1e3:.4f} ms, {gflops:.2f} GFLOP/s "
                   f"({record.compute_dag.flop_count:.4g} FLOP), measured by tensorgen {record.version}")
             print(program)
             out.append({"workload_key": key, "target": target, "cost": record.cost, "gflops": gflops,
                         "flop_count": record.compute_dag.flop_count, "steps": record.steps, "program": program})
+        report_unreadable(db)
     _write_json(args.json, out)
     return status
 
@@ -128,6 +160,7 @@ def _best(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     with open_existing(args.db) as db:
         n = export(db, args.file, args.workload)
+        report_unreadable(db)
     print(f"exported {n} record(s) to {args.file}")
     return 0
 

@@ -4,28 +4,42 @@ One SQLite file in WAL mode holds every workload's DAG once and one row per meas
 is its own transaction, so a tuning run killed mid-way keeps everything it committed, and a
 `busy_timeout` lets several tuning processes append to the same file at once. `cost` is NULL for
 failed measurements so "best" is an index range scan over (workload_key, target, cost).
+
+A file can be damaged outside tensorgen (a disk error, a hand edit, a newer tensorgen's records): every
+reader skips a row it cannot decode with one warning per kind of fault and counts it in `corrupt`, so one
+bad row never hides the good ones. A database opened for writing is probed for writability at once, so a
+read-only file stops a tuning run before anything is measured.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
+import os
 import sqlite3
 import time
+from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
+from itertools import islice
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from tensorgen.records.record import (
     RECORD_FORMAT,
+    DatabaseWriteError,
     Record,
     RecordFormatError,
     RecordsError,
+    check_dag,
     program_cost,
     result_to_json,
     steps_hash,
 )
 from tensorgen.target import Target
+
+LOGGER = logging.getLogger("tensorgen.records")
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 60_000
@@ -56,8 +70,7 @@ CREATE INDEX IF NOT EXISTS records_by_cost ON records (workload_key, target, cos
 CREATE INDEX IF NOT EXISTS records_by_state ON records (workload_key, target, steps_hash);
 """
 
-_COLUMNS = "r.workload_key, r.target, w.dag, r.hw, r.steps, r.result, r.version, r.format"
-_FROM = "FROM records r JOIN workloads w ON w.workload_key = r.workload_key AND w.target = r.target"
+_COLUMNS = "id, workload_key, target, hw, steps, result, version, format"
 
 
 @runtime_checkable
@@ -86,33 +99,106 @@ def canonical_target(target: str | Target) -> str:
     return str(Target.parse(target))
 
 
-class SQLiteDatabase:
-    """Records in one SQLite file (or `:memory:`); safe for several writing processes at once."""
+class _Undecodable(str):
+    """A TEXT value whose bytes are not UTF-8 (held with replacement characters, to be reported, never used)."""
 
-    def __init__(self, path: str | Path):
+
+def _text(raw: bytes) -> str:
+    """The connection's text factory: a non-UTF-8 value is marked instead of failing the whole query."""
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return _Undecodable(raw.decode(errors="replace"))
+
+
+class _Fault(Exception):
+    """Why a stored row cannot be read: `kind` groups the warnings, `reason` names the column and the damage."""
+
+    def __init__(self, kind: str, reason: str):
+        super().__init__(reason)
+        self.kind, self.reason = kind, reason
+
+
+def _json_column(name: str, value: object) -> object:
+    if isinstance(value, _Undecodable):
+        raise _Fault("not UTF-8", f"{name} holds bytes that are not UTF-8")
+    try:
+        return json.loads(value)
+    except (TypeError, ValueError) as err:
+        raise _Fault("invalid JSON", f"{name} is not valid JSON ({err})") from None
+
+
+def _unwritable(path: str) -> str | None:
+    """Why `path` (or the journal files SQLite creates beside it) cannot be written, if the OS says so."""
+    file = Path(path).absolute()
+    if file.exists() and not os.access(file, os.W_OK):
+        return "the file is not writable"
+    if not file.parent.is_dir():
+        return f"its directory {str(file.parent)!r} does not exist"
+    if not os.access(file.parent, os.W_OK):
+        return f"its directory {str(file.parent)!r} is not writable (SQLite keeps its journal files beside the file)"
+    return None
+
+
+class SQLiteDatabase:
+    """Records in one SQLite file (or `:memory:`); safe for several writing processes at once.
+
+    `readonly` opens an existing database for reading only: nothing is created or converted, and no write
+    access is needed. Otherwise the file is created if missing and must be writable (DatabaseWriteError).
+    `corrupt` maps the id of every row skipped as unreadable to the kind of its fault."""
+
+    def __init__(self, path: str | Path, readonly: bool = False):
         self.path = str(path)
+        self.readonly = readonly
+        self.corrupt: dict[int, str] = {}
+        self._dags: dict[tuple[str, str], dict | _Fault] = {}  # each workload's DAG, checked once
         try:
-            self._conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-        except sqlite3.Error as err:
-            raise RecordsError(f"cannot open tuning database {self.path!r}: {err}") from None
-        try:
-            self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            if self.path != ":memory:":
-                self._retry(lambda: self._conn.execute("PRAGMA journal_mode = WAL"))
-                # NORMAL in WAL mode survives a killed process; only a power cut may lose the last commits.
-                self._conn.execute("PRAGMA synchronous = NORMAL")
-            self._init_schema()
+            self._open(immutable=False)
         except sqlite3.DatabaseError as err:
-            self._conn.close()
-            raise RecordsError(f"cannot open tuning database {self.path!r}: {err}") from None
-        except RecordFormatError:
-            self._conn.close()
+            if not (readonly and self.path != ":memory:" and _unwritable(self.path)):
+                raise self._open_error(err) from None
+            try:  # in WAL mode even a reader needs a -shm file beside the database, and none can be made there
+                self._open(immutable=True)
+            except sqlite3.DatabaseError as err:
+                raise self._open_error(err) from None
+
+    def _open(self, immutable: bool) -> None:
+        """Connect and check the schema (and writability, unless read-only). `immutable` reads the file as it
+        is, without locks or the write-ahead log: only for a place no one can write to, hence no one is."""
+        if immutable:
+            wal = Path(self.path + "-wal")
+            if wal.exists() and wal.stat().st_size:
+                LOGGER.warning("tuning database %r is in a read-only place; reading it without its write-ahead log "
+                               "%s, whose last commits are not seen", self.path, wal)
+            conn = sqlite3.connect(Path(self.path).absolute().as_uri() + "?immutable=1", uri=True,
+                                   isolation_level=None)
+        else:
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        conn.text_factory = _text
+        self._conn = conn
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            if self.path != ":memory:" and not self.readonly:
+                self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL"))
+                # NORMAL in WAL mode survives a killed process; only a power cut may lose the last commits.
+                conn.execute("PRAGMA synchronous = NORMAL")
+            self._init_schema()
+            if not self.readonly:
+                self._probe_write()
+        except BaseException:
+            conn.close()
             raise
-        self._dags: dict[tuple[str, str], dict] = {}  # parsed DAG per workload, shared by its records
 
     @classmethod
     def in_memory(cls) -> SQLiteDatabase:
         return cls(":memory:")
+
+    def _open_error(self, err: sqlite3.Error) -> RecordsError:
+        why = None if self.path == ":memory:" else _unwritable(self.path)
+        if not self.readonly and (why or "readonly" in str(err)):
+            return DatabaseWriteError(f"cannot write to tuning database {self.path!r}: {why or err}; tuning stores "
+                                      f"every measurement in it (make it writable, or pass another database)")
+        return RecordsError(f"cannot open tuning database {self.path!r}: {err}" + (f" ({why})" if why else ""))
 
     def _retry(self, fn, attempts: int = 50):
         """Switching to WAL takes a lock the busy handler does not wait for; retry it briefly."""
@@ -133,37 +219,69 @@ class SQLiteDatabase:
             )
         if version == SCHEMA_VERSION:
             return
+        if self.readonly:
+            raise RecordsError(f"{self.path!r} is not a tensorgen tuning database (it has no record tables)")
         with self._transaction():
             for stmt in _SCHEMA.split(";"):
                 if stmt.strip():
                     self._conn.execute(stmt)
             self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
-    def _transaction(self) -> _Transaction:
-        return _Transaction(self._conn)
+    def _probe_write(self) -> None:
+        """Write the header in a transaction that is rolled back: SQLite opens a file it may not write
+        read-only without a word, and would say so only at the first commit, after a batch was measured."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        finally:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """BEGIN IMMEDIATE takes the write lock up front, so a busy writer waits instead of failing later."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            if self._conn.in_transaction:  # SQLite has already rolled back after some errors (a full disk)
+                self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
 
     # ---- writing -----------------------------------------------------------------------------
 
     def commit_record(self, record: Record) -> None:
         """Store one record in its own transaction: once this returns, the record survives a crash."""
-        with self._transaction():
-            self._insert(record)
+        self.commit_records([record])
 
     def commit_records(self, records: list[Record]) -> None:
-        """Store many records in one transaction (bulk import)."""
-        with self._transaction():
-            for r in records:
-                self._insert(r)
+        """Store records in one transaction. A failed write (full disk, file made read-only) is one
+        DatabaseWriteError; the records committed before stay in the file."""
+        try:
+            with self._transaction():
+                for r in records:
+                    self._insert(r)
+        except sqlite3.Error as err:
+            why = _unwritable(self.path) if self.path != ":memory:" else None
+            raise DatabaseWriteError(f"cannot store records in tuning database {self.path!r}: {err}"
+                                     + (f" ({why})" if why else "") + "; every record committed before is kept"
+                                     ) from None
 
     def _insert(self, r: Record) -> None:
         if r.format > RECORD_FORMAT:
             raise RecordFormatError(f"cannot store a record of format {r.format} (this tensorgen: {RECORD_FORMAT})")
         target = canonical_target(r.target)
         now = time.time()
+        dag_text = json.dumps(r.dag, separators=(",", ":"))
         self._conn.execute(
             "INSERT OR IGNORE INTO workloads (workload_key, target, dag, created) VALUES (?, ?, ?, ?)",
-            (r.workload_key, target, json.dumps(r.dag, separators=(",", ":")), now),
+            (r.workload_key, target, dag_text, now),
         )
+        if isinstance(self._workload_dag(r.workload_key, target), _Fault):  # it would hide the new record
+            self._conn.execute("UPDATE workloads SET dag = ? WHERE workload_key = ? AND target = ?",
+                               (dag_text, r.workload_key, target))
+            del self._dags[(r.workload_key, target)]
         cost = r.cost if r.ok and math.isfinite(r.cost) else None
         self._conn.execute(
             "INSERT INTO records (workload_key, target, cost, error_kind, steps, steps_hash, hw, result, version,"
@@ -174,50 +292,125 @@ class SQLiteDatabase:
 
     # ---- reading -----------------------------------------------------------------------------
 
-    def _record(self, row: tuple) -> Record:
-        key, target, dag_text, hw, steps, result, version, fmt = row
-        dag = self._dags.get((key, target))
-        if dag is None:
-            dag = self._dags[(key, target)] = json.loads(dag_text)
-        data = {"format": fmt, "version": version, "workload_key": key, "target": target,
-                "hw": json.loads(hw), "steps": json.loads(steps), "result": json.loads(result)}
-        return Record.from_dict(data, dag=dag)
+    def _workload_dag(self, key: str, target: str) -> dict | _Fault:
+        """The workload's DAG data, or why it is unusable; read and checked once per connection."""
+        found = self._dags.get((key, target))
+        if found is None:
+            row = self._conn.execute("SELECT dag FROM workloads WHERE workload_key = ? AND target = ?",
+                                     (key, target)).fetchone()
+            try:
+                if row is None:
+                    raise _Fault("bad DAG", "no DAG is stored for its workload")
+                found = _json_column("the workload's DAG", row[0])
+                check_dag(found, key)
+            except _Fault as fault:
+                found = _Fault("bad DAG", fault.reason)
+            except RecordFormatError as err:
+                found = _Fault("newer format", f"the workload's DAG: {err}")
+            except RecordsError as err:
+                found = _Fault("bad DAG", f"the workload's DAG: {err}")
+            self._dags[(key, target)] = found
+        return found
 
-    def _query(self, sql: str, args: tuple) -> list[Record]:
-        return [self._record(row) for row in self._conn.execute(f"SELECT {_COLUMNS} {_FROM} {sql}", args)]
+    def _decode(self, row: tuple) -> Record | None:
+        """The row as a Record, or None after reporting why it is unreadable."""
+        rid, key, target, hw, steps, result, version, fmt = row
+        try:
+            for name, value in (("workload_key", key), ("target", target), ("version", version)):
+                if isinstance(value, _Undecodable):
+                    raise _Fault("not UTF-8", f"{name} holds bytes that are not UTF-8")
+            data = {"format": fmt, "version": version, "workload_key": key, "target": target,
+                    "hw": _json_column("hw", hw), "steps": _json_column("steps", steps),
+                    "result": _json_column("result", result)}
+            dag = self._workload_dag(key, target)
+            if isinstance(dag, _Fault):
+                raise dag
+            return Record.from_dict(data, dag=dag)
+        except _Fault as fault:
+            self._skip(rid, fault)
+        except RecordFormatError as err:
+            self._skip(rid, _Fault("newer format", str(err)))
+        except RecordsError as err:
+            self._skip(rid, _Fault("malformed", str(err)))
+        return None
+
+    def _skip(self, rid: int, fault: _Fault) -> None:
+        if rid in self.corrupt:
+            return
+        first = fault.kind not in self.corrupt.values()
+        self.corrupt[rid] = fault.kind
+        if first:
+            LOGGER.warning("tuning database %r: skipping record %d: %s (other records with this fault (%s) are "
+                           "skipped without a warning)", self.path, rid, fault.reason, fault.kind)
+
+    def corrupt_summary(self) -> str:
+        """'' if no row was skipped, else how many were, by kind of fault."""
+        if not self.corrupt:
+            return ""
+        kinds = ", ".join(f"{kind}: {n}" for kind, n in sorted(Counter(self.corrupt.values()).items()))
+        return f"{len(self.corrupt)} unreadable record(s) skipped ({kinds})"
+
+    def _query(self, sql: str, args: tuple) -> Iterator[Record]:
+        cursor = self._conn.execute(f"SELECT {_COLUMNS} FROM records {sql}", args)
+        try:
+            for row in cursor:
+                record = self._decode(row)
+                if record is not None:
+                    yield record
+        finally:
+            cursor.close()
+
+    def ranked(self, workload_key: str, target: str) -> Iterator[Record]:
+        """The successful programs, fastest first (ties: earliest first), one record each, read as they are
+        consumed. A program measured more than once (re-timed when it became a best) ranks by `program_cost` of
+        its measurements and is represented by the earliest record holding that cost."""
+        rows = self._conn.execute(
+            "SELECT id, steps_hash, cost FROM records WHERE workload_key = ? AND target = ? AND cost IS NOT NULL",
+            (workload_key, canonical_target(target)),
+        ).fetchall()
+        runs: dict[str, list[tuple[float, int]]] = {}
+        for rid, key, cost in rows:
+            runs.setdefault(key, []).append((cost, rid))
+        for _, rid in sorted(_representative(v) for v in runs.values()):
+            yield from self._query("WHERE id = ?", (rid,))
 
     def best(self, workload_key: str, target: str) -> Record | None:
         found = self.top_k(workload_key, target, 1)
         return found[0] if found else None
 
     def top_k(self, workload_key: str, target: str, k: int) -> list[Record]:
-        """The `k` fastest programs, fastest first (ties: earliest first), one record each. A program measured
-        more than once (re-timed when it became a best) ranks by `program_cost` of its measurements and is
-        represented by the record holding that cost."""
-        rows = self._conn.execute(
-            "SELECT id, steps_hash, cost FROM records WHERE workload_key = ? AND target = ? AND cost IS NOT NULL",
-            (workload_key, canonical_target(target)),
-        )
-        runs: dict[str, list[tuple[float, int]]] = {}
-        for rid, key, cost in rows:
-            runs.setdefault(key, []).append((cost, rid))
-        chosen = sorted(_representative(v) for v in runs.values())[:k]
-        return [self._query("WHERE r.id = ?", (rid,))[0] for _, rid in chosen]
+        """The `k` fastest programs (see `ranked`), one record each."""
+        ranked = self.ranked(workload_key, target)
+        try:
+            return list(islice(ranked, int(k)))
+        finally:
+            ranked.close()
 
     def records(self, workload_key: str, target: str | None = None) -> list[Record]:
-        """Every record of the workload (failures included), in commit order."""
+        """Every readable record of the workload (failures included), in commit order."""
         if target is None:
-            return self._query("WHERE r.workload_key = ? ORDER BY r.id", (workload_key,))
-        return self._query("WHERE r.workload_key = ? AND r.target = ? ORDER BY r.id",
-                           (workload_key, canonical_target(target)))
+            return list(self._query("WHERE workload_key = ? ORDER BY id", (workload_key,)))
+        return list(self._query("WHERE workload_key = ? AND target = ? ORDER BY id",
+                                (workload_key, canonical_target(target))))
 
     def workloads(self) -> list[tuple[str, str, int]]:
-        """(workload_key, target, number of records) for every workload with records."""
+        """(workload_key, target, number of records) for every workload with records; a workload whose key
+        or target is not UTF-8 cannot be asked for, so its records are reported as skipped instead."""
         rows = self._conn.execute(
-            "SELECT workload_key, target, COUNT(*) FROM records GROUP BY workload_key, target "
+            "SELECT workload_key, target, COUNT(*), MIN(id) FROM records GROUP BY workload_key, target "
             "ORDER BY MIN(id)"
-        )
-        return [(k, t, n) for k, t, n in rows]
+        ).fetchall()
+        out = []
+        for key, target, n, first in rows:
+            if isinstance(key, _Undecodable) or isinstance(target, _Undecodable):
+                fault = _Fault("not UTF-8", "its workload_key or target holds bytes that are not UTF-8")
+                for (rid,) in self._conn.execute(
+                        "SELECT r.id FROM records r JOIN records f ON f.id = ? "
+                        "WHERE r.workload_key = f.workload_key AND r.target = f.target ORDER BY r.id", (first,)):
+                    self._skip(rid, fault)
+            else:
+                out.append((key, target, n))
+        return out
 
     def has_state(self, workload_key: str, target: str, steps_json: str | list) -> bool:
         row = self._conn.execute(
@@ -260,16 +453,3 @@ def _representative(runs: list[tuple[float, int]]) -> tuple[float, int]:
     """(cost, id) of the earliest of a program's records whose cost is the program's cost."""
     cost = program_cost([c for c, _ in runs])
     return min(r for r in runs if r[0] == cost)
-
-
-class _Transaction:
-    """BEGIN IMMEDIATE takes the write lock up front, so a busy writer waits instead of failing later."""
-
-    def __init__(self, conn: sqlite3.Connection):
-        self.conn = conn
-
-    def __enter__(self) -> None:
-        self.conn.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")

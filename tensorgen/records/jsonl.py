@@ -6,8 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tensorgen.records.database import Database
-from tensorgen.records.record import Record, RecordFormatError, RecordsError
-from tensorgen.te.serialize import DagFormatError, DagVersionError, dag_from_json
+from tensorgen.records.record import Record, RecordFormatError, RecordsError, check_dag
 
 
 @dataclass
@@ -72,16 +71,6 @@ def import_(db: Database, path: str | Path) -> ImportReport:
 
 def _verify_dag(record: Record, verified: dict[str, dict]) -> None:
     """The embedded DAG must rebuild and hash to the record's workload key (checked once per DAG)."""
-    if verified.get(record.workload_key) == record.dag:
-        return
-    try:
-        key = dag_from_json(record.dag).workload_key
-    except DagVersionError as err:
-        raise RecordFormatError(str(err)) from None
-    except DagFormatError as err:
-        raise RecordsError(f"bad embedded DAG: {err}") from None
-    except (TypeError, ValueError, KeyError, IndexError) as err:
-        raise RecordsError(f"bad embedded DAG: {type(err).__name__}: {err}") from None
-    if key != record.workload_key:
-        raise RecordsError(f"embedded DAG has workload key {key}, but the record says {record.workload_key}")
-    verified[record.workload_key] = record.dag
+    if verified.get(record.workload_key) != record.dag:
+        check_dag(record.dag, record.workload_key)
+        verified[record.workload_key] = record.dag

@@ -18,7 +18,14 @@ from tensorgen.schedule.state import State
 from tensorgen.schedule.steps import Step
 from tensorgen.search.task import SearchTask
 from tensorgen.target import HardwareParams, Target
-from tensorgen.te.serialize import dag_from_json, dag_to_json, decode_float, encode_float
+from tensorgen.te.serialize import (
+    DagFormatError,
+    DagVersionError,
+    dag_from_json,
+    dag_to_json,
+    decode_float,
+    encode_float,
+)
 
 RECORD_FORMAT = 1
 
@@ -29,6 +36,10 @@ class RecordsError(TensorgenError, ValueError):
 
 class RecordFormatError(RecordsError):
     """Records written by a newer tensorgen (a higher format version) that this one cannot read."""
+
+
+class DatabaseWriteError(RecordsError):
+    """The tuning database cannot be written (read-only file or directory, full disk): measuring would be lost."""
 
 
 def steps_hash(steps: list | str) -> str:
@@ -55,6 +66,8 @@ def result_to_json(result: MeasureResult) -> dict:
 
 
 def result_from_json(data: dict) -> MeasureResult:
+    if not isinstance(data, dict):
+        raise TypeError(f"a measure result is a JSON object, got {type(data).__name__}")
     try:
         kind = ErrorKind(data.get("error_kind", "none"))
     except ValueError:
@@ -122,12 +135,27 @@ class Record:
         """The embedded DAG, rebuilt once per record."""
         return dag_from_json(self.dag)
 
+    @cached_property
+    def parsed_steps(self) -> tuple[Step, ...]:
+        """The steps as Step objects; RecordsError when stored data does not describe steps."""
+        try:
+            return tuple(Step.from_json(s) for s in self.steps)
+        except (TensorgenError, TypeError, ValueError) as err:
+            raise RecordsError(f"malformed steps ({type(err).__name__}: {err})") from None
+
     def state(self, dag: ComputeDAG | None = None) -> State:
-        """The measured program, replayed on `dag` (default: the embedded one)."""
+        """The measured program, replayed on `dag` (default: the embedded one).
+
+        Steps come from storage, so a step that does not fit the DAG is a RecordsError, not a crash."""
         dag = dag if dag is not None else self.compute_dag
         if dag.workload_key != self.workload_key:
             raise RecordsError(f"record is for workload {self.workload_key}, not {dag.workload_key}")
-        return State.replay(dag, [Step.from_json(s) for s in self.steps])
+        try:
+            return State.replay(dag, self.parsed_steps)
+        except TensorgenError:
+            raise
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as err:
+            raise RecordsError(f"steps do not replay ({type(err).__name__}: {err})") from None
 
     def task(self) -> SearchTask:
         return SearchTask(self.compute_dag, Target.parse(self.target), HardwareParams.from_dict(self.hw))
@@ -170,6 +198,7 @@ class Record:
             raise RecordsError(f"malformed record ({what})") from None
         if not isinstance(record.dag, dict) or not all(isinstance(s, list) for s in record.steps):
             raise RecordsError("malformed record ('dag' must be an object and 'steps' a list of steps)")
+        _ = record.parsed_steps  # fail on reading rather than when the program is needed
         return record
 
     @classmethod
@@ -179,3 +208,21 @@ class Record:
         except json.JSONDecodeError as err:
             raise RecordsError(f"not valid JSON ({err})") from None
         return cls.from_dict(data)
+
+
+def check_dag(dag: dict, workload_key: str) -> ComputeDAG:
+    """The embedded DAG, rebuilt: it must deserialize and hash to `workload_key` (else its records are corrupt).
+
+    Raises RecordFormatError for a DAG from a newer tensorgen, RecordsError for anything else."""
+    try:
+        compute_dag = dag_from_json(dag)
+    except DagVersionError as err:
+        raise RecordFormatError(str(err)) from None
+    except DagFormatError as err:
+        raise RecordsError(f"bad embedded DAG: {err}") from None
+    except (TensorgenError, TypeError, ValueError, KeyError, IndexError) as err:
+        raise RecordsError(f"bad embedded DAG: {type(err).__name__}: {err}") from None
+    if compute_dag.workload_key != workload_key:
+        raise RecordsError(f"embedded DAG has workload key {compute_dag.workload_key}, but the record says "
+                           f"{workload_key}")
+    return compute_dag

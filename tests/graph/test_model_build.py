@@ -233,15 +233,16 @@ def test_c_example_runs_the_model_without_python(tmp_path):
                                rtol=1e-6)
 
 
-def test_cli_models_build_bench(tmp_path, capsys):
+def test_cli_models_build_bench(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no tuning.db here, and no --db: every kernel untuned
     assert cli(["models"]) == 0
     assert "resnet50" in capsys.readouterr().out
     path = tmp_path / "tiny.onnx"
     onnx.save(_tiny_model(), path)
-    assert cli(["build", str(path), "--db", str(tmp_path / "none.db"), "-o", str(tmp_path / "out")]) == 0
+    assert cli(["build", str(path), "-o", str(tmp_path / "out")]) == 0
     assert (tmp_path / "out" / "model.so").exists()
     capsys.readouterr()
-    assert cli(["bench", str(path), "--db", str(tmp_path / "none.db"), "--blocks", "2", "--profile", "--json",
+    assert cli(["bench", str(path), "--blocks", "2", "--profile", "--json",
                 str(tmp_path / "b.json")]) == 0
     result = json.loads((tmp_path / "b.json").read_text())
     assert result["max_abs_err_vs_onnxruntime"] < 1e-5 and result["tensorgen_ms"] > 0

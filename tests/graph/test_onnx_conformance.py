@@ -19,12 +19,11 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
+from tensorgen.graph import onnx_frontend as frontend
+from tensorgen.graph import onnx_normalize as normalize
 from tensorgen.graph.interpret import run_nodewise
 from tensorgen.graph.ir import GraphError
 from tensorgen.graph.ops import SUPPORTED_OPS
-
-frontend = pytest.importorskip("tensorgen.graph.onnx_frontend", reason="the ONNX frontend (import_onnx) is missing")
-normalize = pytest.importorskip("tensorgen.graph.onnx_normalize", reason="the ONNX frontend is missing")
 
 # Tests of what tensorgen deliberately does not support, by test-name pattern: each must raise GraphError
 # (from the frontend or the lowering) and is a strict expected failure with the reason given.

@@ -84,8 +84,11 @@ def test_in_model_selection_builds_with_the_chosen_records(tmp_path):
 def test_zero_candidates_is_a_one_line_cli_error(tmp_path, capsys):
     from tensorgen.cli import main as cli
 
-    assert cli(["build", "resnet18", "--candidates", "0", "-o", str(tmp_path / "out")]) != 0
-    assert "need at least 1 candidate" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        cli(["build", "resnet18", "--candidates", "0", "-o", str(tmp_path / "out")])
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("tensorgen: error: argument --candidates: must be a positive integer")
 
 
 def test_ranks_past_a_tasks_records_use_its_slowest(tmp_path):

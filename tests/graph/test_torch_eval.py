@@ -13,13 +13,14 @@ from typing import Any
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tensorgen.graph import Graph, GraphError, Node, Value
+from tensorgen.graph import Graph, GraphError, Node, Value, load, zoo
+from tensorgen.graph import onnx_frontend as frontend
 from tensorgen.graph.torch_eval import TorchModel, available
 
-ort = pytest.importorskip("onnxruntime")
 if not available():
     pytest.skip("PyTorch is not installed", allow_module_level=True)
 
@@ -289,7 +290,6 @@ def test_hand_built_graph_matches_onnxruntime(case_and_reference):
 
 
 def test_imported_model_matches_onnxruntime(case_and_reference):
-    frontend = pytest.importorskip("tensorgen.graph.onnx_frontend", reason="the ONNX frontend is not importable yet")
     case, reference = case_and_reference
     if case.op not in frontend.GRAPH_OPS:
         pytest.skip(f"the frontend folds {case.op} away (accepted only on constant inputs)")
@@ -383,7 +383,6 @@ def attention_block() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
 
 @pytest.mark.parametrize("build", [small_cnn, attention_block])
 def test_model_matches_onnxruntime(build):
-    frontend = pytest.importorskip("tensorgen.graph.onnx_frontend", reason="the ONNX frontend is not importable yet")
     model, feeds = build()
     assert_matches(TorchModel(frontend.import_onnx(model)).run(feeds), run_ort(model, feeds))
 
@@ -393,8 +392,6 @@ def test_model_matches_onnxruntime(build):
                                            ("resnet3d_18", {"frames": 4, "image_size": 32})])
 def test_zoo_model_matches_onnxruntime(name, options):
     """The path `tensorgen bench` takes: zoo model, imported and optimized, run next to ONNX Runtime."""
-    zoo = pytest.importorskip("tensorgen.graph.zoo", reason="the model zoo is not importable yet")
-    load = pytest.importorskip("tensorgen.graph.load", reason="tensorgen.graph.load is not importable yet")
     model = zoo.build_model(name, **options)
     feeds = zoo.random_inputs(model)
     got = TorchModel(load.load_graph(model), threads=2).run(feeds)

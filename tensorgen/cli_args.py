@@ -1,0 +1,106 @@
+"""Argument types and the parser shared by every `tensorgen` command: a bad value is one line, exit code 2.
+
+A number or target is checked where argparse reads it, so no command starts work (or measures a
+program) with `--threads 0` or a target the compiler rejects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from functools import cache
+from typing import NoReturn
+
+from tensorgen.codegen.toolchain import compile_source
+from tensorgen.errors import CompileError, TensorgenError
+from tensorgen.hardware import hardware_for
+from tensorgen.target import Target
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with errors in tensorgen's one-line form (`tensorgen: error: ...`, exit 2) instead of usage
+    text; subcommand parsers made by add_subparsers inherit it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"tensorgen: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _integer(text: str, least: int, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    return _integer(text, 1, "a positive integer")
+
+
+def nonneg_int(text: str) -> int:
+    """An argparse type: an integer >= 0."""
+    return _integer(text, 0, "a non-negative integer")
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, which a container or taskset narrows)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def thread_count(text: str) -> int:
+    """An argparse type: threads to time with, at most one per usable CPU (more would time the contention)."""
+    threads = positive_int(text)
+    if threads > usable_cpus():
+        raise argparse.ArgumentTypeError(f"{threads} threads, but this process may run on {usable_cpus()} CPU(s); "
+                                         f"timings with more threads than CPUs measure contention, not the program")
+    return threads
+
+
+def _as_argument_type(check: Callable[[str], str]) -> Callable[[str], str]:
+    """argparse reports only ArgumentTypeError messages; a TensorgenError's message must reach the user too."""
+
+    def checked(text: str) -> str:
+        try:
+            return check(text)
+        except TensorgenError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    checked.__name__ = check.__name__
+    checked.__doc__ = check.__doc__
+    return checked
+
+
+@_as_argument_type
+def target_name(text: str) -> str:
+    """An argparse type: a well-formed target, as its canonical string (a target of records, maybe another
+    machine's: not checked against this one)."""
+    return str(Target.parse(text))
+
+
+@cache
+def _check_local(target: str) -> None:
+    parsed = Target.parse(target)
+    hardware_for(parsed)  # refuses kinds this machine cannot run
+    usable, cores = usable_cpus(), int(parsed.get("cores", "1"))
+    if cores > usable:
+        raise TensorgenError(f"target {target!r}: -cores={cores}, but this process may run on {usable} CPU(s); "
+                             f"timings with more threads than CPUs measure contention, not the program")
+    try:  # an empty translation unit, compiled as every kernel is (a success is cached with the kernels)
+        compile_source("/* tensorgen target check */\n", march=parsed.march)
+    except CompileError as err:
+        lines = str(err).splitlines()
+        why = next((line.strip() for line in lines if "error" in line), lines[-1] if lines else "")
+        raise TensorgenError(f"target {target!r}: the C compiler rejects -march={parsed.march}: {why}") from None
+
+
+@_as_argument_type
+def local_target(text: str) -> str:
+    """An argparse type: a target to compile and measure on this machine, as its canonical string: well formed,
+    no more cores than this process may use, and an -mcpu the C compiler accepts (checked once per process)."""
+    target = target_name(text)
+    _check_local(target)
+    return target
