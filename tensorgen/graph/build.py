@@ -12,6 +12,7 @@ shapes (tensorgen.search.transfer), else the default schedule. The output direct
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from collections.abc import Callable, Sequence
@@ -22,7 +23,7 @@ import numpy as np
 
 from tensorgen.codegen.c import render_module, team_compatible
 from tensorgen.codegen.toolchain import compile_source, preflight
-from tensorgen.errors import TensorgenError
+from tensorgen.errors import CompileError, TensorgenError
 from tensorgen.graph.align import align_partitions
 from tensorgen.graph.default_schedule import default_schedule
 from tensorgen.graph.executor import executor_source, pack_weights, plan_memory
@@ -31,6 +32,7 @@ from tensorgen.graph.ir import Graph, Value
 from tensorgen.graph.load import load_graph
 from tensorgen.graph.select import CANDIDATE_POOL, candidate_records, select_in_model
 from tensorgen.hardware import hardware_for
+from tensorgen.loopir.nodes import PrimFunc
 from tensorgen.records.database import Database
 from tensorgen.schedule.layout_rewrite import rewrite_layout
 from tensorgen.schedule.lower import lower
@@ -38,6 +40,7 @@ from tensorgen.schedule.state import State
 from tensorgen.search.transfer import transfer_candidates
 from tensorgen.target import Target
 
+LOGGER = logging.getLogger("tensorgen.graph")
 MANIFEST = "model.json"
 # Kernels shorter than this run in one thread team per run of them instead of forking each (a fork and join
 # is 1-2 us: MobileNet-V2 1.7% faster); longer ones keep the code they were tuned as, since the team form
@@ -54,6 +57,7 @@ class KernelInfo:
     cost: float | None  # seconds, of the record used
     schedule: str  # "tuned" | "transferred" (from a similar subgraph's record) | "default"
     rank: int = 0  # which of the task's candidate records, 0 = the fastest alone (see tensorgen.graph.select)
+    fallback: str = ""  # why the kernel's record or adapted program was not used (it got the default schedule)
 
 
 def schedule_subgraphs(subs: Sequence[Subgraph], target: Target, db: Database | None, cores: int,
@@ -78,8 +82,14 @@ def schedule_subgraphs(subs: Sequence[Subgraph], target: Target, db: Database | 
         return pool[min(rank, len(pool) - 1)] if pool else None
 
     records = [record(sub, ranks[i] if ranks else 0) for i, sub in enumerate(subs)]
-    tuned = {i: (r.state(sub.dag), r.result.median_cost) for i, (sub, r) in enumerate(zip(subs, records))
-             if r is not None}
+    tuned = {}
+    for i, (sub, r) in enumerate(zip(subs, records)):
+        if r is not None:
+            try:
+                tuned[i] = r.state(sub.dag), r.result.median_cost
+            except TensorgenError as err:  # a record an older or broken version wrote
+                LOGGER.warning("kernel %d (%s): its record does not replay (%s); it is built without it", i,
+                               sub.name, err)
     donors = [(state, subs[i].dag.flop_count / cost) for i, (state, cost) in tuned.items() if cost > 0]
     out = []
     for i, sub in enumerate(subs):
@@ -119,24 +129,38 @@ def build_model(model: object, out_dir: str | os.PathLike[str], *, target: str |
 
 def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, db: Database | None, march: str | None,
            ranks: Sequence[int] | None, pools: dict[str, tuple[int, list]],
-           progress: Callable[[str], None] | None) -> Path:
+           progress: Callable[[str], None] | None, failed: dict[int, str] | None = None) -> Path:
+    """One build. A kernel whose program cannot be applied, lowered or compiled (a record of an older version,
+    a bug the fuzzers have not found yet) gets the default schedule instead, with a warning: `failed` holds
+    those kernels and why; a compile error names its kernels by compiling each alone, then the build restarts."""
+    failed = {} if failed is None else failed
     hw = hardware_for(target)
+    graph_in = graph
     graph = replace(graph, values=dict(graph.values), constants=dict(graph.constants))  # gains repacked weights
     part = partition(graph)
     graph = part.graph  # the partitioned graph (channels-last convs) is the one the kernels read
     funcs, kernels = [], []
     schedules = schedule_subgraphs(part.subgraphs, target, db, hw.cores, ranks, pools)
     for i, (sub, (state, cost, how)) in enumerate(zip(part.subgraphs, schedules)):
-        state = _repack_weights(graph, sub, state, f"k{i}")
         name = f"k{i}_{sub.name.rsplit('_', 1)[0]}"
-        funcs.append(lower(state, name))
+        if i not in failed:
+            try:
+                funcs.append(_kernel(graph, sub, state, name, f"k{i}"))
+            except Exception as err:  # noqa: BLE001 - any failure of one program costs that program only
+                failed[i] = f"{type(err).__name__}: {err}".splitlines()[0]
+        if i in failed:
+            LOGGER.warning("kernel %s: its %s program cannot be used (%s); it gets the default schedule", name,
+                           how, failed[i])
+            state, cost, how = default_schedule(sub.dag, hw.cores), None, "default"
+            funcs.append(_kernel(graph, sub, state, name, f"k{i}"))
         kernels.append(KernelInfo(name, sub.workload_key, len(sub.nodes), how == "tuned", cost, how,
-                                  ranks[i] if ranks and how == "tuned" else 0))
+                                  ranks[i] if ranks and how == "tuned" else 0, failed.get(i, "")))
     if progress:
         tuned = sum(k.tuned for k in kernels)
         transferred = sum(k.schedule == "transferred" for k in kernels)
-        progress(f"{graph.name}: {len(kernels)} kernels ({tuned} tuned, {transferred} adapted from tuned ones), "
-                 "compiling")
+        fallbacks = f", {len(failed)} fell back to the default schedule" if failed else ""
+        progress(f"{graph.name}: {len(kernels)} kernels ({tuned} tuned, {transferred} adapted from tuned ones"
+                 f"{fallbacks}), compiling")
     blob, weight_offsets = pack_weights(part)
     plan = plan_memory(part, _in_place(part))
     for k, victim in plan.overwritten.items():
@@ -149,7 +173,14 @@ def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, db: Da
     funcs = [replace(f, attrs={**f.attrs, "team": True}) if t else f for f, t in zip(funcs, team)]
     executor = executor_source(part, [k.name for k in kernels], weight_offsets, len(blob), plan, team)
     source = render_module(funcs, hw.simd_bytes, executor, scratch=True)
-    library = compile_source(source, march=march)
+    try:
+        library = compile_source(source, march=march)
+    except CompileError:
+        culprits = {i: err for i, f in enumerate(funcs)
+                    if i not in failed and (err := _compile_error(f, hw.simd_bytes, march))}
+        if not culprits:
+            raise
+        return _build(graph_in, out_dir, target, db, march, ranks, pools, progress, {**failed, **culprits})
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(library, out / "model.so")
@@ -159,18 +190,37 @@ def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, db: Da
     return out
 
 
+def _kernel(graph: Graph, sub: Subgraph, state: State, name: str, tag: str) -> PrimFunc:
+    """Subgraph `sub` as function `name` under `state`, its constants repacked into the layouts it reads."""
+    return lower(_repack_weights(graph, sub, state, tag), name)
+
+
+def _compile_error(func: PrimFunc, simd_bytes: int, march: str | None) -> str:
+    """The compiler's first error line for `func` compiled alone ("" when it compiles)."""
+    try:
+        compile_source(render_module([func], simd_bytes, scratch=True), march=march)
+    except CompileError as err:
+        lines = str(err).splitlines() or [""]
+        return "CompileError: " + next((line.strip() for line in lines if "error" in line), lines[0])
+    return ""
+
+
 def _repack_weights(graph: Graph, sub: Subgraph, state: State, tag: str) -> State:
     """`state` with its constants' layouts rewritten (as it was measured); the repacked data become new
-    constants of `graph` that `sub` reads instead (the originals are then not saved unless still read)."""
+    constants of `graph` that `sub` reads instead (the originals are then not saved unless still read).
+    All of them are packed before any is installed, so a failing one leaves `graph` and `sub` as they were."""
     state, plans = rewrite_layout(state)
     names = [t.name for t in state.dag.inputs]
+    packed = []
     for plan in plans:
         k = names.index(plan.name)
         value = graph.value(sub.inputs[k])
-        packed = f"{value.name}.{tag}"
-        graph.constants[packed] = plan.pack(np.asarray(graph.constants[value.name]))
-        graph.values[packed] = Value(packed, plan.new_shape, value.dtype)
-        sub.inputs[k] = packed
+        packed.append((k, value, plan.pack(np.asarray(graph.constants[value.name])), plan.new_shape))
+    for k, value, data, shape in packed:
+        name = f"{value.name}.{tag}"
+        graph.constants[name] = data
+        graph.values[name] = Value(name, shape, value.dtype)
+        sub.inputs[k] = name
     return state
 
 
