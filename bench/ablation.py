@@ -42,6 +42,7 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 
 from tensorgen.records import SQLiteDatabase  # noqa: E402
+from tensorgen.records.record import best_cost_curve, first_records  # noqa: E402
 from tensorgen.target import Target  # noqa: E402
 from tensorgen.te.ops.suite import SUITE  # noqa: E402
 from tensorgen.tune import ABLATIONS, TuneProgress, ablation_policy, make_task, tune  # noqa: E402
@@ -51,14 +52,10 @@ DEFAULT_SHAPE_INDEX = 3
 
 
 def best_curve(db: SQLiteDatabase, workload_key: str, target: str, flops: float) -> list[float]:
-    """Best GFLOP/s after each record of the workload, in commit order (0 until one succeeded)."""
-    curve, best = [], 0.0
-    for record in db.records(workload_key, target):
-        cost = record.result.median_cost
-        if record.result.ok and math.isfinite(cost) and cost > 0:
-            best = max(best, flops / cost / 1e9)
-        curve.append(best)
-    return curve
+    """Best GFLOP/s after each trial of the workload, in commit order (0 until one succeeded; a re-timed best
+    program at its re-timed cost)."""
+    return [flops / cost / 1e9 if 0 < cost < math.inf else 0.0
+            for cost in best_cost_curve(db.records(workload_key, target))]
 
 
 def run_variant(variant: str, seed: int, task: Any, args: argparse.Namespace) -> dict:
@@ -83,7 +80,7 @@ def run_variant(variant: str, seed: int, task: Any, args: argparse.Namespace) ->
     if progress is not None:
         callbacks.append(progress)
     with db:
-        trials = max(0, args.trials - len(db.records(task.workload_key, target)))
+        trials = max(0, args.trials - len(first_records(db.records(task.workload_key, target))))
         try:
             result = tune(task, trials=trials, db=db, policy=policy, policy_options=options, seed=seed,
                           batch_size=args.batch_size, callbacks=callbacks)

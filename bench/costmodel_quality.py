@@ -82,12 +82,13 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
     """Measure random programs until the database holds `args.n` records of the task; return a summary."""
     from tensorgen.measure.runner import LocalRunner
     from tensorgen.records.database import SQLiteDatabase
+    from tensorgen.records.record import first_records
     from tensorgen.tune import tune
 
     task = make_task(args)
     db = SQLiteDatabase(args.db)
     try:
-        have = len(db.records(task.workload_key, str(task.target)))
+        have = len(first_records(db.records(task.workload_key, str(task.target))))
         todo = max(0, args.n - have)
         print(f"[collect] {task.desc} ({task.workload_key}): {have} records in {args.db}, measuring {todo} more "
               f"(flop {task.dag.flop_count:.3g})", flush=True)
@@ -106,7 +107,7 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
         result = tune(task, trials=todo, db=db, policy="random", seed=args.seed, batch_size=args.batch_size,
                       runner=runner, run_timeout=args.run_timeout, callbacks=[progress]) if todo else None
         wall = time.perf_counter() - t0
-        total = len(db.records(task.workload_key, str(task.target)))
+        total = len(first_records(db.records(task.workload_key, str(task.target))))
     finally:
         db.close()
     summary = {"db": args.db, "workload_key": task.workload_key, "desc": task.desc, "records": total,
@@ -128,6 +129,7 @@ def load_programs(db_path: str, workload_key: str | None) -> tuple[list, list, d
     """(states, records, info) of one workload in the database; all targets of it, in commit order."""
     from tensorgen.errors import TensorgenError
     from tensorgen.records.database import SQLiteDatabase
+    from tensorgen.records.record import first_records
 
     if not Path(db_path).exists():
         raise SystemExit(f"no database at {db_path}; run the collect phase first")
@@ -142,7 +144,7 @@ def load_programs(db_path: str, workload_key: str | None) -> tuple[list, list, d
             listed = ", ".join(f"{k} ({n} records)" for k, _, n in workloads) or "none"
             raise SystemExit(f"{db_path} has no records of workload {workload_key}; it has: {listed}")
         t0 = time.perf_counter()
-        records = db.records(workload_key)
+        records = first_records(db.records(workload_key))  # one sample per program
         states, kept, unreplayable = [], [], 0
         dag = records[0].compute_dag if records else None
         for rec in records:
@@ -163,8 +165,8 @@ def load_programs(db_path: str, workload_key: str | None) -> tuple[list, list, d
 def collection_timing(db_path: str, workload_key: str) -> dict[str, Any]:
     """Wall time and rate of the collection, from the records' commit timestamps (first to last commit)."""
     with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True) as conn:
-        n, first, last = conn.execute("SELECT COUNT(*), MIN(created), MAX(created) FROM records "
-                                      "WHERE workload_key = ?", (workload_key,)).fetchone()
+        n, first, last = conn.execute("SELECT COUNT(DISTINCT steps_hash), MIN(created), MAX(created) FROM records "
+                                      "WHERE workload_key = ?", (workload_key,)).fetchone()  # re-timings not counted
     span = (last - first) if n else 0.0
     # n - 1 intervals between n commits; the first program's own measurement time is not in the span
     return {"records": n, "first_commit": first, "last_commit": last, "span_s": span,

@@ -275,9 +275,10 @@ def _existing_trials(db: str | None, workload_key: str, target: str) -> int:
     if not db or not os.path.exists(db):
         return 0
     from tensorgen.records import SQLiteDatabase
+    from tensorgen.records.record import first_records
 
     with SQLiteDatabase(db) as database:
-        return len(database.records(workload_key, target))
+        return len(first_records(database.records(workload_key, target)))
 
 
 def run_case(op: str, shape_index: int | None, config: tuple[int, ...], batch: int, args: argparse.Namespace,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -53,6 +53,35 @@ def program_cost(costs: Sequence[float]) -> float:
     re-timed when it becomes a task's best, and with two measurements the slower one counts, so one lucky
     (or one disturbed) measurement never decides a best on its own."""
     return sorted(costs)[len(costs) // 2] if costs else math.inf
+
+
+def first_records(records: Iterable[Record]) -> list[Record]:
+    """Each program's first record, in commit order: one per trial, its re-timings (see `program_cost`) left out."""
+    seen: set[str] = set()
+    out = []
+    for r in records:
+        if r.steps_hash not in seen:
+            seen.add(r.steps_hash)
+            out.append(r)
+    return out
+
+
+def best_cost_curve(records: Iterable[Record]) -> list[float]:
+    """The best program cost (seconds, inf: none yet) after each trial of `records` (in commit order), every
+    program at `program_cost` of its measurements so far: a re-timing updates the point of the trial it follows."""
+    runs: dict[str, list[float]] = {}
+    curve: list[float] = []
+    for r in records:
+        first = r.steps_hash not in runs
+        costs = runs.setdefault(r.steps_hash, [])
+        if r.ok and math.isfinite(r.cost):
+            costs.append(r.cost)
+        best = min((program_cost(c) for c in runs.values() if c), default=math.inf)
+        if first:
+            curve.append(best)
+        else:
+            curve[-1] = best
+    return curve
 
 
 def result_to_json(result: MeasureResult) -> dict:
