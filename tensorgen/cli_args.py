@@ -12,8 +12,8 @@ from collections.abc import Callable
 from functools import cache
 from typing import NoReturn
 
-from tensorgen.codegen.toolchain import compile_source
-from tensorgen.errors import CompileError, TensorgenError
+from tensorgen.codegen.toolchain import preflight
+from tensorgen.errors import TensorgenError
 from tensorgen.hardware import hardware_for
 from tensorgen.target import Target
 
@@ -89,12 +89,7 @@ def _check_local(target: str) -> None:
     if cores > usable:
         raise TensorgenError(f"target {target!r}: -cores={cores}, but this process may run on {usable} CPU(s); "
                              f"timings with more threads than CPUs measure contention, not the program")
-    try:  # an empty translation unit, compiled as every kernel is (a success is cached with the kernels)
-        compile_source("/* tensorgen target check */\n", march=parsed.march)
-    except CompileError as err:
-        lines = str(err).splitlines()
-        why = next((line.strip() for line in lines if "error" in line), lines[-1] if lines else "")
-        raise TensorgenError(f"target {target!r}: the C compiler rejects -march={parsed.march}: {why}") from None
+    preflight(march=parsed.march)  # the compiler builds, loads and runs a trivial kernel with the target's flags
 
 
 @_as_argument_type

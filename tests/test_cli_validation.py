@@ -39,7 +39,7 @@ BAD = {  # argv -> what the one line must say
     "tune --seed -1": (["tune", *OP, "--seed", "-1"], "--seed: must be a non-negative integer"),
     "tune --early-stopping 0": (["tune", "mlp", "--early-stopping", "0"], "--early-stopping: must be a positive"),
     "show --batch 0": (["show", *OP, "--batch", "0"], "--batch: must be a positive integer"),
-    "bogus -mcpu": (["tune", *OP, "--target", "cpu -mcpu=bogus"], "the C compiler rejects -march=bogus"),
+    "bogus -mcpu": (["tune", *OP, "--target", "cpu -mcpu=bogus"], "bad value ‘bogus’ for ‘-march=’"),
     "too many cores": (["tune", *OP, "--target", f"cpu -cores={USABLE + 1}"],
                        f"-cores={USABLE + 1}, but this process may run on {USABLE} CPU(s)"),
     "zero cores": (["tune", *OP, "--target", "cpu -cores=0"], "-cores must be a positive integer"),
