@@ -20,8 +20,7 @@ from fuzz_graphs import OPS, random_model
 
 TRIALS = 2  # per task
 # (seed, policy, trials per task): convs / pools / layer norms / matmuls / NaN through max-like ops, every policy
-CASES = [(1, "ansor", TRIALS), (7, "random", TRIALS), (8, "ansor-psa", TRIALS), (21, "ansor", TRIALS),
-         (24, "random", TRIALS), (38, "ansor-psa", TRIALS)]
+CASES = [(1, "ansor", TRIALS), (7, "random", TRIALS), (21, "ansor", TRIALS)]  # ansor-psa: seed 135 below
 
 
 # seeds that found a bug (fixed in issue 22), kept as regressions
