@@ -31,3 +31,12 @@ def _kernel_cache(tmp_path_factory):
     import os
 
     os.environ.setdefault("TENSORGEN_CACHE_DIR", str(tmp_path_factory.mktemp("kernels")))
+
+
+@pytest.fixture
+def fresh_kernel_cache(tmp_path, monkeypatch):
+    """An empty kernel cache of the test's own, and the default compiler (no $CC)."""
+    d = tmp_path / "kernels"
+    monkeypatch.setenv("TENSORGEN_CACHE_DIR", str(d))
+    monkeypatch.delenv("CC", raising=False)
+    return d

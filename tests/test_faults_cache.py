@@ -23,11 +23,8 @@ SCALE = "void scale(float* restrict x, float* restrict y) { for (int i = 0; i < 
 
 
 @pytest.fixture(autouse=True)
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "kernels"
-    monkeypatch.setenv("TENSORGEN_CACHE_DIR", str(d))
-    monkeypatch.delenv("CC", raising=False)
-    return d
+def cache(fresh_kernel_cache: Path) -> Path:
+    return fresh_kernel_cache
 
 
 def truncate(path: Path) -> None:

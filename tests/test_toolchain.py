@@ -37,11 +37,8 @@ VADD_ARGS = [ArgSpec("A", (N,), "float32"), ArgSpec("B", (N,), "float32"), ArgSp
 
 
 @pytest.fixture(autouse=True)
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "kernels"
-    monkeypatch.setenv("TENSORGEN_CACHE_DIR", str(d))
-    monkeypatch.delenv("CC", raising=False)
-    return d
+def cache(fresh_kernel_cache: Path) -> Path:
+    return fresh_kernel_cache
 
 
 @pytest.fixture
