@@ -8,6 +8,8 @@ import logging
 import os
 import signal
 import statistics
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -360,3 +362,42 @@ def test_reference_reads_the_output_axis_contiguously_and_sums_in_the_naive_orde
     arrays = [rng.uniform(-1, 1, t.shape).astype(np.float32) for t in dag.inputs]
     (want,), (got,) = build(State(dag)).run(*arrays), build(ref).run(*arrays)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:  # gone meanwhile
+        return b""
+
+
+def test_a_hung_candidates_harness_dies_with_its_tuner(builder, tmp_path):
+    """kill -9 of the process timing a candidate that never returns ends the harness too (PR_SET_PDEATHSIG):
+    it would otherwise spin on a core until its timeout, which a slow task sets to minutes."""
+    (build,) = builder.build([tiled(task(desc="hang"))])
+    assert build.error_kind == ErrorKind.NONE, build.error_msg
+    script = ("import sys; sys.path.insert(0, sys.argv[2])\n"
+              "from test_measure import task\n"
+              "from tensorgen.measure.builder import KERNEL_NAME\n"
+              "from tensorgen.measure.harness import HarnessConfig, arg_specs, harness_executable, run_harness\n"
+              "run_harness(harness_executable(), sys.argv[1], KERNEL_NAME, arg_specs(task().dag),\n"
+              "            HarnessConfig(number=1, repeat=1, threads=1), 600.0)\n")
+    exe = str(harness_executable())  # built here first: the child's only child is then the harness itself
+    tuner = subprocess.Popen([sys.executable, "-c", script, build.path, os.path.dirname(__file__)])
+    deadline = time.monotonic() + 30
+    harness = []
+    while not harness and time.monotonic() < deadline and tuner.poll() is None:
+        time.sleep(0.1)
+        kids = subprocess.run(["pgrep", "-P", str(tuner.pid)], capture_output=True, text=True).stdout.split()
+        harness = [k for k in kids if _cmdline(k).startswith(exe.encode())]
+    assert harness, "the harness never started"
+    tuner.kill()
+    tuner.wait()
+    gone = time.monotonic() + 5
+    while os.path.exists(f"/proc/{harness[0]}") and time.monotonic() < gone:
+        time.sleep(0.05)
+    alive = _cmdline(harness[0]) != b""  # a zombie's cmdline is empty
+    if alive:
+        os.kill(int(harness[0]), signal.SIGKILL)
+    assert not alive, "the harness outlived the process that started it"

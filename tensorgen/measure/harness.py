@@ -54,6 +54,10 @@ void tensorgen_produce(void* p, long bytes) {
 _HARNESS_C = r"""
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#ifdef __linux__
+#include <signal.h>
+#include <sys/prctl.h>
+#endif
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,6 +153,9 @@ static void call(void *fn, int n, P *a) {
 /* argv: so symbol threads number repeat min_repeat_ms flush_bytes cooldown_s seed out_path give_up_s nargs
    {kind:count:io}* */
 int main(int argc, char **argv) {
+#ifdef __linux__
+  prctl(PR_SET_PDEATHSIG, SIGKILL);  /* a hung candidate dies with the tuner that started it, even after kill -9 */
+#endif
   if (argc < 13) die("usage", "so symbol threads number repeat min_ms flush cooldown seed out give_up nargs specs...");
   int threads = atoi(argv[3]), number = atoi(argv[4]), repeat = atoi(argv[5]), nargs = atoi(argv[12]);
   double min_ms = atof(argv[6]), cooldown = atof(argv[8]), give_up = atof(argv[11]);
