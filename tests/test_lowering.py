@@ -358,38 +358,3 @@ def test_heap_buffers_outside_parallel_loops_share_the_module_scratch():
     assert "return (float*)(tensorgen_scratch + 0);" in source
     assert f"#define TENSORGEN_SCRATCH_BYTES {-(-4 * n * 4 // 64) * 64}" in source
     assert source.count("static __thread float* buffer;") == 1  # inner_f's row buffer, per thread
-
-
-def test_team_kernels_share_one_parallel_region():
-    """A model kernel rendered for a thread team (attr `team`): its top-level parallel loop is an `omp for`,
-    the other top-level statements run once (`omp single`), and a buffer they share is in the scratch; run
-    by two threads inside one `#pragma omp parallel` it computes what NumPy does. A parallel loop under a
-    serial one cannot be shared out that way."""
-    import ctypes
-    from dataclasses import replace
-
-    from tensorgen.codegen.c import render_module, team_compatible
-    from tensorgen.codegen.toolchain import compile_source
-
-    a = te.placeholder((64, 32), name="A")
-    b = te.compute((64, 32), lambda i, j: a[i, j] * 2.0, name="B")  # at root, serial: once, into the scratch
-    c = te.compute((64, 32), lambda i, j: b[63 - i, j] + 1.0, name="C")  # reads rows the other thread wrote
-    s = State(ComputeDAG(c))
-    s.parallel("C", "i")
-    func = lower(s, "team_f")
-    assert team_compatible(func)
-    tail = ("void run(const float* A, float* C, char* scratch) {\n  tensorgen_scratch = scratch;\n"
-            "  #pragma omp parallel num_threads(2)\n  team_f(A, C);\n}\n")
-    source = render_module([replace(func, attrs={**func.attrs, "team": True})], scratch=True, tail=tail)
-    assert "#pragma omp for schedule(static)" in source and "#pragma omp single" in source
-    assert "parallel for" not in source and "tensorgen_scratch + 0" in source
-    lib = ctypes.CDLL(str(compile_source(source)))
-    x = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
-    out, scratch = np.zeros_like(x), np.zeros(1 << 16, np.uint8)
-    lib.run(*(ctypes.c_void_p(v.ctypes.data) for v in (x, out, scratch)))
-    np.testing.assert_allclose(out, x[::-1] * 2.0 + 1.0, rtol=1e-6)
-
-    nested = State(ComputeDAG(c))
-    nested.split("C", "i", [8])
-    nested.parallel("C", "i_1")  # under the serial i_0 loop: every thread would run i_0
-    assert not team_compatible(lower(nested, "nested_f"))

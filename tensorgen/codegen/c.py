@@ -1,4 +1,5 @@
-"""Render loop IR as C: OpenMP for `parallel`, GCC vector extensions for `vectorize`, pragmas for unroll.
+"""Render loop IR as C: OpenMP for `parallel` (the thread pool of codegen.pool in a model's module), GCC vector
+extensions for `vectorize`, pragmas for unroll.
 
 The output is meant to be read: names come from the DAG, one function per program, and the only
 helpers are a few inline functions for min/max/floor division that C lacks.
@@ -7,12 +8,14 @@ helpers are a few inline functions for min/max/floor division that C lacks.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 from tensorgen.codegen import prefetch
+from tensorgen.codegen.pool import POOL_C
 from tensorgen.codegen.rebase import allocates, encloses_micro_kernel, invariant_bases, rebased_index
 from tensorgen.codegen.vector import VectorEmitter, iterations_independent
-from tensorgen.loopir.nodes import Allocate, Buffer, BufLoad, For, If, PrimFunc, Seq, Stmt, Store, statements, top_level
+from tensorgen.loopir.nodes import Allocate, Buffer, BufLoad, For, If, PrimFunc, Seq, Stmt, Store
 from tensorgen.loopir.simplify import Ranges, bound
 from tensorgen.te.expr import BinOp, Call, Cast, Cmp, Const, Expr, Logic, Select, Var, is_float
 from tensorgen.te.printer import infix
@@ -53,23 +56,7 @@ class CFunction:
 
 
 def render_function(func: PrimFunc, simd_bytes: int = 32, scratch: bool = False) -> CFunction:
-    return _CWriter(func, simd_bytes, scratch=scratch, team=scratch and func.attrs.get("team", False)).render()
-
-
-def team_compatible(func: PrimFunc) -> bool:
-    """Whether `func` can run as one step of a model's persistent thread team (`#pragma omp parallel`
-    around all kernels, so threads fork once per run, not once per kernel: a fork and join costs a few
-    microseconds, a barrier about one, and MobileNet-V2 has 55 kernels). It can when every parallel loop
-    is a top-level statement: those become `omp for`, the other top-level statements `omp single`."""
-    return all(_is_parallel(s) or not _forks(s) for s in top_level(func.body))
-
-
-def _is_parallel(s: Stmt) -> bool:
-    return isinstance(s, For) and s.kind == "parallel"
-
-
-def _forks(s: Stmt) -> bool:
-    return any(_is_parallel(x) for x in statements(s))
+    return _CWriter(func, simd_bytes, scratch=scratch).render()
 
 
 def render_module(funcs: list[PrimFunc], simd_bytes: int = 32, tail: str = "", scratch: bool = False) -> str:
@@ -79,33 +66,36 @@ def render_module(funcs: list[PrimFunc], simd_bytes: int = 32, tail: str = "", s
     area all functions share (they run one after another, as a model's kernels do): `tail` must point
     `tensorgen_scratch` at TENSORGEN_SCRATCH_BYTES of memory before calling them.
     A model then keeps one hot scratch instead of a cold buffer per kernel (MobileNet-V2: 49 of them, 30 MB).
-    A function with attribute `team` (see `team_compatible`) runs inside its caller's parallel region.
+    Such a module also runs its parallel loops on its own thread pool (codegen.pool): each becomes a function
+    of the iterations it is given, `{function}_loop{k}`, and a call of `tensorgen_parallel_for`.
     """
     rendered = [render_function(f, simd_bytes, scratch) for f in funcs]
     helpers: dict[str, str] = {}
     for r in rendered:
         helpers.update(r.helpers)
-    shared = (f"static char* tensorgen_scratch;\n"
-              f"#define TENSORGEN_SCRATCH_BYTES {max((r.scratch_bytes for r in rendered), default=0)}\n"
-              if scratch else "")
-    return (
-        PRELUDE + shared + "".join(helpers.values()) + "\n" + "\n".join(r.text for r in rendered) + "\n"
-        "void tensorgen_set_num_threads(int n) { omp_set_num_threads(n); }\n"
-        "int tensorgen_get_max_threads(void) { return omp_get_max_threads(); }\n" + tail
-    )
+    threads = ("void tensorgen_set_num_threads(int n) { omp_set_num_threads(n); }\n"
+               "int tensorgen_get_max_threads(void) { return omp_get_max_threads(); }\n")
+    if scratch:
+        threads = ""  # the pool's
+        helpers = {"tensorgen_scratch": f"static char* tensorgen_scratch;\n#define TENSORGEN_SCRATCH_BYTES "
+                                        f"{max((r.scratch_bytes for r in rendered), default=0)}\n",
+                   "pool": POOL_C, **helpers}
+    return PRELUDE + "".join(helpers.values()) + "\n" + "\n".join(r.text for r in rendered) + "\n" + threads + tail
 
 
 @dataclass
 class _CWriter:
     func: PrimFunc
     simd_bytes: int
-    scratch: bool = False
-    team: bool = False  # the body runs on every thread of the caller's team (render_function)
+    scratch: bool = False  # a model's module: shared scratch, parallel loops on the pool
     scratch_bytes: int = 0
     lines: list[str] = field(default_factory=list)
     names: dict[Var, str] = field(default_factory=dict)
     taken: set[str] = field(default_factory=set)
     scopes: list[list[str]] = field(default_factory=lambda: [[]])  # names declared in each open loop body
+    types: dict[str, str] = field(default_factory=dict)  # C type of each declared name, as a pooled loop takes it
+    loop_vars: list[str] = field(default_factory=list)  # of the loops around the statement being emitted
+    pooled: int = 0  # parallel loops given to the pool so far
     helpers: dict[str, str] = field(default_factory=dict)
     ranges: Ranges = field(default_factory=dict)
     in_parallel: bool = False
@@ -115,18 +105,17 @@ class _CWriter:
     prefetching: prefetch.Plan | None = None
 
     def render(self) -> CFunction:
+        outs = {b.name for b in self.func.args[-self.func.attrs.get("n_outputs", 1):]}
         for buf in self.func.args:
             self.taken.add(buf.name)
-        outs = {b.name for b in self.func.args[-self.func.attrs.get("n_outputs", 1):]}
-        params = ", ".join(
-            f"{'' if b.name in outs else 'const '}{CTYPES[b.dtype]}*{self.restrict(b.name)} {b.name}"
-            for b in self.func.args
-        )
+            const = "" if buf.name in outs else "const "
+            self.types[buf.name] = f"{const}{CTYPES[buf.dtype]}*{self.restrict(buf.name)}"
+        params = ", ".join(f"{self.types[b.name]} {b.name}" for b in self.func.args)
         self.vec = VectorEmitter(self, self.simd_bytes)
         self.emit(self.func.body, 1)
         body = "\n".join(self.lines)
-        helpers = dict(self.helpers)
-        helpers.update({line: line for line in self.vec.typedefs().splitlines(keepends=True)})
+        helpers = {line: line for line in self.vec.typedefs().splitlines(keepends=True)}  # before pooled loops
+        helpers.update(self.helpers)
         return CFunction(f"void {self.func.name}({params}) {{\n{body}\n}}\n", helpers, self.scratch_bytes)
 
     def restrict(self, arg: str) -> str:
@@ -140,14 +129,6 @@ class _CWriter:
         self.lines.append("  " * depth + text)
 
     def emit(self, s: Stmt, depth: int) -> None:
-        if self.team and not self.loops and not isinstance(s, (Seq, Allocate)) and not _forks(s):
-            self.line(depth, "#pragma omp single")  # once for the team; its end is a barrier
-            self.line(depth, "{")
-            self.loops += 1
-            self.emit(s, depth + 1)
-            self.loops -= 1
-            self.line(depth, "}")
-            return
         if isinstance(s, Seq):
             for x in s.stmts:
                 self.emit(x, depth)
@@ -173,9 +154,8 @@ class _CWriter:
         if name != buf.name:
             raise ValueError(f"buffer name {buf.name} is used twice")
         ctype = CTYPES[buf.dtype]
-        shared = self.team and not self.loops  # every thread of the team must see the same buffer
-        heap = buf.scope == "global" or buf.nbytes > STACK_LIMIT or shared
-        if heap:
+        self.types[name] = f"{ctype}* restrict"
+        if buf.scope == "global" or buf.nbytes > STACK_LIMIT:
             workspace = f"{self.func.name}_{name}_workspace"
             nbytes = math.ceil(buf.nbytes / 64) * 64
             if self.scratch and not self.in_parallel:
@@ -196,37 +176,77 @@ class _CWriter:
         bases = invariant_bases(s) if encloses_micro_kernel(s) and not self.rebased else {}
         for buf, base in bases.items():
             ptr = self.declare(f"{buf.name}_at")
-            ctype = CTYPES[buf.dtype]
-            self.line(depth, f"const {ctype}*{self.restrict(buf.name)} {ptr} = &{buf.name}[{self.expr(base)}];")
+            self.types[ptr] = f"const {CTYPES[buf.dtype]}*{self.restrict(buf.name)}"
+            self.line(depth, f"{self.types[ptr]} {ptr} = &{buf.name}[{self.expr(base)}];")
             self.rebased[buf] = (ptr, base)
         name = self.var_name(s.var)
         # OpenMP allows no construct inside a simd loop, and only the outermost parallel loop forks
         parallel = s.kind == "parallel" and not self.in_parallel and not self.in_simd
         simd = s.kind == "vectorize" and not self.in_simd and iterations_independent(s)
+        if parallel and self.scratch:
+            self.emit_pooled(s, depth, name)
+            self.taken.discard(name)
+            for buf in bases:
+                del self.rebased[buf]
+            return
         if parallel:
             self.prefetching = prefetch.plan(s, set(self.func.attrs.get("constants", ())))
-            self.line(depth, f"#pragma omp {'for' if self.team else 'parallel for'} schedule(static)")
+            self.line(depth, "#pragma omp parallel for schedule(static)")
         elif simd:
             self.line(depth, "#pragma omp simd")
         elif (s.kind in ("unroll", "vectorize") or s.unroll_hint) and not allocates(s.body):
             # gcc 12 -O3 miscompiles fully unrolled loops around local arrays (ivopts; found by the property
             # tests); unrolling a loop that holds a whole tile is never the point, so those stay rolled
             self.line(depth, f"#pragma GCC unroll {s.extent}")
-        self.line(depth, f"for (int32_t {name} = 0; {name} < {s.extent}; ++{name}) {{")
+        self.emit_loop(s, depth, name, "0", str(s.extent), parallel, simd)
+        self.taken.discard(name)
+        for buf in bases:
+            del self.rebased[buf]
+
+    def emit_loop(self, s: For, depth: int, name: str, begin: str, end: str, parallel: bool, simd: bool) -> None:
+        self.line(depth, f"for (int32_t {name} = {begin}; {name} < {end}; ++{name}) {{")
         if self.prefetching is not None and s is self.prefetching.host:
             self.emit_prefetch(self.prefetching, depth + 1)
         outer = (self.in_parallel, self.in_simd)
         self.in_parallel, self.in_simd = self.in_parallel or parallel, self.in_simd or simd
         self.loops += 1
         self.scopes.append([])
+        self.loop_vars.append(name)
         self.emit(s.body, depth + 1)
-        self.taken.difference_update(self.scopes.pop())
+        self.loop_vars.pop()
+        for gone in self.scopes.pop():
+            self.taken.discard(gone)
+            self.types.pop(gone, None)
         self.loops -= 1
         self.in_parallel, self.in_simd = outer
         self.line(depth, "}")
-        self.taken.discard(name)
-        for buf in bases:
-            del self.rebased[buf]
+
+    def emit_pooled(self, s: For, depth: int, name: str) -> None:
+        """Parallel loop `s` as a function of the iterations [begin, end) it is given, taking the variables it
+        reads from the enclosing code in a struct, and a call that runs it on the pool (codegen.pool)."""
+        loop = f"{self.func.name}_loop{self.pooled}"
+        self.pooled += 1
+        self.prefetching = prefetch.plan(s, set(self.func.attrs.get("constants", ())))
+        outer, self.lines = self.lines, []
+        self.emit_loop(s, 1, name, "begin", "end", True, False)
+        body, self.lines = self.lines, outer
+        text = "\n".join(body)
+        visible = [n for n in self.types if n in self.taken] + [v for v in self.loop_vars if v not in self.types]
+        used = [n for n in visible if re.search(rf"\b{re.escape(n)}\b", text)]
+        ctype = {n: self.types.get(n, "int32_t") for n in used}
+        fields = "".join(f" {ctype[n].replace(' restrict', '').replace('restrict', '')} {n};" for n in used)
+        params = "".join(f"{ctype[n]} {n}, " for n in used)
+        unpack = "".join(f"a->{n}, " for n in used)
+        # the loop takes what it reads as parameters: gcc honours `restrict` on parameters, not on locals
+        # loaded from a struct (those kernels ran up to 1.5x slower); the task unpacks the struct
+        self.helpers[loop] = (f"static __attribute__((noinline)) void {loop}({params}int64_t begin, int64_t end) {{\n"
+                              f"{text}\n}}\n"
+                              f"typedef struct {{{fields or ' char unused;'} }} {loop}_args;\n"
+                              f"static void {loop}_task(void* args, int64_t begin, int64_t end) {{\n"
+                              f"  const {loop}_args* a = (const {loop}_args*)args;\n"
+                              f"  {'(void)a; ' if not used else ''}{loop}({unpack}begin, end);\n}}\n")
+        self.line(depth, f"{loop}_args {loop}_in = {{{', '.join(used) or '0'}}};")
+        self.line(depth, f"tensorgen_parallel_for({loop}_task, &{loop}_in, {s.extent});")
 
     def emit_prefetch(self, plan: prefetch.Plan, depth: int) -> None:
         """The next parallel iteration's weight panels, a few lines per trip of this loop."""

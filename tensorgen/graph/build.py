@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tensorgen.codegen.c import render_module, team_compatible
+from tensorgen.codegen.c import render_module
 from tensorgen.codegen.toolchain import compile_source, preflight
 from tensorgen.errors import CompileError, TensorgenError
 from tensorgen.graph.align import align_partitions
@@ -42,12 +42,6 @@ from tensorgen.target import Target
 
 LOGGER = logging.getLogger("tensorgen.graph")
 MANIFEST = "model.json"
-# Kernels shorter than this run in one thread team per run of them instead of forking each (a fork and join
-# is 1-2 us: MobileNet-V2 1.7% faster); longer ones keep the code they were tuned as, since the team form
-# compiles differently (ResNet-50's 1x1 convs ran up to 10% slower as team code, 1% in all).
-TEAM_MAX_S = 200e-6
-
-
 @dataclass(frozen=True)
 class KernelInfo:
     name: str
@@ -169,9 +163,7 @@ def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, db: Da
         funcs[k] = replace(funcs[k], attrs={**funcs[k].attrs, "shared_args": shared})
     funcs = align_partitions(funcs, [[part.aliases.get(n, n) for n in sub.inputs + sub.outputs]
                                      for sub in part.subgraphs], hw.cores)
-    team = [team_compatible(f) and (k.cost is None or k.cost < TEAM_MAX_S) for f, k in zip(funcs, kernels)]
-    funcs = [replace(f, attrs={**f.attrs, "team": True}) if t else f for f, t in zip(funcs, team)]
-    executor = executor_source(part, [k.name for k in kernels], weight_offsets, len(blob), plan, team)
+    executor = executor_source(part, [k.name for k in kernels], weight_offsets, len(blob), plan)
     source = render_module(funcs, hw.simd_bytes, executor, scratch=True)
     try:
         library = compile_source(source, march=march)

@@ -119,9 +119,9 @@ def pack_weights(part: Partition) -> tuple[bytes, dict[str, int]]:
 
 
 def executor_source(part: Partition, kernel_names: list[str], weight_offsets: dict[str, int], weight_bytes: int,
-                    plan: MemoryPlan, team: list[bool] | None = None) -> str:
-    """C source of the model entry points (appended to the module holding the kernels). Runs of kernels
-    rendered for a thread team (`team[k]`, see codegen.c.team_compatible) share one parallel region."""
+                    plan: MemoryPlan) -> str:
+    """C source of the model entry points (appended to the module holding the kernels, whose parallel loops run
+    on the module's thread pool, codegen.pool)."""
     graph = part.graph
     ident = _Identifiers()
     lines: list[str] = []
@@ -147,22 +147,10 @@ def executor_source(part: Partition, kernel_names: list[str], weight_offsets: di
     for name, off in plan.offsets.items():
         declare(name, f"m->arena + {off}", False)
     lines.append("")
-    team = team or [False] * len(kernel_names)
-    in_team = False
     for k, (sub, kernel) in enumerate(zip(part.subgraphs, kernel_names)):
-        checks = _index_checks(part, sub, where)
-        if checks and in_team:  # a check returns, which no statement inside a parallel region may
-            lines.append("  }")
-            in_team = False
-        lines += checks
-        if team[k] and not in_team:
-            lines += ["  #pragma omp parallel", "  {"]
-            in_team = True
+        lines += _index_checks(part, sub, where)
         args = [where[part.aliases.get(n, n)] for n in sub.inputs + sub.outputs]
-        lines.append(f"  {'  ' if team[k] else ''}TIMED({k}, {kernel}({', '.join(args)}));")
-        if in_team and (k + 1 == len(team) or not team[k + 1]):
-            lines.append("  }")
-            in_team = False
+        lines.append(f"  TIMED({k}, {kernel}({', '.join(args)}));")
     lines += [f"  memcpy(outputs[{i}], {where[root]}, {graph.value(root).nbytes});" for i, root in copies]
     body = "\n".join(lines)
     return f"""
@@ -219,11 +207,9 @@ static double tensorgen_now(void) {{
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }}
 
-/* seconds[k] += kernel k's time when `seconds` is given (a profile), else just the call; in a team,
-   thread 0 times it (each kernel ends at a barrier) */
-#define TIMED(k, call) do {{ int timer_ = seconds && omp_get_thread_num() == 0; \
-                            double t0_ = timer_ ? tensorgen_now() : 0.0; call; \
-                            if (timer_) seconds[k] += tensorgen_now() - t0_; }} while (0)
+/* seconds[k] += kernel k's time when `seconds` is given (a profile), else just the call */
+#define TIMED(k, call) do {{ double t0_ = seconds ? tensorgen_now() : 0.0; call; \
+                            if (seconds) seconds[k] += tensorgen_now() - t0_; }} while (0)
 
 int tensorgen_model_run_timed(tensorgen_model* m, const void* const* inputs, void* const* outputs,
                               double* seconds) {{
