@@ -15,8 +15,8 @@ ONNX file (io_binding, inputs and outputs bound once to preallocated buffers), a
 written as a PyTorch nn.Module with the same weights (tensorgen/graph/zoo_torch.py) under
 torch.inference_mode (entered once, outside the timed calls), eager and compiled by torch.compile (a
 failed compile is reported in its row).
-tensorgen and PyTorch allocate their outputs each call (neither has an output argument; for a model
-that is one allocation per output against milliseconds of work).
+tensorgen writes into preallocated outputs too (`CompiledModel.run(..., out=)`); PyTorch allocates its
+outputs each call (a module has no output argument; one allocation per output against milliseconds of work).
 
 Every engine's output is compared with ONNX Runtime's first (tolerance: graph.compare.OUTPUT_RTOL of
 the largest |output|): an engine that differs is not timed, and a row whose tensorgen output differs
@@ -111,6 +111,7 @@ def measure(name: str, batch: int, options: dict[str, int], db: str, threads: in
     from tensorgen.graph.zoo import random_inputs
     from tensorgen.graph.zoo_torch import torch_model
     from tensorgen.runtime.model import CompiledModel
+    from tensorgen.runtime.module import aligned_empty
 
     torch.set_num_threads(threads)
     module, onnx_model = torch_model(name, batch, **options)
@@ -134,8 +135,9 @@ def measure(name: str, batch: int, options: dict[str, int], db: str, threads: in
         def eager() -> list:
             return [module(*tensors).numpy()]
 
-        runs: dict[str, Callable[[], list]] = {"tensorgen": lambda: compiled.run(inputs), "onnxruntime": ort_run,
-                                             "torch": eager}
+        outs = [aligned_empty(shape, dtype) for _, shape, dtype in compiled.outputs]
+        runs: dict[str, Callable[[], list]] = {"tensorgen": lambda: compiled.run(inputs, out=outs),
+                                             "onnxruntime": ort_run, "torch": eager}
         if with_compile:
             compiled_module = torch.compile(module)
 

@@ -139,6 +139,21 @@ def test_wrong_answers_are_caught(builder, what):
     assert_good(LocalRunner().run([tiled(task(desc=what))], builder.build([tiled(task(desc=what))]))[0])
 
 
+def test_a_naive_reference_that_does_not_compile_is_a_measure_error(builder, tmp_path, monkeypatch,
+                                                                    fresh_kernel_cache):
+    """With a compiler that rejects the naive program (here: every kernel without vector code), each
+    checked candidate is an UNKNOWN error naming why, not a CompileError out of LocalRunner.run."""
+    cc = tmp_path / "cc"
+    cc.write_text('#!/bin/sh\nfor a; do case "$a" in *.c) if grep -q "^void tensorgen_set_num_threads" "$a" && '
+                  '! grep -q "vector_size" "$a"; then echo "error: no vector code" >&2; exit 1; fi;; esac; done\n'
+                  'exec gcc "$@"\n')
+    cc.chmod(0o755)
+    monkeypatch.setenv("CC", str(cc))
+    res = LocalRunner(check_correctness=True).run([tiled(task(48))], builder.build([tiled(task(48))]))[0]
+    assert res.error_kind == ErrorKind.UNKNOWN
+    assert "naive reference program does not compile: error: no vector code" in res.error_msg
+
+
 def test_build_worker_death_is_reported_and_next_builds():
     with LocalBuilder(n_parallel=1, source_hook=inject) as b:
         builds = b.build([tiled(task(desc="kill-worker")), tiled(task())])

@@ -20,6 +20,7 @@ import numpy as np
 from tensorgen.codegen.c import render_c
 from tensorgen.codegen.toolchain import compile_source
 from tensorgen.dag import ComputeDAG
+from tensorgen.errors import CompileError, ToolchainError
 from tensorgen.hardware import check_memory_budget, format_bytes
 from tensorgen.measure.builder import KERNEL_NAME
 from tensorgen.measure.guard import ErrorGuard
@@ -245,7 +246,13 @@ class LocalRunner:
 
     def _compute_reference(self, task: SearchTask) -> list[np.ndarray] | str:
         func = lower(reference_state(task.dag), KERNEL_NAME)
-        so = compile_source(render_c(func, task.hw.simd_bytes), march=task.target.march)
+        try:
+            so = compile_source(render_c(func, task.hw.simd_bytes), march=task.target.march)
+        except ToolchainError:
+            raise  # the environment, not this task: the run stops with it
+        except CompileError as err:
+            lines = str(err).splitlines() or [""]
+            return "the naive reference program does not compile: " + next((x for x in lines if "error" in x), lines[0])
         with tempfile.TemporaryDirectory(prefix="tensorgen-ref-") as tmp:
             out_path = os.path.join(tmp, "outputs.bin")
             timeout = max(self.reference_timeout, task.dag.flop_count / REFERENCE_FLOPS)

@@ -76,8 +76,11 @@ class CompiledModel:
             arrays.append(np.ascontiguousarray(arr))
         return arrays
 
-    def run(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        return self._run(inputs, None)
+    def run(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray],
+            out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        """The outputs for `inputs`; written into `out` (C-contiguous writable arrays of the outputs' shapes and
+        dtypes, returned) when given, else into new arrays."""
+        return self._run(inputs, None, out)
 
     def profile(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray], repeat: int = 20) -> list[dict]:
         """Each kernel's median time (ms) over `repeat` runs of the whole model, next to what its schedule
@@ -94,9 +97,23 @@ class CompiledModel:
                  "tuned_ms": None if k.get("cost") is None else k["cost"] * 1e3}
                 for i, k in enumerate(kernels)]
 
-    def _run(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray], seconds: np.ndarray | None) -> list:
+    def _outputs(self, out: Sequence[np.ndarray] | None) -> list[np.ndarray]:
+        if out is None:
+            return [aligned_empty(shape, dtype) for _, shape, dtype in self.outputs]
+        if len(out) != len(self.outputs):
+            raise RuntimeCallError(f"the model has {len(self.outputs)} outputs, got {len(out)} arrays to write to")
+        for (name, shape, dtype), arr in zip(self.outputs, out):
+            if not isinstance(arr, np.ndarray) or arr.shape != shape or arr.dtype != dtype:
+                got = f"{arr.dtype.name}{list(arr.shape)}" if isinstance(arr, np.ndarray) else type(arr).__name__
+                raise RuntimeCallError(f"output {name!r}: expected {dtype.name}{list(shape)}, got {got}")
+            if not arr.flags.c_contiguous or not arr.flags.writeable:
+                raise RuntimeCallError(f"output {name!r}: the array must be C-contiguous and writable")
+        return list(out)
+
+    def _run(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray], seconds: np.ndarray | None,
+             out: Sequence[np.ndarray] | None = None) -> list:
         arrays = self._arrays(inputs)
-        outs = [aligned_empty(shape, dtype) for _, shape, dtype in self.outputs]
+        outs = self._outputs(out)
         ins = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
         ptrs = (ctypes.c_void_p * len(outs))(*[o.ctypes.data for o in outs])
         if seconds is None:

@@ -12,6 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from tensorgen.cli import main as cli
+from tensorgen.errors import RuntimeCallError
 from tensorgen.graph.build import build_model
 from tensorgen.graph.compare import Comparison, onnxruntime_runner, time_engines
 from tensorgen.graph.fusion import partition
@@ -319,6 +320,24 @@ def test_unaligned_and_strided_inputs_run_like_aligned_ones(tmp_path):
     for arr in (unaligned, strided):
         np.testing.assert_array_equal(model.run([arr])[0], expected)
     np.testing.assert_array_equal(unaligned, x)  # the caller's array is left alone
+
+
+def test_outputs_are_written_into_the_arrays_given(tmp_path):
+    """run(out=...) writes into preallocated outputs (the work ONNX Runtime's io_binding does per call) and
+    refuses arrays of another shape, dtype or layout, or read-only ones, in one line."""
+    proto = _tiny_model()
+    model = CompiledModel(build_model(proto, tmp_path / "out"))
+    x = random_inputs(proto)["x"]
+    expected = model.run([x])[0]
+    out = np.full(expected.shape, np.nan, np.float32)
+    assert model.run([x], out=[out])[0] is out
+    np.testing.assert_array_equal(out, expected)
+    readonly = np.zeros_like(out)
+    readonly.flags.writeable = False
+    strided = np.zeros(out.shape + (2,), np.float32)[..., 0]
+    for bad in ([], [out.astype(np.float64)], [out.reshape(-1)], [strided], [readonly], [out.tolist()]):
+        with pytest.raises(RuntimeCallError, match="output"):
+            model.run([x], out=bad)
 
 
 def test_ab_models_bench_compares_two_builds(tmp_path, capsys):
