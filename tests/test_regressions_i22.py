@@ -115,3 +115,20 @@ def test_max_min_relu_and_max_reduction_propagate_nan(vector):
         got = f.run(a, b)[0] if out is ew else f.run(a)[0]
         assert np.isnan(ref).any()
         np.testing.assert_array_equal(got, ref, err_msg=f.source)
+
+
+def test_a_lane_invariant_sum_times_a_vector_keeps_its_parentheses():
+    """Graph fuzzer, seed 1020 (ansor): `(s[0] - c) * b[i, j]` vectorized over j was emitted as
+    `(s[0] - c * vector)`: the lane-invariant operand lost its parentheses (the scalar tail was right)."""
+    from tensorgen.dag import ComputeDAG
+
+    s = te.placeholder((1,), name="s")
+    b = te.placeholder((4, 14), name="b")
+    out = te.compute((4, 14), lambda i, j: (s[0] - (-0.25)) * b[i, j], name="out")
+    state = State(ComputeDAG([s, b, out]))
+    state.split("out", "j", [7])
+    state.vectorize("out", "j_1")
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal(1).astype(np.float32), rng.standard_normal((4, 14)).astype(np.float32)
+    (got,) = build(state).run(x, y)
+    np.testing.assert_allclose(got, (x[0] + 0.25) * y, rtol=1e-6)

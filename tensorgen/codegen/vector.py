@@ -136,7 +136,8 @@ class VectorEmitter:
             fn = f"_ZGV{_ISA[lanes * DTYPE_BYTES[e.dtype]]}N{lanes}v_{e.name}{'f' if e.dtype == 'float32' else ''}"
             self.math.add((fn, vtype))
             return f"{fn}({arg})", True
-        return self.w.expr(e), False
+        text = self.w.expr(e)  # the same for every lane; an operator's operand, so in parentheses unless atomic
+        return (text if isinstance(e, (Const, Var, BufLoad)) else f"({text})"), False
 
 
 def _as_vector(text: str, is_vec: bool, vtype: str) -> str:
