@@ -25,6 +25,11 @@ class CompileError(TensorgenError):
         self.source = source
         self.log = log
 
+    def first_error(self) -> str:
+        """The compiler's first error line (the message's first line if none says "error")."""
+        lines = str(self).splitlines() or [""]
+        return next((line.strip() for line in lines if "error" in line), lines[0])
+
 
 class ToolchainError(CompileError):
     """The C toolchain or the kernel cache cannot work at all (no compiler, flags it rejects, an unwritable

@@ -183,22 +183,20 @@ class _CWriter:
         # OpenMP allows no construct inside a simd loop, and only the outermost parallel loop forks
         parallel = s.kind == "parallel" and not self.in_parallel and not self.in_simd
         simd = s.kind == "vectorize" and not self.in_simd and iterations_independent(s)
-        if parallel and self.scratch:
-            self.emit_pooled(s, depth, name)
-            self.taken.discard(name)
-            for buf in bases:
-                del self.rebased[buf]
-            return
         if parallel:
             self.prefetching = prefetch.plan(s, set(self.func.attrs.get("constants", ())))
-            self.line(depth, "#pragma omp parallel for schedule(static)")
-        elif simd:
-            self.line(depth, "#pragma omp simd")
-        elif (s.kind in ("unroll", "vectorize") or s.unroll_hint) and not allocates(s.body):
-            # gcc 12 -O3 miscompiles fully unrolled loops around local arrays (ivopts; found by the property
-            # tests); unrolling a loop that holds a whole tile is never the point, so those stay rolled
-            self.line(depth, f"#pragma GCC unroll {s.extent}")
-        self.emit_loop(s, depth, name, "0", str(s.extent), parallel, simd)
+        if parallel and self.scratch:
+            self.emit_pooled(s, depth, name)
+        else:
+            if parallel:
+                self.line(depth, "#pragma omp parallel for schedule(static)")
+            elif simd:
+                self.line(depth, "#pragma omp simd")
+            elif (s.kind in ("unroll", "vectorize") or s.unroll_hint) and not allocates(s.body):
+                # gcc 12 -O3 miscompiles fully unrolled loops around local arrays (ivopts; found by the property
+                # tests); unrolling a loop that holds a whole tile is never the point, so those stay rolled
+                self.line(depth, f"#pragma GCC unroll {s.extent}")
+            self.emit_loop(s, depth, name, "0", str(s.extent), parallel, simd)
         self.taken.discard(name)
         for buf in bases:
             del self.rebased[buf]
@@ -226,7 +224,6 @@ class _CWriter:
         reads from the enclosing code in a struct, and a call that runs it on the pool (codegen.pool)."""
         loop = f"{self.func.name}_loop{self.pooled}"
         self.pooled += 1
-        self.prefetching = prefetch.plan(s, set(self.func.attrs.get("constants", ())))
         outer, self.lines = self.lines, []
         self.emit_loop(s, 1, name, "begin", "end", True, False)
         body, self.lines = self.lines, outer
@@ -234,11 +231,11 @@ class _CWriter:
         visible = [n for n in self.types if n in self.taken] + [v for v in self.loop_vars if v not in self.types]
         used = [n for n in visible if re.search(rf"\b{re.escape(n)}\b", text)]
         ctype = {n: self.types.get(n, "int32_t") for n in used}
-        fields = "".join(f" {ctype[n].replace(' restrict', '').replace('restrict', '')} {n};" for n in used)
+        fields = "".join(f" {ctype[n].replace(' restrict', '')} {n};" for n in used)
         params = "".join(f"{ctype[n]} {n}, " for n in used)
         unpack = "".join(f"a->{n}, " for n in used)
-        # the loop takes what it reads as parameters: gcc honours `restrict` on parameters, not on locals
-        # loaded from a struct (those kernels ran up to 1.5x slower); the task unpacks the struct
+        # the loop takes what it reads as parameters, since gcc honours `restrict` on parameters and not on
+        # locals loaded from a struct; the task unpacks the struct
         self.helpers[loop] = (f"static __attribute__((noinline)) void {loop}({params}int64_t begin, int64_t end) {{\n"
                               f"{text}\n}}\n"
                               f"typedef struct {{{fields or ' char unused;'} }} {loop}_args;\n"

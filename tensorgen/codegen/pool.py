@@ -3,7 +3,7 @@
 Under another process's load, OpenMP's fork-join costs a model dearly: every parallel loop ends at a barrier
 that all threads of the team must reach, so a thread that the competing process keeps off its core for a
 time slice holds up every kernel, while the waiting thread spins on a core it could have given up
-(MobileNet-V2's p90 call time went from 2x to 4x its idle time, single calls to 20x). The pool removes both:
+(bench/results/under_load_pool.md). The pool removes both:
 
 - a loop is `tensorgen_parallel_for(body, ctx, n)`: `body(ctx, begin, end)` over [0, n) on the calling thread
   and the pool's workers. Thread t owns the share of iterations OpenMP's `schedule(static)` gives thread t
@@ -98,11 +98,18 @@ static int pool_spin(_Atomic uint32_t* word, uint32_t old) {
   }
 }
 
-/* the first and one-past-last iteration of chunk `j` of share `s` (OpenMP's static split of n over team) */
-static void pool_chunk(int64_t n, int team, int s, int64_t j, int64_t* begin, int64_t* end) {
+/* share `s` of n iterations over team (OpenMP's static split): its first iteration, length and chunks */
+static void pool_share_of(int64_t n, int team, int s, int64_t* start, int64_t* len, int64_t* chunks) {
   int64_t q = n / team, r = n % team;
-  int64_t start = s * q + (s < r ? s : r), len = q + (s < r);
-  int64_t chunks = len < POOL_CHUNKS_PER_SHARE ? len : POOL_CHUNKS_PER_SHARE;
+  *start = s * q + (s < r ? s : r);
+  *len = q + (s < r);
+  *chunks = *len < POOL_CHUNKS_PER_SHARE ? *len : POOL_CHUNKS_PER_SHARE;
+}
+
+/* the first and one-past-last iteration of chunk `j` of share `s` */
+static void pool_chunk(int64_t n, int team, int s, int64_t j, int64_t* begin, int64_t* end) {
+  int64_t start, len, chunks;
+  pool_share_of(n, team, s, &start, &len, &chunks);
   *begin = start + j * len / chunks;
   *end = start + (j + 1) * len / chunks;
 }
@@ -193,7 +200,8 @@ static void tensorgen_parallel_for(pool_body body, void* ctx, int64_t n) {
   atomic_store(&pool.team, team);
   int64_t chunks = 0;
   for (int s = 0; s < team; ++s) {
-    int64_t len = n / team + (s < n % team), c = len < POOL_CHUNKS_PER_SHARE ? len : POOL_CHUNKS_PER_SHARE;
+    int64_t start, len, c;
+    pool_share_of(n, team, s, &start, &len, &c);
     atomic_store(&pool.share[s].word, ((uint64_t)tag << 32) | ((uint64_t)c << 16));
     chunks += c;
   }
@@ -201,14 +209,10 @@ static void tensorgen_parallel_for(pool_body body, void* ctx, int64_t n) {
   atomic_store(&pool.tag, tag);
   if (atomic_load(&pool.sleepers)) pool_futex_wake(&pool.tag);
   pool_work(tag, 0);
-  double until = pool_now() + pool_spin_ns;
-  for (int i = 1; atomic_load(&pool.remaining); ++i) {
-    if (i % 256 || pool_now() < until) {
-      pool_relax();
-      continue;
-    }
+  /* wait for the chunks others hold: `finished` moves when the last one ends (or, late, an earlier loop's) */
+  for (uint32_t finished; (finished = atomic_load(&pool.finished), atomic_load(&pool.remaining));) {
+    if (pool_spin(&pool.finished, finished)) continue;
     atomic_store(&pool.caller_asleep, 1);
-    uint32_t finished = atomic_load(&pool.finished);
     if (atomic_load(&pool.remaining)) pool_futex_wait(&pool.finished, finished);
     atomic_store(&pool.caller_asleep, 0);
   }

@@ -42,6 +42,8 @@ from tensorgen.target import Target
 
 LOGGER = logging.getLogger("tensorgen.graph")
 MANIFEST = "model.json"
+
+
 @dataclass(frozen=True)
 class KernelInfo:
     name: str
@@ -192,8 +194,7 @@ def _compile_error(func: PrimFunc, simd_bytes: int, march: str | None) -> str:
     try:
         compile_source(render_module([func], simd_bytes, scratch=True), march=march)
     except CompileError as err:
-        lines = str(err).splitlines() or [""]
-        return "CompileError: " + next((line.strip() for line in lines if "error" in line), lines[0])
+        return "CompileError: " + err.first_error()
     return ""
 
 

@@ -251,8 +251,7 @@ class LocalRunner:
         except ToolchainError:
             raise  # the environment, not this task: the run stops with it
         except CompileError as err:
-            lines = str(err).splitlines() or [""]
-            return "the naive reference program does not compile: " + next((x for x in lines if "error" in x), lines[0])
+            return f"the naive reference program does not compile: {err.first_error()}"
         with tempfile.TemporaryDirectory(prefix="tensorgen-ref-") as tmp:
             out_path = os.path.join(tmp, "outputs.bin")
             timeout = max(self.reference_timeout, task.dag.flop_count / REFERENCE_FLOPS)
