@@ -56,7 +56,7 @@ class TuneProgress:
     phase: str  # "resume" | "batch"
     trials_done: int  # measured in this call
     trials: int  # this call's budget
-    total_trials: int  # records of this workload + target, resumed ones included
+    total_trials: int  # programs of this workload + target, resumed ones included (a re-timing is not a new trial)
     best_cost: float  # seconds, inf until something succeeded
     best_gflops: float
     errors: int  # failed measurements in this call
