@@ -132,3 +132,21 @@ def test_a_lane_invariant_sum_times_a_vector_keeps_its_parentheses():
     x, y = rng.standard_normal(1).astype(np.float32), rng.standard_normal((4, 14)).astype(np.float32)
     (got,) = build(state).run(x, y)
     np.testing.assert_allclose(got, (x[0] + 0.25) * y, rtol=1e-6)
+
+
+def test_unrolled_loops_over_a_stack_tile_come_out_right_from_gcc():
+    """Graph fuzzer, seed 2014 (random): a grouped, dilated conv whose padded input is a 108-float stack tile read
+    under six `#pragma GCC unroll 2` loops was wrong from gcc 12.2 -O3 alone (right at -O2, under UBSan, or
+    with any one pragma removed); gcc's loop-pattern distribution (memset/memcpy) is off for every kernel."""
+    from pathlib import Path
+
+    from reference import conv
+
+    record = Record.from_json_line((Path(__file__).parent / "data" / "gcc12_stack_tile_conv.jsonl").read_text())
+    rng = np.random.default_rng(3)
+    x, w, b = (rng.standard_normal(shape).astype(np.float32) for shape in [(4, 8, 7, 3), (2, 2, 1, 6), (6,)])
+    f = build(record.state())
+    assert f.source.count("#pragma GCC unroll 2") == 6 and "conv_pad[108]" in f.source  # still the case it was
+    (out,) = f.run(x, w, b)
+    ref = conv(x, w, stride=(1, 2), padding=(0, 0, 0, 2), dilation=(1, 2), groups=3) + b
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4, err_msg=f.source)

@@ -101,6 +101,20 @@ def test_compiler_info() -> None:
     assert os.path.isabs(info["command"].split()[0]) and info["version"] and "-fopenmp" in info["flags"]
 
 
+def test_gcc_workarounds_go_to_gcc_under_any_name_and_to_no_other_compiler(tmp_path: Path) -> None:
+    """gcc's own flags (toolchain.GCC_FLAGS) are told by its --version notice, not by the command's name."""
+    def compiler(name: str, version: str) -> str:
+        path = tmp_path / name
+        path.write_text(f'#!/bin/sh\n[ "$1" = --version ] && {{ printf "{version}"; exit 0; }}\nexec gcc "$@"\n')
+        path.chmod(0o755)
+        return str(path)
+
+    gcc_as_cc = compiler("cc", "cc (Debian 12.2.0-14) 12.2.0\\nCopyright (C) 2022 Free Software Foundation, Inc.\\n")
+    clang = compiler("clang", "Debian clang version 17.0.6\\nTarget: x86_64-pc-linux-gnu\\n")
+    assert all(f in compiler_info(gcc_as_cc)["flags"] for f in toolchain.GCC_FLAGS)
+    assert not any(f in compiler_info(clang)["flags"] for f in toolchain.GCC_FLAGS)
+
+
 def test_syntax_error_reports_log_and_source(cache: Path) -> None:
     src = "void broken(float* a) {\n  a[0] = 1.0f\n}\n"
     with pytest.raises(CompileError) as ei:

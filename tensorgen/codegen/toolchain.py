@@ -25,6 +25,9 @@ from ..errors import CompileError, ToolchainError
 
 #: Flags every kernel is built with; no -ffast-math so results stay comparable with numpy.
 BASE_FLAGS: tuple[str, ...] = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-ffp-contract=fast")
+#: Added for gcc only. gcc 12 -O3 turns some unrolled loops over a stack tile into wrong memset/memcpy calls
+#: (bench/results/fuzz_s16.md); our loops never gain from that pattern replacement.
+GCC_FLAGS: tuple[str, ...] = ("-fno-tree-loop-distribute-patterns",)
 _LOG_LINES = 20
 LOGGER = logging.getLogger("tensorgen.toolchain")
 
@@ -44,25 +47,28 @@ def find_compiler(cc: str | None = None) -> list[str]:
 
 
 @cache
-def _version(path: str) -> str:
-    """First line of `<cc> --version`; part of the cache key so a compiler upgrade invalidates kernels."""
+def _identify(path: str) -> tuple[str, bool]:
+    """The first line of `<cc> --version` (part of the cache key, so a compiler upgrade invalidates kernels) and
+    whether the compiler is gcc (under any name, e.g. `cc`: its notice names the Free Software Foundation)."""
     try:
         out = subprocess.run([path, "--version"], check=False, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ToolchainError(f"cannot run C compiler {path!r}: {exc}") from exc
-    lines = (out.stdout or out.stderr).strip().splitlines()
-    return lines[0].strip() if lines else "unknown"
+    text = (out.stdout or out.stderr).strip()
+    lines = text.splitlines()
+    return (lines[0].strip() if lines else "unknown"), "Free Software Foundation" in text and "clang" not in text
 
 
-def _flags(march: str | None, extra_flags: Sequence[str]) -> list[str]:
+def _flags(cmd: Sequence[str], march: str | None, extra_flags: Sequence[str]) -> list[str]:
     arch = [f"-march={march}"] if march else []
-    return [BASE_FLAGS[0], *arch, *BASE_FLAGS[1:], *extra_flags]
+    family = GCC_FLAGS if _identify(cmd[0])[1] else ()
+    return [BASE_FLAGS[0], *arch, *BASE_FLAGS[1:], *family, *extra_flags]
 
 
 def compiler_info(cc: str | None = None, march: str | None = "native") -> dict[str, str]:
     """Compiler command, version and flags, for recording alongside tuning results."""
     cmd = find_compiler(cc)
-    return {"command": shlex.join(cmd), "version": _version(cmd[0]), "flags": shlex.join(_flags(march, ()))}
+    return {"command": shlex.join(cmd), "version": _identify(cmd[0])[0], "flags": shlex.join(_flags(cmd, march, ()))}
 
 
 def cache_dir() -> Path:
@@ -182,9 +188,9 @@ def compile_source(
 ) -> Path:
     """Compile `source` to a shared library and return its path; identical inputs reuse the cached .so."""
     cmd = find_compiler(cc)
-    flags = _flags(march, extra_flags)
+    flags = _flags(cmd, march, extra_flags)
     h = hashlib.sha256()
-    for part in (source, "\0".join(cmd), _version(cmd[0]), "\0".join(flags)):
+    for part in (source, "\0".join(cmd), _identify(cmd[0])[0], "\0".join(flags)):
         h.update(part.encode())
         h.update(b"\x01")
     key = h.hexdigest()
@@ -246,7 +252,7 @@ def preflight(cc: str | None = None, march: str | None = "native", *, again: boo
     kernel cache. Raises ToolchainError naming what is broken: without it, a missing compiler, an
     unwritable cache or a rejected -march would be stored as a failure of every program measured."""
     cmd = find_compiler(cc)
-    flags = _flags(march, ())
+    flags = _flags(cmd, march, ())
     key = (*cmd, *flags, str(cache_dir()))
     if key in _preflight_passed and not again:
         return
