@@ -16,7 +16,7 @@ and seed, each in its own database (variants never see each other's measurements
 - uniform-tiles: the full policy with Ansor's uniform tile sizes (no register-tile prior);
 - random: random annotations of all sketches, no cost model.
 
-(see `tensorgen.tune.ablation_policy`; `tensorgen tune c2d --shape ... --ablation NAME` runs one.)
+(see `tensorgen.tuning.tune.ablation_policy`; `tensorgen tune c2d --shape ... --ablation NAME` runs one.)
 The curve is the best measured GFLOP/s after each trial, read back from the variant's database in
 commit order (a variant resumed with `--db-dir` continues its curve; `--trials` is then the total).
 Output: a table of the best GFLOP/s at `--points` trial counts (mean over seeds) and, relative to the
@@ -41,12 +41,12 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from tensorgen.cli.tune import ProgressLine, parse_workload  # noqa: E402
 from tensorgen.records import SQLiteDatabase  # noqa: E402
 from tensorgen.records.record import best_cost_curve, first_records  # noqa: E402
 from tensorgen.target import Target  # noqa: E402
 from tensorgen.te.ops.suite import SUITE  # noqa: E402
-from tensorgen.tune import ABLATIONS, TuneProgress, ablation_policy, make_task, tune  # noqa: E402
-from tensorgen.tune_cli import ProgressLine, parse_workload  # noqa: E402
+from tensorgen.tuning.tune import ABLATIONS, TuneProgress, ablation_policy, make_task, tune  # noqa: E402
 
 DEFAULT_SHAPE_INDEX = 3
 

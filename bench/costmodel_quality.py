@@ -67,7 +67,7 @@ def make_dag(op: str, shape: str, batch: int = 1):
 
 
 def make_task(args: argparse.Namespace):
-    from tensorgen.tune import make_task as _make_task
+    from tensorgen.tuning.tune import make_task as _make_task
 
     dag = make_dag(args.op, args.shape, args.batch)
     return _make_task(dag, args.target, desc=f"{args.op.upper()}({args.shape})"
@@ -83,7 +83,7 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
     from tensorgen.measure.runner import LocalRunner
     from tensorgen.records.database import SQLiteDatabase
     from tensorgen.records.record import first_records
-    from tensorgen.tune import tune
+    from tensorgen.tuning.tune import tune
 
     task = make_task(args)
     db = SQLiteDatabase(args.db)

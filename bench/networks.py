@@ -46,8 +46,8 @@ from tensorgen.graph.load import load_graph
 from tensorgen.graph.tasks import extract_tasks
 from tensorgen.graph.zoo import MODELS
 from tensorgen.records.database import SQLiteDatabase
-from tensorgen.search.scheduler import ProgressTable, TaskScheduler
-from tensorgen.tune import default_runner
+from tensorgen.tuning.scheduler import ProgressTable, TaskScheduler
+from tensorgen.tuning.tune import default_runner
 
 DEFAULT_MODELS = "resnet50,mobilenet_v2,bert_base,dcgan"
 ENGINES = ("tensorgen", "onnxruntime", "torch", "torch_compile")

@@ -7,7 +7,7 @@
                         [--pause 0.5] [--load] [--config a,b,c] [--quiet]
 
 For every case (operator x shape x batch) of `tensorgen.te.ops.suite.SUITE` selected on the command
-line: tune with the Ansor policy (`tensorgen.tune`, `--trials` programs, seeded), build the best
+line: tune with the Ansor policy (`tensorgen.tuning.tune`, `--trials` programs, seeded), build the best
 program, check its output against PyTorch (float64, tolerance below) and only then time tensorgen,
 PyTorch CPU (and NumPy for GMM) side by side in the same run with `--threads` threads each.
 
@@ -74,7 +74,7 @@ from tensorgen.dag import ComputeDAG  # noqa: E402
 from tensorgen.runtime import aligned, aligned_empty  # noqa: E402
 from tensorgen.target import Target  # noqa: E402
 from tensorgen.te.ops.suite import SUITE  # noqa: E402
-from tensorgen.tune import make_task, tune  # noqa: E402
+from tensorgen.tuning.tune import make_task, tune  # noqa: E402
 
 RTOL = 1e-3  # per element, relative
 ATOL = 1e-4  # times max |reference|: float32 sums of hundreds to thousands of terms
@@ -528,7 +528,7 @@ def _write_json(path: str, args: argparse.Namespace, cases: list[dict], summary:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tensorgen.tune_cli import ProgressLine
+    from tensorgen.cli.tune import ProgressLine
 
     args = parse_args(argv)
     selected = select_cases(args)

@@ -18,7 +18,7 @@ import time
 from tensorgen.costmodel.base import RandomModel
 from tensorgen.search.sketch_policy import SketchPolicy
 from tensorgen.te.ops import suite
-from tensorgen.tune import make_task
+from tensorgen.tuning.tune import make_task
 
 CASES = {
     "GMM": lambda: suite.make_gmm(1024, 1024, 1024),

@@ -4,11 +4,9 @@ The compiler core: tensor expressions (`tensorgen.te`), ComputeDAG, schedule Sta
 replayable Steps, lowering to loop IR, C code generation and a ctypes runtime.
 """
 
-__version__ = "0.1.0"
-
-from tensorgen.build import CompiledFunction, build  # noqa: E402
-from tensorgen.dag import ComputeDAG  # noqa: E402
-from tensorgen.errors import (  # noqa: E402
+from tensorgen.build import CompiledFunction, build
+from tensorgen.dag import ComputeDAG
+from tensorgen.errors import (
     CompileError,
     LoweringError,
     RuntimeCallError,
@@ -16,8 +14,9 @@ from tensorgen.errors import (  # noqa: E402
     TensorExprError,
     TensorgenError,
 )
-from tensorgen.schedule import State  # noqa: E402
-from tensorgen.tune import TuneResult, tune  # noqa: E402
+from tensorgen.schedule import State
+from tensorgen.tuning.tune import TuneResult, tune
+from tensorgen.version import __version__
 
 __all__ = [
     "CompileError", "CompiledFunction", "ComputeDAG", "LoweringError", "RuntimeCallError", "ScheduleError",

@@ -9,8 +9,21 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from tensorgen.errors import TensorExprError
-from tensorgen.te.expr import BinOp, Call, Cmp, Expr, Load, Reduce, Select, Var, is_float, substitute, transform, walk
-from tensorgen.te.printer import expr_str
+from tensorgen.te.expr import (
+    BinOp,
+    Call,
+    Cmp,
+    Expr,
+    Load,
+    Reduce,
+    Select,
+    Var,
+    expr_str,
+    is_float,
+    substitute,
+    transform,
+    walk,
+)
 from tensorgen.te.tensor import Tensor
 
 EXPENSIVE_INTRINSICS = frozenset({"exp", "log", "tanh", "erf", "sigmoid", "pow", "sqrt", "rsqrt"})

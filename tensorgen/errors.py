@@ -44,3 +44,7 @@ class MemoryBudgetError(TensorgenError):
 
 class RuntimeCallError(TensorgenError, ValueError):
     """A compiled kernel was called with arrays of the wrong shape, dtype or layout."""
+
+
+class TuneError(TensorgenError, ValueError):
+    """Tuning was asked for something it cannot do (an unknown policy or cost model, a negative budget, ...)."""

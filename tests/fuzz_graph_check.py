@@ -94,7 +94,7 @@ def check_model(model: onnx.ModelProto, seed: int, policy: str, trials: int, wor
     from tensorgen.graph.tasks import extract_tasks
     from tensorgen.records.database import SQLiteDatabase
     from tensorgen.runtime.model import CompiledModel
-    from tensorgen.search.scheduler import TaskScheduler
+    from tensorgen.tuning.scheduler import TaskScheduler
 
     workdir.mkdir(parents=True, exist_ok=True)
     name, options = POLICIES[policy]

@@ -3,8 +3,8 @@
 from tensorgen import te
 from tensorgen.dag import ComputeDAG
 from tensorgen.schedule.state import State
-from tensorgen.search.task import SearchTask
 from tensorgen.target import HardwareParams, Target
+from tensorgen.task import SearchTask
 from tensorgen.te import ops
 
 

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from tensorgen.build import build
+from tensorgen.cli.tune import parse_workload
 from tensorgen.dag import ComputeDAG
 from tensorgen.te.ops.suite import SUITE
-from tensorgen.tune import ABLATIONS, TuneError, ablation_policy, make_policy, make_task, tune
-from tensorgen.tune_cli import parse_workload
+from tensorgen.tuning.tune import ABLATIONS, TuneError, ablation_policy, make_policy, make_task, tune
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 torch = pytest.importorskip("torch")

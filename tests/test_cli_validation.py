@@ -9,7 +9,7 @@ import os
 import pytest
 
 from tensorgen.cli import main
-from tensorgen.cli_args import local_target, target_name
+from tensorgen.cli.args import local_target, target_name
 from tensorgen.target import Target, TargetError
 
 USABLE = len(os.sched_getaffinity(0))

@@ -33,7 +33,7 @@ from tensorgen.search.mutations import (
 from tensorgen.search.policy import state_key
 from tensorgen.search.sketch import generate_sketches
 from tensorgen.search.sketch_policy import SketchPolicy
-from tensorgen.search.task import SearchTask
+from tensorgen.task import SearchTask
 
 TASKS = {"gmm": gmm, "c2d_relu": c2d_relu}
 _CACHE: dict[str, tuple[SearchTask, list[State], list[State]]] = {}

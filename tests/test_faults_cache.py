@@ -17,7 +17,7 @@ from tensorgen.records.database import SQLiteDatabase
 from tensorgen.runtime import ArgSpec, Module
 from tensorgen.runtime.model import CompiledModel
 from tensorgen.te.ops.suite import make_gmm
-from tensorgen.tune import tune
+from tensorgen.tuning.tune import tune
 
 SCALE = "void scale(float* restrict x, float* restrict y) { for (int i = 0; i < 64; i++) y[i] = 3.0f * x[i]; }\n"
 

@@ -24,7 +24,7 @@ from tensorgen.measure.types import ErrorKind, MeasureInput
 from tensorgen.records import SQLiteDatabase
 from tensorgen.search.random_policy import RandomPolicy
 from tensorgen.te.ops.suite import make_gmm
-from tensorgen.tune import default_runner, make_task, tune
+from tensorgen.tuning.tune import default_runner, make_task, tune
 
 ROOT = Path(__file__).resolve().parents[1]
 TUNE = ["tune", "gmm", "--shape", "32,32,32", "--trials", "4", "--batch-size", "4", "--policy", "random"]

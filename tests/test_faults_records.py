@@ -27,8 +27,8 @@ from tensorgen.cli import main
 from tensorgen.measure.types import ErrorKind, MeasureResult
 from tensorgen.records import Record, SQLiteDatabase
 from tensorgen.schedule import State
-from tensorgen.search.task import SearchTask
 from tensorgen.target import HardwareParams, Target
+from tensorgen.task import SearchTask
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = "cpu -cores=2 -mcpu=x86-64"

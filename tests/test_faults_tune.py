@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tensorgen.tune import RETIMES
+from tensorgen.tuning.tune import RETIMES
 
 REPO = Path(__file__).resolve().parents[1]
 TUNE = [sys.executable, "-m", "tensorgen.cli", "tune", "gmm", "--shape", "64,64,64", "--batch-size", "4",

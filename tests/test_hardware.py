@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tensorgen import hardware
+from tensorgen.cli.hw import format_table, parse_overrides, register
 from tensorgen.errors import TensorgenError
 from tensorgen.hardware import (
     coerce_override,
@@ -29,7 +30,6 @@ from tensorgen.hardware import (
     save_measurement,
     simd_bytes_from_flags,
 )
-from tensorgen.hw_cli import format_table, parse_overrides, register
 
 REQUIRED_JSON_KEYS = {"peak_gflops", "bandwidth_gbs", "cores", "simd_bytes"}
 

@@ -15,7 +15,7 @@ from tensorgen.schedule.state import State
 from tensorgen.search.annotate import sample_initial_population
 from tensorgen.search.sketch import generate_sketches
 from tensorgen.te import ops
-from tensorgen.tune import make_task
+from tensorgen.tuning.tune import make_task
 
 
 def conv_task(constant: bool = True):
@@ -68,7 +68,7 @@ def test_only_constants_are_rewritten():
 
 
 def test_constant_marks_change_the_workload_and_survive_serialization():
-    from tensorgen.te.serialize import dag_from_json, dag_to_json
+    from tensorgen.dag_json import dag_from_json, dag_to_json
 
     a, b = conv_task(True).dag, conv_task(False).dag
     assert a.workload_key != b.workload_key

@@ -21,8 +21,8 @@ from tensorgen.measure.builder import KERNEL_NAME, LocalBuilder
 from tensorgen.measure.guard import ErrorGuard, TooManyErrors
 from tensorgen.measure.harness import HarnessConfig, arg_specs, harness_executable, run_harness
 from tensorgen.measure.runner import LocalRunner, compare_outputs
-from tensorgen.search.task import SearchTask
 from tensorgen.target import HardwareParams, Target
+from tensorgen.task import SearchTask
 
 AT_START = {
     "segfault": "*(volatile int*)0 = 0;",

@@ -9,8 +9,8 @@ from tensorgen.cli import main
 from tensorgen.dag import ComputeDAG
 from tensorgen.measure import ErrorKind, LocalBuilder, LocalRunner, MeasureInput
 from tensorgen.records import Record, SQLiteDatabase, apply_best
-from tensorgen.search.task import SearchTask
 from tensorgen.target import HardwareParams, Target
+from tensorgen.task import SearchTask
 
 
 def _matmul_task() -> SearchTask:

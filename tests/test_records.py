@@ -29,8 +29,8 @@ from tensorgen.records import (
     import_,
 )
 from tensorgen.schedule import State
-from tensorgen.search.task import SearchTask
 from tensorgen.target import HardwareParams, Target
+from tensorgen.task import SearchTask
 
 TARGET = "cpu -mcpu=x86-64 -cores=2"
 

@@ -19,7 +19,11 @@ from tensorgen.costmodel.xgb import XGBModel
 from tensorgen.dag import ComputeDAG
 from tensorgen.records import SQLiteDatabase
 from tensorgen.records.record import steps_hash
-from tensorgen.search.objectives import (
+from tensorgen.target import HardwareParams, Target
+from tensorgen.task import SearchTask
+from tensorgen.te import ops, placeholder
+from tensorgen.te.ops.suite import make_gmm
+from tensorgen.tuning.objectives import (
     EarlyStopping,
     GeoMeanSpeedup,
     LatencyRequirements,
@@ -30,19 +34,16 @@ from tensorgen.search.objectives import (
     similarity_tag,
     task_gradient,
 )
-from tensorgen.search.scheduler import (
+from tensorgen.tuning.scheduler import (
     ModelTasks,
     ProgressTable,
+    RoundTuner,
     SchedulerError,
     SchedulerProgress,
     TaskScheduler,
     format_table,
 )
-from tensorgen.search.task import SearchTask
-from tensorgen.target import HardwareParams, Target
-from tensorgen.te import ops, placeholder
-from tensorgen.te.ops.suite import make_gmm
-from tensorgen.tune import RETIMES
+from tensorgen.tuning.tune import RETIMES
 
 
 def gmm_task(n: int) -> SearchTask:
@@ -58,7 +59,7 @@ def relu_task(n: int) -> SearchTask:
 TASKS = [gmm_task(n) for n in (16, 18, 20, 22, 24)]
 
 
-class FakeTuner:
+class FakeTuner(RoundTuner):
     """Every trial of the task's r-th round costs `curve(r)` seconds; `limit` rounds, then nothing new."""
 
     def __init__(self, task: SearchTask, curve: Callable[[int], float], costs=(), limit: int | None = None):
@@ -395,7 +396,7 @@ def test_end_to_end_with_the_real_tuner_and_resume(tmp_path):
 
 def test_model_tuning_times_candidates_with_their_weights_evicted(monkeypatch):
     """A model's kernels find their weights in memory (the other kernels' weights were read in between)."""
-    import tensorgen.search.scheduler as scheduler
+    import tensorgen.tuning.scheduler as scheduler
 
     class Seen(Exception):
         pass

@@ -21,7 +21,7 @@ from tensorgen.search.rules import DEFAULT_RULES, Cond, SketchRule, register_rul
 from tensorgen.search.sketch import generate_sketches
 from tensorgen.search.skips import Skips
 from tensorgen.te.ops.suite import make_gmm
-from tensorgen.tune import make_task, tune
+from tensorgen.tuning.tune import make_task, tune
 
 SMALL = {"population": 64, "generations": 1, "init_population": 32, "workers": 1}
 
@@ -134,7 +134,7 @@ def test_failing_feature_extraction_falls_back_to_one_program_at_a_time(task):
 
 
 def test_tune_cli_summary_lists_the_skips(task):
-    from tensorgen.tune_cli import summary_table
+    from tensorgen.cli.tune import summary_table
 
     result = _tune(task, cost_model=BrokenModel(0))
     line = next(r for r in summary_table(result, "x.db").splitlines() if r.startswith("skipped"))

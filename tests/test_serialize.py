@@ -10,11 +10,11 @@ import pytest
 from tensorgen import te
 from tensorgen.codegen.c import render_c
 from tensorgen.dag import ComputeDAG
+from tensorgen.dag_json import DAG_FORMAT, DagFormatError, DagVersionError, dag_from_json, dag_to_json
 from tensorgen.schedule import State
 from tensorgen.schedule.lower import lower
 from tensorgen.te import ops
 from tensorgen.te.ops import SUITE
-from tensorgen.te.serialize import DAG_FORMAT, DagFormatError, DagVersionError, dag_from_json, dag_to_json
 
 
 def roundtrip(dag: ComputeDAG) -> ComputeDAG:

@@ -28,7 +28,7 @@ from tensorgen.search.rules import (
     unregister_rule,
 )
 from tensorgen.search.sketch import generate_sketches
-from tensorgen.search.task import SearchTask
+from tensorgen.task import SearchTask
 
 
 def kinds(state: State) -> list[type]:
@@ -294,7 +294,7 @@ def test_const_tensor_axes_are_unrolled_innermost():
     from tensorgen import te
     from tensorgen.schedule.steps import AnnotationStep, ReorderStep
     from tensorgen.search.rules import CONST_TENSOR_INDICES
-    from tensorgen.tune import make_task
+    from tensorgen.tuning.tune import make_task
 
     bt = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.float32)
     b = _const_matrix(bt.T.copy(), "B")

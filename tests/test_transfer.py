@@ -89,7 +89,7 @@ def test_offered_programs_are_measured_first_and_once():
 def test_scheduler_offers_the_best_program_of_a_similar_task():
     from test_scheduler import FakeTuner
 
-    from tensorgen.search.scheduler import TaskScheduler
+    from tensorgen.tuning.scheduler import TaskScheduler
 
     tasks = [c2d_relu(8, 16, 32), c2d_relu(14, 8, 24), make_task(*ops.make_gmm(16, 16, 16))]
     best = sample_initial_population(tasks[0], generate_sketches(tasks[0]), 1, np.random.default_rng(4))[0]

@@ -11,14 +11,14 @@ import pytest
 
 from tensorgen.build import build
 from tensorgen.cli import main as cli
+from tensorgen.cli.tune import ProgressLine
 from tensorgen.dag import ComputeDAG
 from tensorgen.measure import LocalBuilder, LocalRunner
 from tensorgen.records import SQLiteDatabase
 from tensorgen.records.record import program_cost
 from tensorgen.search.random_policy import RandomPolicy
 from tensorgen.te.ops.suite import make_gmm
-from tensorgen.tune import TuneError, TuneProgress, make_task, tune
-from tensorgen.tune_cli import ProgressLine
+from tensorgen.tuning.tune import TuneError, TuneProgress, make_task, tune
 
 FAST = dict(policy="random", batch_size=8, build_timeout=20.0, run_timeout=5.0)
 

@@ -17,8 +17,7 @@ from tensorgen.codegen.rebase import allocates, encloses_micro_kernel, invariant
 from tensorgen.codegen.vector import VectorEmitter, iterations_independent
 from tensorgen.loopir.nodes import Allocate, Buffer, BufLoad, For, If, PrimFunc, Seq, Stmt, Store
 from tensorgen.loopir.simplify import Ranges, bound
-from tensorgen.te.expr import BinOp, Call, Cast, Cmp, Const, Expr, Logic, Select, Var, is_float
-from tensorgen.te.printer import infix
+from tensorgen.te.expr import BinOp, Call, Cast, Cmp, Const, Expr, Logic, Select, Var, infix, is_float
 
 CTYPES = {"float32": "float", "float64": "double", "int32": "int32_t", "int64": "int64_t",
           "float16": "_Float16", "bool": "int"}

@@ -11,15 +11,12 @@ falls back to a scalar loop under `#pragma omp simd`, which the compiler vectori
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tensorgen.codegen.toolchain import has_vector_math
-from tensorgen.loopir.nodes import BufLoad, For, Seq, Store
-from tensorgen.loopir.simplify import linear, simplify
+from tensorgen.loopir.nodes import Buffer, BufLoad, For, Seq, Stmt, Store
+from tensorgen.loopir.simplify import Ranges, linear, simplify
 from tensorgen.te.expr import DTYPE_BYTES, BinOp, Call, Const, Expr, Select, Var, free_vars, substitute
-
-if TYPE_CHECKING:
-    from tensorgen.codegen.c import _CWriter
 
 VECTOR_DTYPES = {"float32": "float", "float64": "double"}
 _OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
@@ -27,8 +24,22 @@ _VECTOR_MATH = ("exp", "log", "erf", "tanh")  # libmvec's: exp, log from glibc 2
 _ISA = {16: "b", 32: "d", 64: "e"}  # x86-64 vector-function ABI letter by vector width
 
 
+class LoopWriter(Protocol):
+    """What the vector emitter uses of the C writer it writes for (codegen.c)."""
+
+    names: dict[Var, str]  # the C name of each loop variable in scope
+    taken: set[str]
+    ranges: Ranges
+
+    def line(self, depth: int, text: str) -> None: ...
+    def emit(self, s: Stmt, depth: int) -> None: ...
+    def var_name(self, v: Var) -> str: ...
+    def expr(self, e: Expr) -> str: ...
+    def ref(self, buf: Buffer, index: Expr) -> str: ...
+
+
 class VectorEmitter:
-    def __init__(self, writer: _CWriter, simd_bytes: int):
+    def __init__(self, writer: LoopWriter, simd_bytes: int):
         self.w = writer
         self.simd_bytes = simd_bytes
         self.used: set[tuple[str, int]] = set()

@@ -12,12 +12,21 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["CostModel", "RandomModel", "is_informative", "normalize_throughput", "pack_features"]
+__all__ = ["CostModel", "RandomModel", "normalize_throughput", "pack_features"]
 
 
 @runtime_checkable
 class CostModel(Protocol):
-    """What the search needs from a cost model: learn from measurements, rank candidates, persist."""
+    """What the search needs from a cost model: learn from measurements, rank candidates, persist.
+
+    Made by a factory registered in tensorgen.tuning.registry.COST_MODELS, called as `factory(seed=...)`.
+    Subclass this protocol to inherit the default of `trained`."""
+
+    @property
+    def trained(self) -> bool:
+        """Whether the scores carry information yet: while they are random the search samples instead of
+        evolving against noise, as TVM's SketchPolicy does with a random model. The default: always."""
+        return True
 
     def update(self, features: list[np.ndarray], throughputs: np.ndarray, groups: np.ndarray | None = None) -> None:
         """Add measured programs (throughput = flop / seconds; 0 for failures); ``groups`` are task ids."""
@@ -30,12 +39,6 @@ class CostModel(Protocol):
     def save(self, path: str | os.PathLike) -> None: ...
 
     def load(self, path: str | os.PathLike) -> None: ...
-
-
-def is_informative(model: object) -> bool:
-    """Whether `model`'s scores carry information (optional attribute `trained`, default True): the
-    search skips evolution while they are random, as TVM's SketchPolicy does with a random model."""
-    return bool(getattr(model, "trained", True))
 
 
 def normalize_throughput(throughputs: np.ndarray, groups: np.ndarray | None = None) -> np.ndarray:
@@ -81,7 +84,7 @@ def pack_features(features: list[np.ndarray], n_features: int | None = None) -> 
     return rows, np.repeat(np.arange(len(arrays)), counts)
 
 
-class RandomModel:
+class RandomModel(CostModel):
     """Uniform random scores: the zero-information baseline and the search's cold start."""
 
     trained = False  # the search samples instead of evolving against noise

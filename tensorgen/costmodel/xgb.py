@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import xgboost as xgb
 
-from tensorgen.costmodel.base import normalize_throughput, pack_features
+from tensorgen.costmodel.base import CostModel, normalize_throughput, pack_features
 
 __all__ = ["XGBModel", "pack_sum_loss", "pack_sum_objective", "pack_sum_predict"]
 
@@ -45,7 +45,7 @@ def pack_sum_objective(
     return (w * r)[program_ids], np.asarray(w, dtype=np.float64)[program_ids]
 
 
-class XGBModel:
+class XGBModel(CostModel):
     """Pack-sum XGBoost cost model; random (seeded) scores until ``min_samples`` programs have been measured."""
 
     def __init__(

@@ -26,10 +26,9 @@ from tensorgen.features.statement import OP_COLUMN, Statement, count_ops, ir_sta
 from tensorgen.loopir.nodes import Buffer, row_major
 from tensorgen.loopir.simplify import linear
 from tensorgen.schedule.lower import LOOP_KINDS, check_complete, expand_inlined, lower
-from tensorgen.schedule.relations import derive
+from tensorgen.schedule.relations import derive, split_radices
 from tensorgen.schedule.stage import Fuse, Split, Stage
 from tensorgen.schedule.state import State
-from tensorgen.schedule.steps import split_radices
 from tensorgen.te.expr import BinOp, Const, Load, Reduce, binop, walk
 from tensorgen.te.tensor import identity_element
 

@@ -65,6 +65,11 @@ class Graph:
     values: dict[str, Value]
     constants: dict[str, np.ndarray] = field(default_factory=dict)
 
+    def copy(self) -> Graph:
+        """A graph a pass may change without changing this one (nodes and values are shared, not copied)."""
+        return Graph(self.name, list(self.inputs), list(self.outputs), list(self.nodes), dict(self.values),
+                     dict(self.constants))
+
     def value(self, name: str) -> Value:
         try:
             return self.values[name]

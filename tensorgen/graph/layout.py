@@ -28,7 +28,7 @@ import numpy as np
 from tensorgen.graph.ir import Graph, Node, Value
 from tensorgen.graph.onnx_normalize import add_constant
 from tensorgen.graph.ops import op_kind
-from tensorgen.graph.passes import _copy, eliminate_dead_code, remove_noops, simplify_reshapes
+from tensorgen.graph.passes import eliminate_dead_code, remove_noops, simplify_reshapes
 from tensorgen.te.ops.conv import gathers, plain_transpose
 
 #: the layout attribute a channels-last Conv carries, by spatial rank
@@ -51,7 +51,7 @@ def _layout_free(node: Node) -> bool:
 
 class _Rewriter:
     def __init__(self, graph: Graph):
-        self.g = _copy(graph)
+        self.g = graph.copy()
         self.last: dict[str, str] = {}  # channels-first value -> its channels-last twin
         self.nodes: list[Node] = []
 

@@ -14,7 +14,7 @@ from tensorgen.graph.ir import Node
 from tensorgen.graph.ops_base import FLOATS, NUMERIC, Args, broadcast_load, lowering, operand
 from tensorgen.te import expr as E
 from tensorgen.te.ops import batch_norm, broadcast_shape
-from tensorgen.te.ops._common import BROADCAST, ELEMWISE
+from tensorgen.te.ops.common import BROADCAST, ELEMWISE
 from tensorgen.te.tensor import Tensor, compute
 
 Unary = Callable[[E.Expr, Args], E.Expr]

@@ -13,7 +13,7 @@ from tensorgen.graph.ir import Node
 from tensorgen.graph.ops_base import FLOATS, Args, broadcast_index, lowering, operand
 from tensorgen.te import expr as E
 from tensorgen.te.ops import broadcast_shape, matmul
-from tensorgen.te.ops._common import BATCH_MATMUL, BROADCAST, CONV1D, CONV2D, CONV3D, INJECTIVE, MATMUL, named, offset
+from tensorgen.te.ops.common import BATCH_MATMUL, BROADCAST, CONV1D, CONV2D, CONV3D, INJECTIVE, MATMUL, named, offset
 from tensorgen.te.ops.conv import conv2d_transpose, conv2d_transpose_col2im, conv_nd, gathers, plain_transpose
 from tensorgen.te.tensor import Tensor, compute, reduce_axis
 from tensorgen.te.tensor import sum as te_sum

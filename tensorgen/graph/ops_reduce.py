@@ -12,8 +12,8 @@ from tensorgen.graph.ir import Node
 from tensorgen.graph.ops_base import FLOATS, Args, broadcast_load, lowering
 from tensorgen.te import expr as E
 from tensorgen.te.ops import reduce_mean, reduce_sum, softmax
-from tensorgen.te.ops._common import BROADCAST, ELEMWISE, FLOAT_LOWEST, POOL, REDUCE, named, offset, scaled
-from tensorgen.te.ops.conv import _join, _split
+from tensorgen.te.ops.common import BROADCAST, ELEMWISE, FLOAT_LOWEST, POOL, REDUCE, named, offset, scaled
+from tensorgen.te.ops.conv import join_nc, split_nc
 from tensorgen.te.ops.transform import pad
 from tensorgen.te.tensor import Tensor, compute, reduce_axis
 from tensorgen.te.tensor import max as te_max
@@ -33,10 +33,10 @@ class _Layout:
 
     def split(self, idx: Sequence) -> tuple:
         """(n, c, spatial) of an index in this layout."""
-        return _split(idx, self.last)
+        return split_nc(idx, self.last)
 
     def join(self, n, c, sp: Sequence) -> tuple:
-        return _join(n, c, sp, self.last)
+        return join_nc(n, c, sp, self.last)
 
 
 class _Window:

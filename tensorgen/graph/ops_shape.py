@@ -16,7 +16,7 @@ from tensorgen.graph.ir import Node
 from tensorgen.graph.ops_base import NUMERIC, Args, broadcast_load, lowering
 from tensorgen.te import expr as E
 from tensorgen.te.ops import broadcast_shape, concatenate, reshape, transpose
-from tensorgen.te.ops._common import INJECTIVE, offset
+from tensorgen.te.ops.common import INJECTIVE, offset
 from tensorgen.te.tensor import Tensor, compute
 
 

@@ -22,11 +22,6 @@ IDENTITY_OPS = frozenset({"Identity", "Dropout"})
 RESHAPE_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
 
 
-def _copy(graph: Graph) -> Graph:
-    return Graph(graph.name, list(graph.inputs), list(graph.outputs), list(graph.nodes), dict(graph.values),
-                 dict(graph.constants))
-
-
 def _pruned(g: Graph) -> Graph:
     """`g` without the values and constants that nothing refers to any more."""
     live = {*g.inputs, *g.outputs, *(x for n in g.nodes for x in (*n.inputs, *n.outputs) if x)}
@@ -37,7 +32,7 @@ def _pruned(g: Graph) -> Graph:
 
 def fold_constants(graph: Graph) -> Graph:
     """Evaluate (with onnx.reference) every node whose inputs are all constants; its outputs become constants."""
-    g = _copy(graph)
+    g = graph.copy()
     kept = []
     for node in g.nodes:
         if any(x and x not in g.constants for x in node.inputs):
@@ -59,7 +54,7 @@ def remove_identities(graph: Graph) -> Graph:
     one, so the producer of an Identity that feeds a graph output is renamed to write that output.
     An Identity between two such names (an input passed straight to an output) stays.
     """
-    g = _copy(graph)
+    g = graph.copy()
     pinned = {*g.inputs, *g.outputs, *g.constants}
     parent: dict[str, str] = {}
 
@@ -88,7 +83,7 @@ def _renamed(node: Node, find: Callable[[str], str]) -> Node:
 
 def eliminate_dead_code(graph: Graph) -> Graph:
     """Drop nodes none of whose outputs reach a graph output."""
-    g = _copy(graph)
+    g = graph.copy()
     needed, kept = set(g.outputs), []
     for node in reversed(g.nodes):
         if needed.intersection(node.outputs):
@@ -193,7 +188,7 @@ def fold_batch_norm(graph: Graph) -> Graph:
     """Fold inference BatchNormalization into the Conv / ConvTranspose / Gemm / MatMul(+Add) with constant weights that
     produces its input, when nothing else reads that input: weights and bias are rescaled at compile
     time. Other BatchNormalizations stay (the lowering computes them element-wise)."""
-    g = _copy(graph)
+    g = graph.copy()
     for bn in [n for n in g.nodes if n.op == "BatchNormalization"]:
         stats = [_input_const(g, bn, i) for i in range(1, 5)]
         x = bn.inputs[0]
@@ -228,7 +223,7 @@ NOOPS: dict[str, Callable[[Graph, Node], bool]] = {
 def remove_noops(graph: Graph) -> Graph:
     """Remove the nodes NOOPS recognizes (a reshape to the same shape, an identity permutation, ...),
     like Identity nodes (see remove_identities)."""
-    g = _copy(graph)
+    g = graph.copy()
     g.nodes = [Node("Identity", n.name, [n.inputs[0]], list(n.outputs)) if n.op in NOOPS and NOOPS[n.op](g, n) else n
                for n in g.nodes]
     return remove_identities(g)
@@ -238,7 +233,7 @@ def simplify_reshapes(graph: Graph) -> Graph:
     """Collapse chains of reshape-like ops into one Reshape and of Transposes into one Transpose: the
     last node of a chain reads the chain's input directly. Earlier members that nothing else reads are
     left for eliminate_dead_code, and a chain that ends where it began for remove_noops."""
-    g = _copy(graph)
+    g = graph.copy()
     producer: dict[str, Node] = {}
     nodes = []
     for node in g.nodes:

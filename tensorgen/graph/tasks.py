@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from tensorgen.graph.fusion import Partition, partition
 from tensorgen.graph.ir import Graph
 from tensorgen.hardware import hardware_for
-from tensorgen.search.task import SearchTask
 from tensorgen.target import HardwareParams, Target
+from tensorgen.task import SearchTask
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from tensorgen.measure.harness import (
 from tensorgen.measure.types import BuildResult, ErrorKind, MeasureInput, MeasureResult
 from tensorgen.schedule.lower import lower
 from tensorgen.schedule.state import State
-from tensorgen.search.task import SearchTask
+from tensorgen.task import SearchTask
 from tensorgen.te.expr import Reduce
 
 _STDERR_TAIL = 2000

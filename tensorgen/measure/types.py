@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from tensorgen.schedule.layout_rewrite import LayoutRewrite
 from tensorgen.schedule.state import State
-from tensorgen.search.task import SearchTask
+from tensorgen.task import SearchTask
 
 
 class ErrorKind(str, enum.Enum):

@@ -10,15 +10,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from tensorgen import __version__
 from tensorgen.dag import ComputeDAG
-from tensorgen.errors import TensorgenError
-from tensorgen.measure.types import ErrorKind, MeasureResult
-from tensorgen.schedule.state import State
-from tensorgen.schedule.steps import Step
-from tensorgen.search.task import SearchTask
-from tensorgen.target import HardwareParams, Target
-from tensorgen.te.serialize import (
+from tensorgen.dag_json import (
     DagFormatError,
     DagVersionError,
     dag_from_json,
@@ -26,6 +19,13 @@ from tensorgen.te.serialize import (
     decode_float,
     encode_float,
 )
+from tensorgen.errors import TensorgenError
+from tensorgen.measure.types import ErrorKind, MeasureResult
+from tensorgen.schedule.state import State
+from tensorgen.schedule.steps import Step
+from tensorgen.target import HardwareParams, Target
+from tensorgen.task import SearchTask
+from tensorgen.version import __version__
 
 RECORD_FORMAT = 1
 

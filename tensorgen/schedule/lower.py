@@ -4,6 +4,7 @@ inlined stages substituted, reductions split into init and update, guards where 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tensorgen.errors import LoweringError
 from tensorgen.loopir.nodes import Allocate, Buffer, BufLoad, For, If, PrimFunc, Stmt, Store, row_major, seq
@@ -11,9 +12,11 @@ from tensorgen.loopir.simplify import Ranges, SimplifyCache, bound, prove, simpl
 from tensorgen.schedule.bound import Interval, interval, union
 from tensorgen.schedule.relations import derive
 from tensorgen.schedule.stage import GPU_ANNOTATIONS, Stage
-from tensorgen.schedule.state import State
 from tensorgen.te.expr import Expr, Load, Reduce, Var, all_of, binop, const, substitute, transform, walk
 from tensorgen.te.tensor import identity_element
+
+if TYPE_CHECKING:
+    from tensorgen.schedule.state import State
 
 LOOP_KINDS = {"none": "serial", "parallel": "parallel", "vectorize": "vectorize", "unroll": "unroll"}
 

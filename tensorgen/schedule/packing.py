@@ -21,16 +21,16 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from tensorgen.errors import ScheduleError
+from tensorgen.schedule.relations import split_radices
 from tensorgen.schedule.stage import Fuse, Split, Stage, make_stage
 from tensorgen.schedule.steps import (
     Step,
-    _call,
-    _compute_stage,
-    _stage,
-    _unique_stage_name,
-    _with_body,
+    call_line,
+    compute_stage,
     register_step,
-    split_radices,
+    stage_at,
+    unique_stage_name,
+    with_body,
 )
 from tensorgen.te.expr import Expr, Load, Var, const, transform, walk
 from tensorgen.te.tensor import Tensor
@@ -179,7 +179,7 @@ def _packed_tensors(t: Tensor, reader: Tensor, layout: LayoutRewrite, name: str)
     packed = Tensor(layout.new_shape, t.dtype, name, axes, Load(t, layout.source_index(axes), t.dtype), "injective")
     body = transform(reader.body, lambda n: Load(packed, layout.index(n.indices), n.dtype)
                      if isinstance(n, Load) and n.tensor.name == t.name else None)
-    new_reader = _with_body(reader, reader.axes, body)
+    new_reader = with_body(reader, reader.axes, body)
     if len(_PACKED) > 4096:
         _PACKED.clear()
     _PACKED[key] = (t, reader, packed, new_reader)
@@ -199,20 +199,20 @@ class PackLayoutStep(Step):
     reader_stage_id: int
 
     def apply(self, state: State) -> tuple[Stage, ...]:
-        st = _stage(state, self.stage_id)
+        st = stage_at(state, self.stage_id)
         if st.location == "inline":
             raise ScheduleError(f"pack_layout: {st.name} is inlined")
-        reader = _compute_stage(state, self.reader_stage_id, "pack_layout reader")
+        reader = compute_stage(state, self.reader_stage_id, "pack_layout reader")
         if state.consumers(st.name) != [reader.name]:
             raise ScheduleError(f"pack_layout of {st.name}: {reader.name} must be its only reader")
         t = st.tensor
         layout = tile_layout(reader, t, every_level=True) \
             or LayoutRewrite(t.name, t.shape, tuple((d, 1, n) for d, n in enumerate(t.shape)))  # its own
-        packed, new_reader = _packed_tensors(t, reader.tensor, layout, _unique_stage_name(state, f"{t.name}_packed"))
+        packed, new_reader = _packed_tensors(t, reader.tensor, layout, unique_stage_name(state, f"{t.name}_packed"))
         stages = list(state.stages)
         stages[self.reader_stage_id] = reader.with_(tensor=new_reader, body_text=str(new_reader.body))
         stages.insert(self.stage_id + 1, make_stage(packed))
         return tuple(stages)
 
     def to_python(self, state: State) -> str:
-        return _call("pack_layout", state.stages[self.stage_id].name, state.stages[self.reader_stage_id].name)
+        return call_line("pack_layout", state.stages[self.stage_id].name, state.stages[self.reader_stage_id].name)

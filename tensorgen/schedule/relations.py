@@ -16,14 +16,34 @@ class Derived:
     covered: dict[str, int]  # how far each value may reach (> extent for non-divisible splits)
 
 
+def split_radices(extent: int | None, lengths: tuple[int | None, ...], inner_to_outer: bool) -> list[int | None]:
+    """Place values of a split's loops, outermost first (the free part is ceil-divided): a loop advances
+    the parent by the product of the radices inside it."""
+    known = None not in lengths and extent is not None
+    rest = math.ceil(extent / math.prod(lengths)) if known else None
+    return [rest, *lengths] if inner_to_outer else [*lengths, rest]
+
+
+def split_extents(extent: int | None, lengths: tuple[int | None, ...], inner_to_outer: bool) -> list[int | None]:
+    """Loop extents of a split, outermost first: the radices, except that a loop never runs past what
+    the parent needs — a stage computed inside a consumer's inner tile covers less than the product
+    of its split factors, and its outer tile loops then shrink to 1 instead of running guarded."""
+    radices = split_radices(extent, lengths, inner_to_outer)
+    if None in radices or not inner_to_outer:
+        return radices
+    out, stride = [], 1
+    for r in reversed(radices):
+        out.append(min(r, math.ceil(extent / stride)))
+        stride *= r
+    return out[::-1]
+
+
 def derive(stage: Stage, root_extents: dict[str, int], leaf_values: dict[str, Expr]) -> Derived:
     """Extents of all loops given the root extents, and root values given the leaf values.
 
     Root extents differ from the tensor shape when bound inference shrinks a stage computed at a
     consumer's loop; the split factors stay, the outer extents shrink.
     """
-    from tensorgen.schedule.steps import split_extents, split_radices
-
     extents: dict[str, int | None] = dict(root_extents)
     for rel in stage.relations:
         if isinstance(rel, Split):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from tensorgen.errors import ScheduleError
 from tensorgen.memo import by_identity
-from tensorgen.schedule.relations import derive
+from tensorgen.schedule.relations import derive, split_extents
 from tensorgen.schedule.stage import ANNOTATIONS, Fuse, Iterator, Split, Stage, make_stage
 from tensorgen.te.expr import Load, Reduce, Var, all_of, substitute, transform
 from tensorgen.te.tensor import Tensor
@@ -54,14 +54,16 @@ class Step:
         raise NotImplementedError
 
 
-def _stage(state: State, stage_id: int) -> Stage:
+def stage_at(state: State, stage_id: int) -> Stage:
+    """The stage `stage_id` of `state`; ScheduleError when there is none."""
     if not isinstance(stage_id, int) or not 0 <= stage_id < len(state.stages):
         raise ScheduleError(f"no stage with index {stage_id} (the state has {len(state.stages)} stages)")
     return state.stages[stage_id]
 
 
-def _compute_stage(state: State, stage_id: int, what: str) -> Stage:
-    st = _stage(state, stage_id)
+def compute_stage(state: State, stage_id: int, what: str) -> Stage:
+    """The stage `stage_id`, which must have loops of its own (`what`: the step asking, for the error)."""
+    st = stage_at(state, stage_id)
     if st.is_placeholder:
         raise ScheduleError(f"{what}: {st.name} is an input placeholder and has no loops to transform")
     if st.location == "inline":
@@ -85,7 +87,7 @@ def _reattach(stages: tuple[Stage, ...], stage: str, old: tuple[str, ...], new: 
     return stages if out is None else tuple(out)
 
 
-def _call(method: str, *args) -> str:
+def call_line(method: str, *args) -> str:
     """One line of the printed program: `s.method(arg, ...)` with Python literals."""
     return f"s.{method}({', '.join(repr(list(a) if isinstance(a, tuple) else a) for a in args)})"
 
@@ -99,28 +101,6 @@ def _names(state: State, stage_id: int, iter_id: int) -> tuple[str, str]:
 # loop transformations
 
 
-def split_radices(extent: int | None, lengths: tuple[int | None, ...], inner_to_outer: bool) -> list[int | None]:
-    """Place values of a split's loops, outermost first (the free part is ceil-divided): a loop advances
-    the parent by the product of the radices inside it."""
-    known = None not in lengths and extent is not None
-    rest = math.ceil(extent / math.prod(lengths)) if known else None
-    return [rest, *lengths] if inner_to_outer else [*lengths, rest]
-
-
-def split_extents(extent: int | None, lengths: tuple[int | None, ...], inner_to_outer: bool) -> list[int | None]:
-    """Loop extents of a split, outermost first: the radices, except that a loop never runs past what
-    the parent needs — a stage computed inside a consumer's inner tile covers less than the product
-    of its split factors, and its outer tile loops then shrink to 1 instead of running guarded."""
-    radices = split_radices(extent, lengths, inner_to_outer)
-    if None in radices or not inner_to_outer:
-        return radices
-    out, stride = [], 1
-    for r in reversed(radices):
-        out.append(min(r, math.ceil(extent / stride)))
-        stride *= r
-    return out[::-1]
-
-
 @register_step
 @dataclass(frozen=True)
 class SplitStep(Step):
@@ -131,12 +111,12 @@ class SplitStep(Step):
     inner_to_outer: bool = True
 
     def apply(self, state: State) -> tuple[Stage, ...]:
-        st = _compute_stage(state, self.stage_id, "split")
+        st = compute_stage(state, self.stage_id, "split")
         idx = st.iter_index(self.iter_id)
         return _do_split(state.stages, self.stage_id, st, idx, tuple(self.lengths), self.inner_to_outer)
 
     def to_python(self, state: State) -> str:
-        line = _call("split", *_names(state, self.stage_id, self.iter_id), self.lengths)
+        line = call_line("split", *_names(state, self.stage_id, self.iter_id), self.lengths)
         return line if self.inner_to_outer else line[:-1] + ", inner_to_outer=False)"
 
 
@@ -187,12 +167,12 @@ class FollowSplitStep(Step):
     n_split: int
 
     def apply(self, state: State) -> tuple[Stage, ...]:
-        st = _compute_stage(state, self.stage_id, "follow_split")
+        st = compute_stage(state, self.stage_id, "follow_split")
         lengths = _follow_lengths(state, self.src_step_id, self.n_split)
         return _do_split(state.stages, self.stage_id, st, st.iter_index(self.iter_id), lengths, True)
 
     def to_python(self, state: State) -> str:
-        return _call("follow_split", *_names(state, self.stage_id, self.iter_id), self.src_step_id, self.n_split)
+        return call_line("follow_split", *_names(state, self.stage_id, self.iter_id), self.src_step_id, self.n_split)
 
 
 @register_step
@@ -207,7 +187,7 @@ class FollowFusedSplitStep(Step):
     factor_or_nparts: bool
 
     def apply(self, state: State) -> tuple[Stage, ...]:
-        st = _compute_stage(state, self.stage_id, "follow_fused_split")
+        st = compute_stage(state, self.stage_id, "follow_fused_split")
         length: int | None = 1
         for sid in self.src_step_ids:
             src = _split_step(state, sid)
@@ -219,7 +199,7 @@ class FollowFusedSplitStep(Step):
         return _do_split(state.stages, self.stage_id, st, idx, (length,), self.factor_or_nparts)
 
     def to_python(self, state: State) -> str:
-        return _call("follow_fused_split", *_names(state, self.stage_id, self.iter_id), self.src_step_ids,
+        return call_line("follow_fused_split", *_names(state, self.stage_id, self.iter_id), self.src_step_ids,
                      self.level, self.factor_or_nparts)
 
 
@@ -230,7 +210,7 @@ class FuseStep(Step):
     iter_ids: tuple[int, ...]
 
     def apply(self, state: State) -> tuple[Stage, ...]:
-        st = _compute_stage(state, self.stage_id, "fuse")
+        st = compute_stage(state, self.stage_id, "fuse")
         ids = [st.iter_index(i) for i in self.iter_ids]
         if len(ids) < 2:
             raise ScheduleError(f"fuse on stage {st.name}: give at least two iterators")
@@ -255,7 +235,7 @@ class FuseStep(Step):
 
     def to_python(self, state: State) -> str:
         st = state.stages[self.stage_id]
-        return _call("fuse", st.name, [st.iters[i].name for i in self.iter_ids])
+        return call_line("fuse", st.name, [st.iters[i].name for i in self.iter_ids])
 
 
 @register_step
@@ -265,7 +245,7 @@ class ReorderStep(Step):
     after_ids: tuple[int, ...]
 
     def apply(self, state: State) -> tuple[Stage, ...]:
-        st = _compute_stage(state, self.stage_id, "reorder")
+        st = compute_stage(state, self.stage_id, "reorder")
         ids = [st.iter_index(i) for i in self.after_ids]
         if sorted(ids) != list(range(len(st.iters))):
             raise ScheduleError(
@@ -282,7 +262,7 @@ class ReorderStep(Step):
 
     def to_python(self, state: State) -> str:
         st = state.stages[self.stage_id]
-        return _call("reorder", st.name, [st.iters[i].name for i in self.after_ids])
+        return call_line("reorder", st.name, [st.iters[i].name for i in self.after_ids])
 
 
 @register_step
@@ -293,7 +273,7 @@ class AnnotationStep(Step):
     annotation: str
 
     def apply(self, state: State) -> tuple[Stage, ...]:
-        st = _compute_stage(state, self.stage_id, "annotate")
+        st = compute_stage(state, self.stage_id, "annotate")
         idx = st.iter_index(self.iter_id)
         it = st.iters[idx]
         ann = self.annotation
@@ -312,8 +292,8 @@ class AnnotationStep(Step):
     def to_python(self, state: State) -> str:
         names = _names(state, self.stage_id, self.iter_id)
         if self.annotation in ("parallel", "vectorize", "unroll"):
-            return _call(self.annotation, *names)
-        return _call("annotate", *names, self.annotation)
+            return call_line(self.annotation, *names)
+        return call_line("annotate", *names, self.annotation)
 
 
 @register_step
@@ -324,7 +304,7 @@ class PragmaStep(Step):
     pragma: str
 
     def apply(self, state: State) -> tuple[Stage, ...]:
-        st = _compute_stage(state, self.stage_id, "pragma")
+        st = compute_stage(state, self.stage_id, "pragma")
         st.iter_index(self.iter_id)
         key, _, value = self.pragma.partition("$")
         if key != "auto_unroll_max_step" or not value.isdigit():
@@ -332,7 +312,7 @@ class PragmaStep(Step):
         return _replace(state.stages, self.stage_id, st.with_(auto_unroll_max_step=int(value)))
 
     def to_python(self, state: State) -> str:
-        return _call("pragma", *_names(state, self.stage_id, self.iter_id), self.pragma)
+        return call_line("pragma", *_names(state, self.stage_id, self.iter_id), self.pragma)
 
 
 @register_step
@@ -344,7 +324,7 @@ class StorageAlignStep(Step):
     offset: int
 
     def apply(self, state: State) -> tuple[Stage, ...]:
-        st = _compute_stage(state, self.stage_id, "storage_align")
+        st = compute_stage(state, self.stage_id, "storage_align")
         it = st.iters[st.iter_index(self.iter_id)]
         spatial = st.root_names[: st.tensor.ndim]
         if it.name not in spatial:
@@ -358,7 +338,7 @@ class StorageAlignStep(Step):
         return _replace(state.stages, self.stage_id, st.with_(storage_align=aligned))
 
     def to_python(self, state: State) -> str:
-        return _call("storage_align", *_names(state, self.stage_id, self.iter_id), self.factor, self.offset)
+        return call_line("storage_align", *_names(state, self.stage_id, self.iter_id), self.factor, self.offset)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -373,8 +353,8 @@ class ComputeAtStep(Step):
     target_iter_id: int
 
     def apply(self, state: State) -> tuple[Stage, ...]:
-        st = _compute_stage(state, self.stage_id, "compute_at")
-        target = _compute_stage(state, self.target_stage_id, "compute_at target")
+        st = compute_stage(state, self.stage_id, "compute_at")
+        target = compute_stage(state, self.target_stage_id, "compute_at target")
         it = target.iters[target.iter_index(self.target_iter_id)]
         if state.dag.is_output(st.name):
             raise ScheduleError(f"compute_at: {st.name} is an output; its buffer must be written whole")
@@ -387,7 +367,7 @@ class ComputeAtStep(Step):
         return _replace(state.stages, self.stage_id, st.with_(location="at", attach=(target.name, it.name)))
 
     def to_python(self, state: State) -> str:
-        return _call("compute_at", state.stages[self.stage_id].name,
+        return call_line("compute_at", state.stages[self.stage_id].name,
                      *_names(state, self.target_stage_id, self.target_iter_id))
 
 
@@ -401,7 +381,7 @@ class ComputeInlineStep(Step):
     code: ClassVar[str] = "CI"
 
     def apply(self, state: State) -> tuple[Stage, ...]:
-        st = _compute_stage(state, self.stage_id, "compute_inline")
+        st = compute_stage(state, self.stage_id, "compute_inline")
         if isinstance(st.tensor.body, Reduce):
             raise ScheduleError(f"compute_inline: {st.name} is a reduction and cannot be inlined")
         if state.dag.is_output(st.name):
@@ -411,7 +391,7 @@ class ComputeInlineStep(Step):
         return _replace(state.stages, self.stage_id, st.with_(location="inline", attach=None))
 
     def to_python(self, state: State) -> str:
-        return _call("compute_inline", state.stages[self.stage_id].name)
+        return call_line("compute_inline", state.stages[self.stage_id].name)
 
 
 @register_step
@@ -420,20 +400,21 @@ class ComputeRootStep(Step):
     code: ClassVar[str] = "CR"
 
     def apply(self, state: State) -> tuple[Stage, ...]:
-        st = _stage(state, self.stage_id)
+        st = stage_at(state, self.stage_id)
         if st.is_placeholder:
             raise ScheduleError(f"compute_root: {st.name} is an input placeholder")
         return _replace(state.stages, self.stage_id, st.with_(location="root", attach=None))
 
     def to_python(self, state: State) -> str:
-        return _call("compute_root", state.stages[self.stage_id].name)
+        return call_line("compute_root", state.stages[self.stage_id].name)
 
 
 # ---------------------------------------------------------------------------------------------
 # steps that add stages
 
 
-def _unique_stage_name(state: State, base: str) -> str:
+def unique_stage_name(state: State, base: str) -> str:
+    """`base`, or `base` with the first number that makes it a name no stage of `state` has."""
     taken = {s.name for s in state.stages}
     name, n = base, 0
     while name in taken:
@@ -446,7 +427,8 @@ def _fresh_axes(t: Tensor) -> tuple[Var, ...]:
     return tuple(Var(a.name, a.dtype, a.extent) for a in t.axes)
 
 
-def _with_body(t: Tensor, axes: tuple[Var, ...], body) -> Tensor:
+def with_body(t: Tensor, axes: tuple[Var, ...], body) -> Tensor:
+    """`t` computing `body` over `axes`."""
     return Tensor(t.shape, body.dtype, t.name, axes, body, t.tag, t.attrs)
 
 
@@ -458,7 +440,7 @@ def _cache_write_tensors(t: Tensor, name: str) -> tuple[Tensor, Tensor]:
     cache_body = substitute(t.body, dict(zip(t.axes, cache_axes)))
     cache = Tensor(t.shape, t.dtype, name, cache_axes, cache_body, t.tag, dict(t.attrs))
     axes = _fresh_axes(t)
-    return cache, _with_body(t, axes, Load(cache, axes, t.dtype))
+    return cache, with_body(t, axes, Load(cache, axes, t.dtype))
 
 
 @register_step
@@ -471,11 +453,11 @@ class CacheWriteStep(Step):
     scope: str
 
     def apply(self, state: State) -> tuple[Stage, ...]:
-        st = _compute_stage(state, self.stage_id, "cache_write")
+        st = compute_stage(state, self.stage_id, "cache_write")
         if st.relations or st.iters != make_stage(st.tensor).iters:
             raise ScheduleError(f"cache_write on {st.name}: apply it before transforming the stage's loops")
         t = st.tensor
-        name = _unique_stage_name(state, f"{t.name}_{self.scope}")
+        name = unique_stage_name(state, f"{t.name}_{self.scope}")
         cache, copy = _cache_write_tensors(t, name)
         new_copy = make_stage(copy).with_(location=st.location, attach=st.attach)
         stages = state.stages[: self.stage_id] + (make_stage(cache), new_copy) + state.stages[self.stage_id + 1:]
@@ -483,7 +465,7 @@ class CacheWriteStep(Step):
         return tuple(s.with_(attach=(name, s.attach[1])) if s.attach and s.attach[0] == t.name else s for s in stages)
 
     def to_python(self, state: State) -> str:
-        return _call("cache_write", state.stages[self.stage_id].name, self.scope)
+        return call_line("cache_write", state.stages[self.stage_id].name, self.scope)
 
 
 @register_step
@@ -497,14 +479,14 @@ class CacheReadStep(Step):
     reader_stage_ids: tuple[int, ...]
 
     def apply(self, state: State) -> tuple[Stage, ...]:
-        st = _stage(state, self.stage_id)
+        st = stage_at(state, self.stage_id)
         if st.location == "inline":
             raise ScheduleError(f"cache_read: {st.name} is inlined")
-        readers = [_compute_stage(state, r, "cache_read reader") for r in self.reader_stage_ids]
+        readers = [compute_stage(state, r, "cache_read reader") for r in self.reader_stage_ids]
         if not readers:
             raise ScheduleError(f"cache_read of {st.name}: name at least one reader stage")
         t = st.tensor
-        name = _unique_stage_name(state, f"{t.name}_{self.scope}")
+        name = unique_stage_name(state, f"{t.name}_{self.scope}")
         axes = tuple(Var(f"ax{d}", "int32", e) for d, e in enumerate(t.shape))
         cache = Tensor(t.shape, t.dtype, name, axes, Load(t, axes, t.dtype), "injective")
         stages = list(state.stages)
@@ -515,13 +497,13 @@ class CacheReadStep(Step):
                 reader.tensor.body,
                 lambda n: Load(cache, n.indices, n.dtype) if isinstance(n, Load) and n.tensor.name == t.name else None,
             )
-            stages[rid] = reader.with_(tensor=_with_body(reader.tensor, reader.tensor.axes, body), body_text=str(body))
+            stages[rid] = reader.with_(tensor=with_body(reader.tensor, reader.tensor.axes, body), body_text=str(body))
         stages.insert(self.stage_id + 1, make_stage(cache))
         return tuple(stages)
 
     def to_python(self, state: State) -> str:
         readers = [state.stages[r].name for r in self.reader_stage_ids]
-        return _call("cache_read", state.stages[self.stage_id].name, self.scope, readers)
+        return call_line("cache_read", state.stages[self.stage_id].name, self.scope, readers)
 
 
 @register_step
@@ -535,7 +517,7 @@ class RfactorStep(Step):
     factor_iter_id: int
 
     def apply(self, state: State) -> tuple[Stage, ...]:
-        st = _compute_stage(state, self.stage_id, "rfactor")
+        st = compute_stage(state, self.stage_id, "rfactor")
         t = st.tensor
         body = t.body
         if not isinstance(body, Reduce):
@@ -566,7 +548,7 @@ class RfactorStep(Step):
             raise ScheduleError(f"rfactor on {st.name}: leave at least one reduce iterator in the rf stage")
         rf_body = Reduce(body.combiner, substitute(body.source, mapping), rf_reduce,
                          all_of(*conds) if conds else None, None, body.dtype)
-        name = _unique_stage_name(state, f"{t.name}_rf")
+        name = unique_stage_name(state, f"{t.name}_rf")
         shape = tuple(a.extent for a in rf_axes)
         rf = Tensor(shape, t.dtype, name, tuple(rf_axes), rf_body, t.tag, dict(t.attrs))
         axes = _fresh_axes(t)
@@ -574,12 +556,12 @@ class RfactorStep(Step):
         idx = list(axes)
         idx.insert(self.factor_iter_id, r)
         final_body = Reduce(body.combiner, Load(rf, tuple(idx), t.dtype), (r,), None, body.init, t.dtype)
-        final = _with_body(t, axes, final_body)
+        final = with_body(t, axes, final_body)
         new_final = make_stage(final).with_(location=st.location, attach=st.attach)
         if _attached_to(state.stages, st.name):
             raise ScheduleError(f"rfactor on {st.name}: stages are computed at it; rfactor first")
         return state.stages[: self.stage_id] + (make_stage(rf), new_final) + state.stages[self.stage_id + 1:]
 
     def to_python(self, state: State) -> str:
-        return _call("rfactor", *_names(state, self.stage_id, self.iter_id), self.factor_iter_id)
+        return call_line("rfactor", *_names(state, self.stage_id, self.iter_id), self.factor_iter_id)
 

@@ -26,8 +26,8 @@ from tensorgen.schedule.state import State
 from tensorgen.schedule.steps import RfactorStep, SplitStep, Step
 from tensorgen.search.rules import has_data_reuse, is_output, is_tiled
 from tensorgen.search.skips import Skips
-from tensorgen.search.task import SearchTask
 from tensorgen.target import HardwareParams
+from tensorgen.task import SearchTask
 from tensorgen.te.expr import Load, Reduce, Var, walk
 
 

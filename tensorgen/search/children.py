@@ -36,7 +36,7 @@ from tensorgen.search.crossover import crossover, match_sketch, step_owners
 from tensorgen.search.gc_relief import relax_worker_collections
 from tensorgen.search.mutations import Mutation, mutate
 from tensorgen.search.skips import Skips
-from tensorgen.search.task import SearchTask
+from tensorgen.task import SearchTask
 
 Steps = tuple[Step, ...]
 

@@ -10,7 +10,7 @@ import numpy as np
 from tensorgen.schedule.state import State
 from tensorgen.schedule.steps import SplitStep, Step
 from tensorgen.search.mutations import ANNOTATION_STEPS, LOCATION_STEPS, is_flexible, replay
-from tensorgen.search.task import SearchTask
+from tensorgen.task import SearchTask
 
 
 def _same_skeleton(sketch_step: Step, step: Step) -> bool:

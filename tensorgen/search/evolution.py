@@ -29,7 +29,7 @@ from tensorgen.search.mutations import DEFAULT_MUTATIONS, Mutation
 from tensorgen.search.policy import state_key
 from tensorgen.search.sketch import generate_sketches
 from tensorgen.search.skips import Skips
-from tensorgen.search.task import SearchTask
+from tensorgen.task import SearchTask
 
 # ---------------------------------------------------------------------------------------------
 # the search

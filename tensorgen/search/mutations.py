@@ -43,7 +43,7 @@ from tensorgen.search.annotate import (
 )
 from tensorgen.search.rules import has_data_reuse, is_output, is_tiled
 from tensorgen.search.skips import Skips
-from tensorgen.search.task import SearchTask
+from tensorgen.task import SearchTask
 from tensorgen.te.expr import Reduce
 
 LOCATION_STEPS = (ComputeAtStep, ComputeInlineStep, ComputeRootStep)

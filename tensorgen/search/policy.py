@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from tensorgen.measure.types import MeasureInput, MeasureResult
@@ -14,10 +15,22 @@ def state_key(state: State) -> str:
 
 
 class SearchPolicy(Protocol):
-    """One task's search. `next_batch` never returns a state already measured or proposed."""
+    """One task's search. `next_batch` never returns a state already measured or proposed.
+
+    Made by a factory registered in tensorgen.tuning.registry.POLICIES, called as
+    `factory(task, *, cost_model, seed, skips, **options)`. Subclass this protocol to inherit the defaults
+    of its optional methods (`offer`, `close`)."""
 
     def next_batch(self, n: int) -> list[State]: ...
 
     def update(self, inputs: list[MeasureInput], results: list[MeasureResult]) -> None:
         """Measured results (also those loaded from a database on resume)."""
         ...
+
+    def offer(self, states: Sequence[State]) -> None:
+        """Programs of this task made elsewhere (adapted from similar tasks' best, tensorgen.search.transfer),
+        before a round; the default ignores them."""
+
+    def close(self) -> None:
+        """Release what the policy holds between rounds (worker processes); it must still work afterwards.
+        The default holds nothing."""

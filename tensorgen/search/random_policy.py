@@ -11,25 +11,27 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from tensorgen.costmodel.base import CostModel
 from tensorgen.measure.types import MeasureInput, MeasureResult
 from tensorgen.schedule.state import State
 from tensorgen.search.annotate import AnnotationPolicy, sample_initial_population
-from tensorgen.search.policy import state_key
+from tensorgen.search.policy import SearchPolicy, state_key
 from tensorgen.search.sketch import generate_sketches
 from tensorgen.search.skips import Skips
-from tensorgen.search.task import SearchTask
+from tensorgen.task import SearchTask
 
 
-class RandomPolicy:
+class RandomPolicy(SearchPolicy):
     """Uniformly sampled complete programs of `task` (seeded: same seed, same sequence of batches).
 
     `patience` is how many consecutive sampling rounds may bring nothing new before `next_batch`
     gives up and returns fewer than asked: a small search space runs out, and an empty batch tells
-    the tuner so.
+    the tuner so. It learns nothing: `cost_model` (given to every registered policy) is not used.
     """
 
     def __init__(self, task: SearchTask, seed: int = 0, sketches: Sequence[State] | None = None,
-                 annotation: AnnotationPolicy | None = None, patience: int = 5, skips: Skips | None = None) -> None:
+                 annotation: AnnotationPolicy | None = None, patience: int = 5, skips: Skips | None = None,
+                 cost_model: CostModel | None = None) -> None:
         self.task = task
         self.seed = seed
         self.rng = np.random.default_rng(seed)

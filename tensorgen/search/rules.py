@@ -26,7 +26,7 @@ from tensorgen.schedule.state import State
 from tensorgen.te.expr import Load, Reduce, walk
 
 if TYPE_CHECKING:
-    from tensorgen.search.task import SearchTask
+    from tensorgen.task import SearchTask
 
 Derivation = tuple[State, int]
 

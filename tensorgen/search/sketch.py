@@ -16,7 +16,7 @@ from tensorgen.errors import ScheduleError
 from tensorgen.schedule.state import State
 from tensorgen.search.rules import DEFAULT_RULES, Cond, Derivation, SketchRule
 from tensorgen.search.skips import Skips
-from tensorgen.search.task import SearchTask
+from tensorgen.task import SearchTask
 
 
 def derive(task: SearchTask, state: State, i: int, rules: Sequence[SketchRule],

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tensorgen.costmodel.base import is_informative
 from tensorgen.costmodel.psa import StaticAnalyzer
+from tensorgen.costmodel.xgb import XGBModel
 from tensorgen.features.extractor import FeatureExtractor
 from tensorgen.measure.types import MeasureInput, MeasureResult
 from tensorgen.schedule.state import State
@@ -25,24 +25,13 @@ from tensorgen.search.annotate import AnnotationPolicy
 from tensorgen.search.evolution import EvolutionarySearch
 from tensorgen.search.gc_relief import fewer_collections
 from tensorgen.search.mutations import Mutation
-from tensorgen.search.policy import state_key
+from tensorgen.search.policy import SearchPolicy, state_key
 from tensorgen.search.sketch import generate_sketches
 from tensorgen.search.skips import Skips
-from tensorgen.search.task import SearchTask
+from tensorgen.task import SearchTask
 
 
-def default_cost_model(seed: int = 0):
-    """XGBoost (pack-sum) when xgboost is installed, else the random model."""
-    try:
-        from tensorgen.costmodel.xgb import XGBModel
-    except ImportError:
-        from tensorgen.costmodel.base import RandomModel
-
-        return RandomModel(seed)
-    return XGBModel(seed=seed)
-
-
-class SketchPolicy:
+class SketchPolicy(SearchPolicy):
     """Ansor's sketch policy for `task` (seeded: same seed and measurements, same batches).
 
     `population`/`generations` size the evolution; `init_population` (default min(population, 256))
@@ -63,7 +52,7 @@ class SketchPolicy:
         self.task = task
         self.seed = seed
         self.rng = np.random.default_rng(seed)
-        self.cost_model = cost_model if cost_model is not None else default_cost_model(seed)
+        self.cost_model = cost_model if cost_model is not None else XGBModel(seed=seed)
         self.extractor = extractor if extractor is not None else FeatureExtractor(task.hw)
         self.annotation = annotation or AnnotationPolicy()
         self.skips = skips if skips is not None else Skips()
@@ -135,7 +124,7 @@ class SketchPolicy:
             n_random = min(need, int(round(self.eps_greedy * need)))
             # random scores make evolution a costly shuffle: then the batch is random samples
             best = self.evolution.search(init + seeds, need, exclude=self.seen | keys) \
-                if is_informative(self.cost_model) else []
+                if self.cost_model.trained else []
             self._fresh(best, need - n_random, out, keys)
             order = self.rng.permutation(len(init))
             self._fresh([init[int(i)] for i in order], n - len(out), out, keys)  # eps-greedy share

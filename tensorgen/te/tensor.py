@@ -17,7 +17,7 @@ from tensorgen.te.expr import (
     Load,
     Reduce,
     Var,
-    _as_bool,
+    as_condition,
     as_expr,
     cast,
     check_dtype,
@@ -137,7 +137,7 @@ def _reduction(combiner: str):
             if not isinstance(a, Var) or not a.reduce:
                 raise TensorExprError(f"te.{combiner}: {a} is not a reduce_axis")
         src = as_expr(source)
-        cond = _as_bool(where) if where is not None else None
+        cond = as_condition(where) if where is not None else None
         init_e = cast(init, src.dtype) if init is not None else None
         return Reduce(combiner, src, axes, cond, init_e, src.dtype)
 

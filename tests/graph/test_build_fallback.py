@@ -23,8 +23,8 @@ from tensorgen.records import SQLiteDatabase
 from tensorgen.records.record import Record
 from tensorgen.runtime.model import CompiledModel
 from tensorgen.schedule.state import State
-from tensorgen.search.task import SearchTask
 from tensorgen.target import Target
+from tensorgen.task import SearchTask
 
 
 def _mlp() -> onnx.ModelProto:

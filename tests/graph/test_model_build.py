@@ -154,7 +154,7 @@ def _tiny_model() -> onnx.ModelProto:
 
 
 def test_tuned_records_are_used(tmp_path):
-    from tensorgen.tune import tune
+    from tensorgen.tuning.tune import tune
 
     proto = _tiny_model()
     db = SQLiteDatabase(tmp_path / "t.db")
@@ -174,7 +174,7 @@ def test_tuned_records_are_used(tmp_path):
 def test_tuned_conv_weights_are_repacked_at_build_time(tmp_path):
     """Records measured with a rewritten weight layout build with the weight repacked (Ansor §4.2)."""
     from tensorgen.schedule.layout_rewrite import plan_layout_rewrites
-    from tensorgen.tune import tune
+    from tensorgen.tuning.tune import tune
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 12, 12])
@@ -197,7 +197,7 @@ def test_tuned_conv_weights_are_repacked_at_build_time(tmp_path):
 def test_untuned_conv_gets_the_tuned_similar_conv_program(tmp_path):
     """A subgraph without a record is built with the best program of a tuned one of the same structure,
     adapted to its shapes (tensorgen.search.transfer) — and still matches ONNX Runtime."""
-    from tensorgen.tune import tune
+    from tensorgen.tuning.tune import tune
 
     rng = np.random.default_rng(0)
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])
@@ -368,7 +368,7 @@ def test_kernels_with_reordered_parallel_loops_match_onnxruntime(tmp_path, monke
     import tensorgen.graph.build as build
     from tensorgen.graph.align import digits, reorder
     from tensorgen.loopir.nodes import For, statements
-    from tensorgen.tune import tune
+    from tensorgen.tuning.tune import tune
 
     rng = np.random.default_rng(0)
 

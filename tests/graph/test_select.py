@@ -59,7 +59,7 @@ def test_the_best_single_rank_is_kept_when_the_mix_is_slower(monkeypatch):
 
 
 def test_in_model_selection_builds_with_the_chosen_records(tmp_path):
-    from tensorgen.tune import tune
+    from tensorgen.tuning.tune import tune
 
     proto = _two_layer_model()
     db = SQLiteDatabase(tmp_path / "t.db")
@@ -92,7 +92,7 @@ def test_zero_candidates_is_a_one_line_cli_error(tmp_path, capsys):
 
 
 def test_ranks_past_a_tasks_records_use_its_slowest(tmp_path):
-    from tensorgen.tune import tune
+    from tensorgen.tuning.tune import tune
 
     proto = _two_layer_model()
     db = SQLiteDatabase(tmp_path / "t.db")
@@ -108,7 +108,7 @@ def test_ranks_past_a_tasks_records_use_its_slowest(tmp_path):
 def test_candidates_put_each_thread_partition_first_then_the_rest_by_speed(tmp_path):
     from search_tasks import gmm
 
-    from tensorgen.tune import tune
+    from tensorgen.tuning.tune import tune
 
     task = gmm(64)
     db = SQLiteDatabase(tmp_path / "t.db")

@@ -7,7 +7,7 @@ Everything has static integer shapes, float32 unless the inputs say otherwise, a
 Layout-taking ops default to channels-last (NWC / NHWC / NDHWC), like Ansor's CPU benchmarks.
 """
 
-from tensorgen.te.ops._common import (
+from tensorgen.te.ops.common import (
     BATCH_MATMUL,
     BROADCAST,
     CONV1D,

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from tensorgen.errors import TensorExprError
 from tensorgen.te.expr import Expr, all_of, eq, select
-from tensorgen.te.ops._common import (
+from tensorgen.te.ops.common import (
     CONV1D,
     CONV2D,
     CONV2D_CAPSULE,
@@ -37,38 +37,41 @@ KERNEL_LAYOUTS = {
 }
 
 
-def _channels_last(layout: str, nd: int, op: str) -> bool:
+def is_channels_last(layout: str, nd: int, op: str) -> bool:
+    """Whether `layout` (checked to be one of LAYOUTS[nd]) puts channels last."""
     if layout not in LAYOUTS[nd]:
         raise TensorExprError(f"{op}: unknown layout {layout!r}; expected one of {', '.join(LAYOUTS[nd])}")
     return layout.endswith("C")
 
 
-def _split(values: Sequence, channels_last: bool) -> tuple:
+def split_nc(values: Sequence, channels_last: bool) -> tuple:
     """(batch, channel, spatial...) of a shape or index tuple in either layout family."""
     if channels_last:
         return values[0], values[-1], tuple(values[1:-1])
     return values[0], values[1], tuple(values[2:])
 
 
-def _join(n, c, spatial: Sequence, channels_last: bool) -> tuple:
+def join_nc(n, c, spatial: Sequence, channels_last: bool) -> tuple:
+    """The inverse of split_nc."""
     return (n, *spatial, c) if channels_last else (n, c, *spatial)
 
 
-def _padded(data: Tensor, before: Sequence[int], after: Sequence[int], channels_last: bool,
-            name: str = "pad", value: float = 0.0) -> Tensor:
+def pad_spatial(data: Tensor, before: Sequence[int], after: Sequence[int], channels_last: bool,
+                name: str = "pad", value: float = 0.0) -> Tensor:
+    """`data` padded on its spatial axes only (itself when there is no padding)."""
     if not any(before) and not any(after):
         return data
-    return pad(data, _join(0, 0, before, channels_last), _join(0, 0, after, channels_last), value, name)
+    return pad(data, join_nc(0, 0, before, channels_last), join_nc(0, 0, after, channels_last), value, name)
 
 
 def conv_nd(data: Tensor, weight: Tensor, stride: IntOrSeq, padding: IntOrSeq, dilation: IntOrSeq,
             groups: int, layout: str, nd: int, op: str, name: str, tag: str) -> Tensor:
     """The convolution all the N-d variants share (see the module docstring for layouts)."""
-    cl = _channels_last(layout, nd, op)
+    cl = is_channels_last(layout, nd, op)
     check_tensor(data, op, "data", ndim=nd + 2)
     check_tensor(weight, op, "weight", ndim=nd + 2)
     check_same_dtype(op, data, weight)
-    batch, ci, size = _split(data.shape, cl)
+    batch, ci, size = split_nc(data.shape, cl)
     if cl:
         ksize, (cig, co) = weight.shape[:nd], weight.shape[nd:]
     else:
@@ -99,7 +102,7 @@ def conv_nd(data: Tensor, weight: Tensor, stride: IntOrSeq, padding: IntOrSeq, d
                 f"the padded input ({padded} = {size[d]} + {before[d]} + {after[d]})"
             )
         out_size.append((padded - extent) // strides[d] + 1)
-    src = _padded(data, before, after, cl)
+    src = pad_spatial(data, before, after, cl)
     ipg, opg = ci // groups, co // groups
     letters = [ch.lower() for ch in layout if ch not in "NC"]
     rc = reduce_axis(ipg, "rc") if ipg > 1 else None
@@ -108,7 +111,7 @@ def conv_nd(data: Tensor, weight: Tensor, stride: IntOrSeq, padding: IntOrSeq, d
     raxes = [r for r in raxes if r is not None]
 
     def body(*idx):
-        n, o, osp = _split(idx, cl)
+        n, o, osp = split_nc(idx, cl)
         base = 0
         if groups > 1:
             g = o if opg == 1 else o // opg
@@ -117,12 +120,12 @@ def conv_nd(data: Tensor, weight: Tensor, stride: IntOrSeq, padding: IntOrSeq, d
         pos = [scaled(x, s) + scaled(r, dl) for x, s, r, dl in zip(osp, strides, rks, dils)]
         wc = 0 if rc is None else rc
         widx = (*rks, wc, o) if cl else (o, wc, *rks)
-        return te_sum(src[_join(n, chan, pos, cl)] * weight[widx], axis=raxes)
+        return te_sum(src[join_nc(n, chan, pos, cl)] * weight[widx], axis=raxes)
 
-    names = _join("n", "co", letters, cl)
+    names = join_nc("n", "co", letters, cl)
     attrs = {"layout": layout, "stride": strides, "padding": (before, after), "dilation": dils,
              "groups": groups}
-    return compute(_join(batch, co, out_size, cl), named(body, names), name=name, tag=tag, attrs=attrs)
+    return compute(join_nc(batch, co, out_size, cl), named(body, names), name=name, tag=tag, attrs=attrs)
 
 
 def conv1d(data: Tensor, weight: Tensor, stride: IntOrSeq = 1, padding: IntOrSeq = 0,
@@ -145,7 +148,7 @@ def depthwise_conv2d(data: Tensor, weight: Tensor, stride: IntOrSeq = 1, padding
                      dilation: IntOrSeq = 1, layout: str = "NHWC", name: str = "depthwise_conv2d") -> Tensor:
     """conv2d with one group per input channel; weight HWIO (kh, kw, 1, C*m) or OIHW (C*m, 1, kh, kw)."""
     check_tensor(data, "depthwise_conv2d", "data", ndim=4)
-    channels = data.shape[-1] if _channels_last(layout, 2, "depthwise_conv2d") else data.shape[1]
+    channels = data.shape[-1] if is_channels_last(layout, 2, "depthwise_conv2d") else data.shape[1]
     return conv_nd(data, weight, stride, padding, dilation, channels, layout, 2, "depthwise_conv2d", name,
                    CONV2D)
 
@@ -162,11 +165,11 @@ def conv2d_transpose(data: Tensor, weight: Tensor, stride: IntOrSeq = 1, padding
     stride-1 convolution with the flipped kernel, which multiplies stride^2 times as many terms, most of them zeros.
     """
     op = "conv2d_transpose"
-    cl = _channels_last(layout, 2, op)
+    cl = is_channels_last(layout, 2, op)
     check_tensor(data, op, "data", ndim=4)
     check_tensor(weight, op, "weight", ndim=4)
     check_same_dtype(op, data, weight)
-    batch, ci, size = _split(data.shape, cl)
+    batch, ci, size = split_nc(data.shape, cl)
     ksize, (wci, co) = (weight.shape[:2], weight.shape[2:]) if cl else (weight.shape[2:], weight.shape[:2])
     if wci != ci:
         raise TensorExprError(
@@ -186,7 +189,7 @@ def conv2d_transpose(data: Tensor, weight: Tensor, stride: IntOrSeq = 1, padding
         return _gathered(data, weight, strides, before, out_size, cl, name, attrs)
 
     def dilate_pad(*idx):
-        n, c, sp = _split(idx, cl)
+        n, c, sp = split_nc(idx, cl)
         conds, src = [], []
         for d, (i, s) in enumerate(zip(sp, strides)):
             j = offset(i, -lo[d])
@@ -197,10 +200,10 @@ def conv2d_transpose(data: Tensor, weight: Tensor, stride: IntOrSeq = 1, padding
             if s > 1:
                 conds.append(eq(j % s, 0))
             src.append(j if s == 1 else j // s)
-        inner = data[_join(n, c, src, cl)]
+        inner = data[join_nc(n, c, src, cl)]
         return select(all_of(*conds), inner, 0.0) if conds else inner
 
-    dp = compute(_join(batch, ci, dp_size, cl), named(dilate_pad, _join("n", "c", "hw", cl)),
+    dp = compute(join_nc(batch, ci, dp_size, cl), named(dilate_pad, join_nc("n", "c", "hw", cl)),
                  name="dilate_pad", tag=INJECTIVE)
     rc = reduce_axis(ci, "rc")
     rh, rw = reduce_axis(ksize[0], "rh"), reduce_axis(ksize[1], "rw")
@@ -209,10 +212,10 @@ def conv2d_transpose(data: Tensor, weight: Tensor, stride: IntOrSeq = 1, padding
     def body(n: Expr, o: Expr, h: Expr, w: Expr) -> Expr:
         wv = weight[kh - 1 - rh, kw - 1 - rw, rc, o] if cl else weight[rc, o, kh - 1 - rh, kw - 1 - rw]
         axes = [rh, rw, rc] if cl else [rc, rh, rw]
-        return te_sum(dp[_join(n, rc, (h + rh, w + rw), cl)] * wv, axis=axes)
+        return te_sum(dp[join_nc(n, rc, (h + rh, w + rw), cl)] * wv, axis=axes)
 
-    fn = named(lambda *idx: body(*_join_order(idx, cl)), _join("n", "co", "hw", cl))
-    return compute(_join(batch, co, out_size, cl), fn, name=name, tag=CONV2D_TRANSPOSE, attrs=attrs)
+    fn = named(lambda *idx: body(*_join_order(idx, cl)), join_nc("n", "co", "hw", cl))
+    return compute(join_nc(batch, co, out_size, cl), fn, name=name, tag=CONV2D_TRANSPOSE, attrs=attrs)
 
 
 def _transposed_geometry(op: str, size: Sequence[int], ksize: Sequence[int], stride: IntOrSeq, padding: IntOrSeq,
@@ -251,13 +254,13 @@ def _gathered(data: Tensor, weight: Tensor, strides: Sequence[int], before: Sequ
               cl: bool, name: str, attrs: dict) -> Tensor:
     """Transposed conv as a gather: y = x * s + k - pad, so with q, r = divmod(y + pad, s) output y reads
     input q - t with weight tap r + t * s for t < k / s — no multiplications by inserted zeros."""
-    batch, ci, size = _split(data.shape, cl)
+    batch, ci, size = split_nc(data.shape, cl)
     ksize = weight.shape[:2] if cl else weight.shape[2:]
     co = weight.shape[-1] if cl else weight.shape[1]
     taps = [k // s for k, s in zip(ksize, strides)]
     lo = [max(0, t - 1 - b // s) for t, b, s in zip(taps, before, strides)]
     hi = [max(0, (o - 1 + b) // s - (n - 1)) for o, b, s, n in zip(out_size, before, strides, size)]
-    src = _padded(data, lo, hi, cl)
+    src = pad_spatial(data, lo, hi, cl)
     rc = reduce_axis(ci, "rc")
     th, tw = reduce_axis(taps[0], "th"), reduce_axis(taps[1], "tw")
 
@@ -266,10 +269,10 @@ def _gathered(data: Tensor, weight: Tensor, strides: Sequence[int], before: Sequ
         pos = (qh - th + lo[0], qw - tw + lo[1])
         kh, kw = rh + th * strides[0], rw + tw * strides[1]
         wv = weight[kh, kw, rc, o] if cl else weight[rc, o, kh, kw]
-        return te_sum(src[_join(n, rc, pos, cl)] * wv, axis=[th, tw, rc] if cl else [rc, th, tw])
+        return te_sum(src[join_nc(n, rc, pos, cl)] * wv, axis=[th, tw, rc] if cl else [rc, th, tw])
 
-    fn = named(lambda *idx: body(*_join_order(idx, cl)), _join("n", "co", "hw", cl))
-    return compute(_join(batch, co, out_size, cl), fn, name=name, tag=CONV2D_TRANSPOSE, attrs=attrs)
+    fn = named(lambda *idx: body(*_join_order(idx, cl)), join_nc("n", "co", "hw", cl))
+    return compute(join_nc(batch, co, out_size, cl), fn, name=name, tag=CONV2D_TRANSPOSE, attrs=attrs)
 
 
 def conv2d_transpose_col2im(data: Tensor, columns_weight: Tensor, kernel: Sequence[int], stride: IntOrSeq,
@@ -322,21 +325,21 @@ def _of_a_point(data: Tensor, weight: Tensor, before: Sequence[int], out_size: S
                 attrs: dict) -> Tensor:
     """Transposed conv of a 1x1 input (DCGAN's latent): output pixel y is the input times weight tap
     y + pad, a matmul over the channels. Padding it to the kernel's size multiplied k^2 - 1 zeros per term."""
-    batch, ci, _ = _split(data.shape, cl)
+    batch, ci, _ = split_nc(data.shape, cl)
     co = weight.shape[-1] if cl else weight.shape[1]
     rc = reduce_axis(ci, "rc")
 
     def body(n: Expr, o: Expr, h: Expr, w: Expr) -> Expr:
         kh, kw = offset(h, before[0]), offset(w, before[1])
         wv = weight[kh, kw, rc, o] if cl else weight[rc, o, kh, kw]
-        return te_sum(data[_join(n, rc, (0, 0), cl)] * wv, axis=[rc])
+        return te_sum(data[join_nc(n, rc, (0, 0), cl)] * wv, axis=[rc])
 
-    fn = named(lambda *idx: body(*_join_order(idx, cl)), _join("n", "co", "hw", cl))
-    return compute(_join(batch, co, out_size, cl), fn, name=name, tag=CONV2D_TRANSPOSE, attrs=attrs)
+    fn = named(lambda *idx: body(*_join_order(idx, cl)), join_nc("n", "co", "hw", cl))
+    return compute(join_nc(batch, co, out_size, cl), fn, name=name, tag=CONV2D_TRANSPOSE, attrs=attrs)
 
 
 def _join_order(idx: tuple, cl: bool) -> tuple:
-    n, c, sp = _split(idx, cl)
+    n, c, sp = split_nc(idx, cl)
     return (n, c, *sp)
 
 

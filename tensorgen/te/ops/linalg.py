@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tensorgen.errors import TensorExprError
 from tensorgen.te.expr import sqrt
-from tensorgen.te.ops._common import (
+from tensorgen.te.ops.common import (
     BATCH_MATMUL,
     BROADCAST,
     DENSE,

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 from tensorgen.errors import TensorExprError
 from tensorgen.te import expr as E
-from tensorgen.te.ops._common import BROADCAST, ELEMWISE, REDUCE, check_tensor, normalize_axis
+from tensorgen.te.ops.common import BROADCAST, ELEMWISE, REDUCE, check_tensor, normalize_axis
 from tensorgen.te.tensor import Tensor, compute, reduce_axis
 from tensorgen.te.tensor import max as te_max
 from tensorgen.te.tensor import min as te_min

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from tensorgen.errors import TensorExprError
 from tensorgen.te.expr import cast, exp, is_float, max_expr, min_expr, rsqrt
-from tensorgen.te.ops._common import (
+from tensorgen.te.ops.common import (
     BROADCAST,
     ELEMWISE,
     FLOAT_LOWEST,
@@ -21,7 +21,7 @@ from tensorgen.te.ops._common import (
     padding_pairs,
     scaled,
 )
-from tensorgen.te.ops.conv import _channels_last, _join, _padded, _split
+from tensorgen.te.ops.conv import is_channels_last, join_nc, pad_spatial, split_nc
 from tensorgen.te.tensor import Tensor, compute, reduce_axis
 from tensorgen.te.tensor import max as te_max
 from tensorgen.te.tensor import sum as te_sum
@@ -37,11 +37,11 @@ def _require_float(x: Tensor, op: str) -> None:
 def _pool_geometry(x: Tensor, kernel: IntOrSeq, stride: IntOrSeq | None, padding: IntOrSeq, layout: str,
                    op: str):
     check_tensor(x, op, "data", ndim=4)
-    cl = _channels_last(layout, 2, op)
+    cl = is_channels_last(layout, 2, op)
     ks = int_tuple(kernel, 2, op, "kernel")
     strides = ks if stride is None else int_tuple(stride, 2, op, "stride")
     before, after = padding_pairs(padding, 2, op)
-    _, _, size = _split(x.shape, cl)
+    _, _, size = split_nc(x.shape, cl)
     out = []
     for d in range(2):
         if max(before[d], after[d]) >= ks[d]:
@@ -60,16 +60,16 @@ def max_pool2d(x: Tensor, kernel: IntOrSeq, stride: IntOrSeq | None = None, padd
     """2-D max pooling (stride defaults to the kernel); padding reads the lowest finite value."""
     cl, ks, strides, before, after, out = _pool_geometry(x, kernel, stride, padding, layout, "max_pool2d")
     lowest = FLOAT_LOWEST.get(x.dtype, -(2**31))
-    src = _padded(x, before, after, cl, name="pool_pad", value=lowest)
+    src = pad_spatial(x, before, after, cl, name="pool_pad", value=lowest)
     rh, rw = reduce_axis(ks[0], "rh"), reduce_axis(ks[1], "rw")
 
     def body(*idx):
-        n, c, (h, w) = _split(idx, cl)
+        n, c, (h, w) = split_nc(idx, cl)
         pos = (scaled(h, strides[0]) + rh, scaled(w, strides[1]) + rw)
-        return te_max(src[_join(n, c, pos, cl)], axis=[rh, rw])
+        return te_max(src[join_nc(n, c, pos, cl)], axis=[rh, rw])
 
     attrs = {"layout": layout, "kernel": ks, "stride": strides, "padding": (before, after)}
-    return compute(_join(x.shape[0], _split(x.shape, cl)[1], out, cl), named(body, _join("n", "c", "hw", cl)),
+    return compute(join_nc(x.shape[0], split_nc(x.shape, cl)[1], out, cl), named(body, join_nc("n", "c", "hw", cl)),
                    name=name, tag=POOL, attrs=attrs)
 
 
@@ -82,22 +82,22 @@ def avg_pool2d(x: Tensor, kernel: IntOrSeq, stride: IntOrSeq | None = None, padd
     """
     _require_float(x, "avg_pool2d")
     cl, ks, strides, before, after, out = _pool_geometry(x, kernel, stride, padding, layout, "avg_pool2d")
-    src = _padded(x, before, after, cl, name="pool_pad")
+    src = pad_spatial(x, before, after, cl, name="pool_pad")
     rh, rw = reduce_axis(ks[0], "rh"), reduce_axis(ks[1], "rw")
-    _, chans, size = _split(x.shape, cl)
-    shape = _join(x.shape[0], chans, out, cl)
-    names = _join("n", "c", "hw", cl)
+    _, chans, size = split_nc(x.shape, cl)
+    shape = join_nc(x.shape[0], chans, out, cl)
+    names = join_nc("n", "c", "hw", cl)
 
     def total(*idx):
-        n, c, (h, w) = _split(idx, cl)
+        n, c, (h, w) = split_nc(idx, cl)
         pos = (scaled(h, strides[0]) + rh, scaled(w, strides[1]) + rw)
-        return te_sum(src[_join(n, c, pos, cl)], axis=[rh, rw])
+        return te_sum(src[join_nc(n, c, pos, cl)], axis=[rh, rw])
 
     pool_sum = compute(shape, named(total, names), name=f"{name}_sum", tag=POOL)
     needs_count = not count_include_pad and (any(before) or any(after))
 
     def average(*idx):
-        _, _, sp = _split(idx, cl)
+        _, _, sp = split_nc(idx, cl)
         if not needs_count:
             return pool_sum[idx] * (1.0 / (ks[0] * ks[1]))
         count = None
@@ -119,16 +119,16 @@ def global_avg_pool2d(x: Tensor, layout: str = "NHWC", name: str = "global_avg_p
     """Mean over H and W, keeping them as size-1 dims: (N, 1, 1, C) or (N, C, 1, 1). One stage."""
     check_tensor(x, "global_avg_pool2d", "data", ndim=4)
     _require_float(x, "global_avg_pool2d")
-    cl = _channels_last(layout, 2, "global_avg_pool2d")
-    n, c, (h, w) = _split(x.shape, cl)
+    cl = is_channels_last(layout, 2, "global_avg_pool2d")
+    n, c, (h, w) = split_nc(x.shape, cl)
     rh, rw = reduce_axis(h, "rh"), reduce_axis(w, "rw")
     scale = 1.0 / (h * w)
 
     def body(*idx):
-        i, j, _ = _split(idx, cl)
-        return te_sum(x[_join(i, j, (rh, rw), cl)] * scale, axis=[rh, rw])
+        i, j, _ = split_nc(idx, cl)
+        return te_sum(x[join_nc(i, j, (rh, rw), cl)] * scale, axis=[rh, rw])
 
-    return compute(_join(n, c, (1, 1), cl), named(body, _join("n", "c", ("h", "w"), cl)), name=name,
+    return compute(join_nc(n, c, (1, 1), cl), named(body, join_nc("n", "c", ("h", "w"), cl)), name=name,
                    tag=POOL, attrs={"layout": layout})
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from tensorgen.errors import TensorExprError
-from tensorgen.te.ops._common import INJECTIVE, check_same_dtype, check_tensor
+from tensorgen.te.ops.common import INJECTIVE, check_same_dtype, check_tensor
 from tensorgen.te.ops.conv import conv1d, conv2d, conv2d_capsule, conv2d_transpose, conv3d
 from tensorgen.te.ops.linalg import batch_matmul, matrix_norm
 from tensorgen.te.ops.math import relu

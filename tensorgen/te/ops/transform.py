@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from tensorgen.errors import TensorExprError
 from tensorgen.te.expr import all_of, const, is_int, select
-from tensorgen.te.ops._common import INJECTIVE, check_tensor, normalize_axis, offset
+from tensorgen.te.ops.common import INJECTIVE, check_tensor, normalize_axis, offset
 from tensorgen.te.tensor import Tensor, compute
 
 

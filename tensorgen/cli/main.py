@@ -7,9 +7,10 @@ import signal
 import sys
 import threading
 
-from tensorgen import __version__
-from tensorgen.cli_args import ArgumentParser
+from tensorgen.cli import graph, hw, records, tune
+from tensorgen.cli.args import ArgumentParser
 from tensorgen.errors import TensorgenError
+from tensorgen.version import __version__
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -43,13 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         fn=_demo
     )
     sub.add_parser("ops", help="list the operator benchmark suite (Ansor Appendix C)").set_defaults(fn=_ops)
-    from tensorgen import graph_cli, hw_cli, tune_cli
-    from tensorgen.records import cli as db_cli
-
-    graph_cli.register(sub)
-    hw_cli.register(sub)
-    db_cli.register(sub)
-    tune_cli.register(sub)
+    for commands in (graph, hw, records, tune):
+        commands.register(sub)
     args = parser.parse_args(argv)
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
@@ -64,7 +60,3 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,7 +10,6 @@ callbacks.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 import time
@@ -20,32 +19,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tensorgen.costmodel.base import CostModel
 from tensorgen.dag import ComputeDAG
-from tensorgen.errors import TensorgenError
+from tensorgen.errors import TensorgenError, TuneError
 from tensorgen.hardware import hardware_for
-from tensorgen.measure.builder import Builder, LocalBuilder
-from tensorgen.measure.runner import LocalRunner, Runner
+from tensorgen.measure.builder import Builder
+from tensorgen.measure.runner import Runner
 from tensorgen.measure.types import BuildResult, ErrorKind, MeasureInput, MeasureResult, measure_again
 from tensorgen.records.database import Database, SQLiteDatabase
 from tensorgen.records.record import Record, program_cost, steps_hash
 from tensorgen.schedule.state import State
 from tensorgen.search.policy import SearchPolicy
 from tensorgen.search.skips import Skips
-from tensorgen.search.task import SearchTask
 from tensorgen.target import HardwareParams, Target
+from tensorgen.task import SearchTask
 from tensorgen.te.tensor import Tensor
+from tensorgen.tuning.registry import BUILDERS, COST_MODELS, POLICIES, RUNNERS
 
-LOGGER = logging.getLogger("tensorgen.tune")
+LOGGER = logging.getLogger("tensorgen.tuning.tune")
 
-POLICIES = ("ansor", "random")
 SLOW_FACTOR = 20.0  # the default runner kills candidates this many times slower than the fastest so far
 GIVE_UP_FACTOR = 4.0  # ... and times those this many times slower by their first call
-COST_MODELS = ("xgb", "random")
 RETIMES = 2  # a program that becomes a task's best is measured this many more times; its cost is the median
-
-
-class TuneError(TensorgenError, ValueError):
-    """tune() was called with arguments it cannot use (unknown policy, negative budget, ...)."""
 
 
 @dataclass(frozen=True)
@@ -115,48 +110,26 @@ def make_task(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], 
     return SearchTask(dag, target, hw if hw is not None else hardware_for(target), desc)
 
 
-def make_policy(task: SearchTask, policy: str | SearchPolicy, cost_model: Any = "xgb", seed: int = 0,
+def make_policy(task: SearchTask, policy: str | SearchPolicy, cost_model: str | CostModel = "xgb", seed: int = 0,
                 policy_options: dict[str, Any] | None = None, skips: Skips | None = None) -> SearchPolicy:
-    """The policy a name stands for ("ansor": SketchPolicy with the named cost model; "random").
+    """The policy a name of tuning.registry.POLICIES stands for ("ansor": SketchPolicy; "random"), made with the
+    cost model `cost_model` (a name of COST_MODELS or an instance) and `seed`, counting its failed operations
+    in `skips`; an instance passes through.
 
     `policy_options` are keyword arguments for that policy's constructor (e.g. `generations=0`,
     `population=512` or `sketches=[...]` for SketchPolicy; `sketches=` for RandomPolicy); they
-    cannot go with a policy instance. The named policies count their failed operations in `skips`.
+    cannot go with a policy instance.
     """
     options = dict(policy_options or {})
     if not isinstance(policy, str):
         if options:
             raise TuneError("policy_options apply to a policy named by a string, not to a SearchPolicy instance")
         return policy
-    name = policy.lower()
-    if name == "random":
-        from tensorgen.search.random_policy import RandomPolicy
-
-        return _construct(RandomPolicy, name, task, seed=seed, skips=skips, **options)
-    if name == "ansor":
-        try:
-            from tensorgen.search.sketch_policy import SketchPolicy
-        except ModuleNotFoundError as err:
-            if err.name != "tensorgen.search.sketch_policy":
-                raise
-            raise TuneError("policy 'ansor' needs tensorgen.search.sketch_policy, which this installation "
-                            "lacks; use policy='random'") from None
-        if "cost_model" in options:
-            raise TuneError("pass the cost model as tune(cost_model=...), not in policy_options")
-        return _construct(SketchPolicy, name, task, cost_model=make_cost_model(cost_model, seed), seed=seed,
-                          skips=skips, **options)
-    raise TuneError(f"unknown search policy {policy!r}; choose one of {', '.join(POLICIES)} or pass a SearchPolicy")
-
-
-def _construct(cls: Any, name: str, task: SearchTask, **kwargs: Any) -> SearchPolicy:
-    """cls(task, **kwargs), with an unknown keyword reported as a TuneError naming the policy."""
-    params = inspect.signature(cls).parameters
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        unknown = sorted(set(kwargs) - set(params))
-        if unknown:
-            known = ", ".join(n for n in params if n not in ("self", "task"))
-            raise TuneError(f"policy {name!r} takes no option {', '.join(map(repr, unknown))}; its options: {known}")
-    return cls(task, **kwargs)
+    if "cost_model" in options:
+        raise TuneError("pass the cost model as tune(cost_model=...), not in policy_options")
+    POLICIES.get(policy)  # an unknown name is reported before a cost model is made for it
+    return POLICIES.create(policy, task, cost_model=make_cost_model(cost_model, seed), seed=seed, skips=skips,
+                           **options)
 
 
 # The search-space / search-strategy variants of Ansor's ablation (paper Figure 7).
@@ -198,26 +171,16 @@ def ablation_policy(name: str, task: SearchTask) -> tuple[str, dict[str, Any]]:
     raise TuneError(f"unknown ablation {name!r}; choose one of {', '.join(ABLATIONS)}")
 
 
-def make_cost_model(cost_model: Any, seed: int = 0) -> Any:
-    """The cost model a name stands for ("xgb": XGBModel, "random": RandomModel); instances pass through."""
-    if not isinstance(cost_model, str):
-        return cost_model
-    if cost_model.lower() == "xgb":
-        from tensorgen.costmodel.xgb import XGBModel
-
-        return XGBModel(seed=seed)
-    if cost_model.lower() == "random":
-        from tensorgen.costmodel.base import RandomModel
-
-        return RandomModel(seed=seed)
-    raise TuneError(f"unknown cost model {cost_model!r}; choose one of {', '.join(COST_MODELS)} or pass a CostModel")
+def make_cost_model(cost_model: str | CostModel, seed: int = 0) -> CostModel:
+    """The cost model a name of tuning.registry.COST_MODELS stands for ("xgb", "random"); instances pass through."""
+    return COST_MODELS.create(cost_model, seed=seed) if isinstance(cost_model, str) else cost_model
 
 
-def default_runner(run_timeout: float = 10.0, **options: Any) -> LocalRunner:
+def default_runner(run_timeout: float = 10.0, **options: Any) -> Runner:
     """The runner MeasureSetup.open makes (see there), with LocalRunner `options` changed."""
     settings = {"timeout": run_timeout, "number": 1, "repeat": 3, "min_repeat_ms": 10.0, "check_correctness": True,
                 "give_up_factor": GIVE_UP_FACTOR, "timeout_factor": SLOW_FACTOR, **options}
-    return LocalRunner(**settings)
+    return RUNNERS.create("local", **settings)
 
 
 @dataclass
@@ -243,7 +206,7 @@ class MeasureSetup:
             db = SQLiteDatabase.in_memory() if db is None else SQLiteDatabase(db)
             owned.append(db)
         if builder is None:
-            builder = LocalBuilder(timeout=build_timeout)
+            builder = BUILDERS.create("local", timeout=build_timeout)
             owned.append(builder)
         if runner is None:
             runner = default_runner(run_timeout)
@@ -442,11 +405,12 @@ class TaskTuner:
         return states
 
     def offer(self, states: Sequence[State]) -> None:
-        """Hand the policy programs of this task made elsewhere (see SketchPolicy.offer); policies that cannot
-        use them ignore them."""
-        offer = getattr(self.policy, "offer", None)
-        if offer is not None:
-            offer(states)
+        """Hand the policy programs of this task made elsewhere (see SearchPolicy.offer)."""
+        self.policy.offer(states)
+
+    def release(self) -> None:
+        """Stop the policy's worker processes until its next round (a model has dozens of tasks)."""
+        self.policy.close()
 
     def confirm(self) -> int:
         """Re-time the best program until it has 1 + RETIMES measurements (a resumed database's best may have

@@ -31,7 +31,7 @@ class SchedulerView:
     `weights[j, i]` is how many times task i runs in one inference of model `models[j]` (0: not in it);
     `history[i][r]` is task i's best latency (s, inf until a success) after its (r+1)-th round;
     `latencies` is the point the scheduler evaluates the objective at: the current bests, with an estimate
-    for tasks that have none yet (see `estimate_latencies` in tensorgen.search.scheduler).
+    for tasks that have none yet (see `estimate_latencies` in tensorgen.tuning.scheduler).
     """
 
     models: tuple[str, ...]

@@ -10,12 +10,14 @@ import sys
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from tensorgen.cli_args import local_target, nonneg_int, positive_int
+from tensorgen.cli.args import local_target, nonneg_int, positive_int
+from tensorgen.cli.records import DEFAULT_DB, interrupted_line, open_existing
 from tensorgen.dag import ComputeDAG
 from tensorgen.errors import TensorgenError
-from tensorgen.records.cli import DEFAULT_DB, open_existing
 from tensorgen.target import Target
-from tensorgen.tune import ABLATIONS, POLICIES, TuneProgress, TuneResult
+from tensorgen.tuning.registry import COST_MODELS, POLICIES
+from tensorgen.tuning.scheduler import STRATEGIES
+from tensorgen.tuning.tune import ABLATIONS, TuneProgress, TuneResult
 
 RESUMED_NOTE = "resumed from the database"
 
@@ -35,7 +37,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     tune = workload(subparsers.add_parser("tune", help="search fast programs for a suite operator"))
     tune.add_argument("--trials", type=nonneg_int, default=256, help="programs to measure in this run (default 256)")
-    tune.add_argument("--policy", choices=POLICIES, default="ansor", help="search policy (default ansor)")
+    tune.add_argument("--policy", choices=POLICIES.names(), default="ansor", help="search policy (default ansor)")
+    tune.add_argument("--cost-model", choices=COST_MODELS.names(), default="xgb",
+                      help="the cost model of a learning policy (default xgb)")
     tune.add_argument("--ablation", choices=ABLATIONS, default=None,
                       help="a search variant of the paper's ablation (Figure 7); overrides --policy: "
                            "no-fine-tuning = evolution with 0 generations, limited-space = only the plain "
@@ -49,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tune.add_argument("--json", metavar="FILE", help="also write the result to this JSON file")
     tune.add_argument("--early-stopping", type=positive_int, metavar="ROUNDS",
                       help="models: stop tuning a task after this many rounds without improvement (objective f4)")
-    tune.add_argument("--strategy", choices=("gradient", "round-robin"), default="gradient",
+    tune.add_argument("--strategy", choices=STRATEGIES.names(), default="gradient",
                       help="models: how rounds are given to tasks (default: Ansor's gradient scheduler)")
     tune.add_argument("--no-transfer", dest="transfer", action="store_false",
                       help="models: do not seed tasks with the best programs of similar tasks (Ansor as published)")
@@ -174,10 +178,10 @@ def _is_operator(op: str) -> bool:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from tensorgen.tune import ablation_policy, make_task, tune
+    from tensorgen.tuning.tune import ablation_policy, make_task, tune
 
     if not _is_operator(args.op) and args.shape is None:  # with --shape it must be an operator
-        from tensorgen.graph_cli import tune_model
+        from tensorgen.cli.graph import tune_model
 
         return tune_model(args)
     name, config, dag = parse_workload(args.op, args.shape, args.batch)
@@ -191,7 +195,7 @@ def _tune(args: argparse.Namespace) -> int:
         options = {**options, "prefilter": args.prefilter}
     progress = ProgressLine()
     try:
-        result = tune(task, trials=args.trials, db=args.db, policy=policy, seed=args.seed,
+        result = tune(task, trials=args.trials, db=args.db, policy=policy, cost_model=args.cost_model, seed=args.seed,
                       batch_size=args.batch_size or 64, callbacks=[progress], policy_options=options)
     finally:
         progress.close()
@@ -206,11 +210,6 @@ def _tune(args: argparse.Namespace) -> int:
         print(interrupted_line(result.trials, args.db), file=sys.stderr)
         return 130
     return 0
-
-
-def interrupted_line(trials: int, db: str) -> str:
-    """The one line `tensorgen tune` prints when Ctrl-C or SIGTERM stops it."""
-    return f"tensorgen: interrupted after {trials} trials; every measured record is in {db}"
 
 
 def _show(args: argparse.Namespace) -> int:

@@ -10,8 +10,8 @@ import json
 import os
 import sys
 
-from tensorgen.cli_args import positive_int, thread_count, usable_cpus
-from tensorgen.records.cli import DEFAULT_DB, open_existing, report_unreadable
+from tensorgen.cli.args import positive_int, thread_count, usable_cpus
+from tensorgen.cli.records import DEFAULT_DB, interrupted_line, open_existing, report_unreadable
 from tensorgen.records.database import SQLiteDatabase
 
 
@@ -45,9 +45,8 @@ def tune_model(args: argparse.Namespace) -> int:
     """`tensorgen tune MODEL`: all tasks of the model under the task scheduler, into the database."""
     from tensorgen.graph.load import load_graph
     from tensorgen.graph.tasks import extract_tasks
-    from tensorgen.search.scheduler import ProgressTable, TaskScheduler
     from tensorgen.target import Target
-    from tensorgen.tune_cli import interrupted_line
+    from tensorgen.tuning.scheduler import ProgressTable, TaskScheduler
 
     graph = load_graph(args.model if hasattr(args, "model") else args.op, batch=args.batch)
     tasks = extract_tasks(graph, Target.parse(args.target))
@@ -58,7 +57,7 @@ def tune_model(args: argparse.Namespace) -> int:
         early_stopping=args.early_stopping, transfer=args.transfer, callbacks=[table])
     try:
         prefilter = getattr(args, "prefilter", None)
-        result = scheduler.tune(args.trials, db=args.db, policy=args.policy,
+        result = scheduler.tune(args.trials, db=args.db, policy=args.policy, cost_model=args.cost_model,
                                 policy_options={"prefilter": prefilter} if prefilter else None)
     finally:
         table.close()

@@ -14,7 +14,7 @@ term. A structurally slower task (ResNet-50's stride-2 1x1 projection next to it
 keeps a large predicted gain forever: it took 208 of 1024 trials and stayed at 40% of its peers' speed.
 "round-robin" allocates evenly instead (the "no task scheduler" ablation of Figure 10).
 
-The scheduler measures nothing itself: it drives one `RoundTuner` per task (`tensorgen.tune.TaskTuner`,
+The scheduler measures nothing itself: it drives one `RoundTuner` per task (`tensorgen.tuning.tune.TaskTuner`,
 which keeps its policy and cost model alive between rounds). Everything it knows comes from their
 measured costs, so a run over a database that already holds records resumes where the last one stopped.
 """
@@ -36,8 +36,13 @@ import numpy as np
 from tensorgen.measure.builder import Builder
 from tensorgen.measure.runner import Runner
 from tensorgen.records.database import Database
+from tensorgen.registry import Registry
 from tensorgen.schedule.state import State
-from tensorgen.search.objectives import (
+from tensorgen.search.policy import SearchPolicy
+from tensorgen.search.skips import Skips
+from tensorgen.search.transfer import transfer_candidates
+from tensorgen.task import SearchTask
+from tensorgen.tuning.objectives import (
     Objective,
     SchedulerError,
     SchedulerView,
@@ -49,11 +54,7 @@ from tensorgen.search.objectives import (
     stalled,
     task_gradient,
 )
-from tensorgen.search.policy import SearchPolicy
-from tensorgen.search.skips import Skips
-from tensorgen.search.task import SearchTask
-from tensorgen.search.transfer import transfer_candidates
-from tensorgen.tune import MeasureSetup, TaskTuner, default_runner, make_cost_model, make_policy
+from tensorgen.tuning.tune import MeasureSetup, TaskTuner, default_runner, make_cost_model, make_policy
 
 LOGGER = logging.getLogger("tensorgen.scheduler")
 
@@ -62,21 +63,14 @@ __all__ = ["ModelTasks", "ProgressTable", "RoundTuner", "ScheduleResult", "Sched
 
 
 class RoundTuner(Protocol):
-    """What the scheduler drives per task (tensorgen.tune.TaskTuner; tests use fakes). A tuner may also have
-    `offer(states)`, which takes programs adapted from similar tasks before a round (see TaskTuner.offer)."""
+    """What the scheduler drives per task (tensorgen.tuning.tune.TaskTuner; tests use fakes). Subclass it to inherit
+    the defaults of `offer` and `release`."""
 
     task: SearchTask
     best_state: State | None
 
-    @property
-    def costs(self) -> Sequence[float]:
-        """Every program's first measured cost (s, inf: failed), the database's first, in commit order."""
-        ...
-
-    @property
-    def best_cost(self) -> float:
-        """The best program's cost (s, inf: none), over all its measurements (re-timings included)."""
-        ...
+    costs: Sequence[float]  # every program's first measured cost (s, inf: failed), the database's first, in order
+    best_cost: float  # the best program's cost (s, inf: none), over all its measurements (re-timings included)
 
     def resume(self) -> object:
         """Load what the database knows (called once, first)."""
@@ -89,6 +83,12 @@ class RoundTuner(Protocol):
     def confirm(self) -> int:
         """Re-time the best program if it was measured fewer times than a best needs; return how many times."""
         ...
+
+    def offer(self, states: Sequence[State]) -> None:
+        """Programs adapted from similar tasks, before a round (see SearchPolicy.offer); the default ignores them."""
+
+    def release(self) -> None:
+        """After its round: free what the tuner holds until its next one (worker processes). Default: nothing."""
 
 
 @dataclass(frozen=True)
@@ -200,10 +200,11 @@ def _gradient(sched: TaskScheduler, session: _Session, open_tasks: list[int]) ->
     return ties[0] if len(ties) == 1 else int(session.rng.choice(ties))
 
 
-STRATEGIES: dict[str, Callable[[TaskScheduler, _Session, list[int]], int | None]] = {
-    "gradient": _gradient,
-    "round-robin": _round_robin,
-}
+#: How the scheduler picks the next task: strategy(scheduler, session, open task indices) -> a task or None (no task
+#: is worth a round). Register your own with STRATEGIES.register(name, function).
+STRATEGIES: Registry[int | None] = Registry("strategy", SchedulerError)
+STRATEGIES.register("gradient", _gradient)
+STRATEGIES.register("round-robin", _round_robin)
 
 
 def _history_of(costs: Sequence[float], round_trials: int) -> list[float]:
@@ -239,7 +240,7 @@ class TaskScheduler:
 
     `weights` are the models: None (one model, every task once), a list of per-task weights (one model),
     or ModelTasks (several models tuned at once; a task several models share is tuned once for all).
-    `objective` is any `f(latencies, view) -> float` (tensorgen.search.objectives; default TotalLatency, f1).
+    `objective` is any `f(latencies, view) -> float` (tensorgen.tuning.objectives; default TotalLatency, f1).
     `early_stopping` (rounds): a task whose best has not improved in that many of its rounds gets no more.
     `transfer`: before a round, the task's policy is offered the best programs of tasks of the same structure
     whose best changed since (tensorgen.search.transfer), adapted to its shapes; False is Ansor as published.
@@ -255,8 +256,7 @@ class TaskScheduler:
         if not self.tasks:
             raise SchedulerError("TaskScheduler needs at least one task")
         _check_distinct(self.tasks)
-        if strategy not in STRATEGIES:
-            raise SchedulerError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+        STRATEGIES.get(strategy)  # an unknown name is an error here, not at the first pick
         if not (0 <= alpha <= 1 and beta > 0 and backward_window >= 1 and 0 <= eps_greedy <= 1
                 and round_trials >= 1 and similarity_factor >= 1 and (early_stopping is None or early_stopping >= 1)
                 and (similarity_patience is None or similarity_patience >= 1)):
@@ -349,7 +349,7 @@ class TaskScheduler:
              policy_options: dict[str, Any] | None = None, build_timeout: float = 15.0,
              run_timeout: float = 10.0) -> ScheduleResult:
         """Measure up to `trials` new programs over all tasks with one builder, runner and database (see
-        tensorgen.tune.MeasureSetup.open) and return the best program of each task. `policy` is a name
+        tensorgen.tuning.tune.MeasureSetup.open) and return the best program of each task. `policy` is a name
         ("ansor": one SketchPolicy per task, all sharing one `cost_model`, as in Ansor; "random") or a
         function making a fresh SearchPolicy for a task.
 
@@ -357,7 +357,7 @@ class TaskScheduler:
         from memory, since all the other kernels' weights were read in between. Timed hot, ResNet-50's
         deep convs ran 1.4x slower in the model than measured and the tuner favoured programs that only
         win hot (1536 trials: 38.5 ms hot-tuned, 36.3 ms evict-tuned, same run)."""
-        if hasattr(policy, "next_batch"):
+        if not isinstance(policy, str) and not callable(policy):
             raise SchedulerError("the scheduler needs one policy per task: pass a policy name or a function "
                                  "task -> SearchPolicy, not a SearchPolicy instance")
         shared_model = make_cost_model(cost_model, self.seed)
@@ -399,9 +399,7 @@ class TaskScheduler:
                 if self.transfer:
                     self._offer_transfers(session, i)
                 measured = tuners[i].round(min(self.round_trials, trials - session.done))
-                release = getattr(getattr(tuners[i], "policy", None), "close", None)
-                if release is not None:  # a model has dozens of tasks: keep only one task's workers alive
-                    release()
+                tuners[i].release()  # a model has dozens of tasks: keep only one task's workers alive
                 if not measured:
                     LOGGER.info("%s: no new program to measure; the scheduler drops it", self.tasks[i])
                     session.dead.add(i)
@@ -431,9 +429,6 @@ class TaskScheduler:
 
     def _offer_transfers(self, session: _Session, i: int) -> None:
         """Offer task i the adapted best programs of the other tasks whose best is new to it."""
-        offer = getattr(session.tuners[i], "offer", None)
-        if offer is None:
-            return
         seen = session.offered.setdefault(i, {})
         donors = []
         for k, (tuner, best) in enumerate(zip(session.tuners, session.best())):
@@ -441,7 +436,8 @@ class TaskScheduler:
                 seen[k] = best
                 donors.append((tuner.best_state, self.flops[k] / best))
         if donors:
-            offer(transfer_candidates(self.tasks[i].dag, donors, limit=max(self.round_trials // 2, 1)))
+            limit = max(self.round_trials // 2, 1)
+            session.tuners[i].offer(transfer_candidates(self.tasks[i].dag, donors, limit=limit))
 
     def _open_tasks(self, session: _Session) -> list[int]:
         stop = self.early_stopping
@@ -454,7 +450,7 @@ class TaskScheduler:
         if not open_tasks:
             return None
         fresh = [i for i in open_tasks if not session.history[i]]
-        return fresh[0] if fresh else STRATEGIES[self.strategy](self, session, open_tasks)
+        return fresh[0] if fresh else STRATEGIES.get(self.strategy)(self, session, open_tasks)
 
     # ---- reporting ------------------------------------------------------------------------------
 

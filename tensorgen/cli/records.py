@@ -10,7 +10,7 @@ import os
 from collections import Counter
 from typing import Any
 
-from tensorgen.cli_args import target_name
+from tensorgen.cli.args import target_name
 from tensorgen.errors import TensorgenError
 from tensorgen.records.database import SQLiteDatabase
 from tensorgen.records.jsonl import export, import_
@@ -19,6 +19,11 @@ from tensorgen.schedule.state import State
 
 DEFAULT_DB = "tuning.db"
 LOGGER = logging.getLogger("tensorgen.records")
+
+
+def interrupted_line(trials: int, db: str) -> str:
+    """The one line `tensorgen tune` prints when Ctrl-C or SIGTERM stops it."""
+    return f"tensorgen: interrupted after {trials} trials; every measured record is in {db}"
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

@@ -1,0 +1,5 @@
+import sys
+
+from tensorgen.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,39 @@
+"""The extension points of tuning by name, in one place: search policies, cost models, builders and runners.
+
+Every name the Python API (`tune(policy="ansor", cost_model="xgb")`, `TaskScheduler.tune`) and the `tensorgen`
+command accept resolves here. Add your own without touching this module:
+
+    from tensorgen.tuning.registry import COST_MODELS, POLICIES
+    POLICIES.register("mine", MyPolicy)       # MyPolicy(task, *, cost_model, seed, skips, **options)
+    COST_MODELS.register("mine", MyModel)     # MyModel(*, seed)
+
+A policy factory is called with the task, the session's cost model (policies that learn nothing ignore it), a
+seed and the Skips counter of failed search operations, then the user's `policy_options`. The task-scheduling
+strategies are registered in tuning.scheduler (STRATEGIES), next to the scheduler they drive.
+"""
+
+from __future__ import annotations
+
+from tensorgen.costmodel.base import CostModel, RandomModel
+from tensorgen.costmodel.xgb import XGBModel
+from tensorgen.errors import TuneError
+from tensorgen.measure.builder import Builder, LocalBuilder
+from tensorgen.measure.runner import LocalRunner, Runner
+from tensorgen.registry import Registry
+from tensorgen.search.policy import SearchPolicy
+from tensorgen.search.random_policy import RandomPolicy
+from tensorgen.search.sketch_policy import SketchPolicy
+
+POLICIES: Registry[SearchPolicy] = Registry("search policy", TuneError)
+POLICIES.register("ansor", SketchPolicy)
+POLICIES.register("random", RandomPolicy)
+
+COST_MODELS: Registry[CostModel] = Registry("cost model", TuneError)
+COST_MODELS.register("xgb", XGBModel)
+COST_MODELS.register("random", RandomModel)
+
+BUILDERS: Registry[Builder] = Registry("builder", TuneError)
+BUILDERS.register("local", LocalBuilder)
+
+RUNNERS: Registry[Runner] = Registry("runner", TuneError)
+RUNNERS.register("local", LocalRunner)
