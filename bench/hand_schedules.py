@@ -2,7 +2,7 @@
 
     python bench/hand_schedules.py [--json FILE] [--threads T] [--rounds R] [--bound B] [--load] ...
 
-The schedules are `tensorgen.demo.gmm_state` / `tensorgen.demo.conv2d_state` (one copy, shared
+The schedules are `tensorgen.examples.gmm_state` / `tensorgen.examples.conv2d_state` (one copy, shared
 with the demo and the smoke test). Timing: the protocol of bench/timing.py (alternating blocks,
 GFLOP/s the medians over rounds and `ratio` their ratio, rows whose rounds never agree within
 --bound marked unreliable). NumPy writes into a preallocated output (`matmul(out=)`) as tensorgen
@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 from timing import Protocol, add_arguments, compare, competing_load, describe_load, protocol_from  # noqa: E402
 
 from tensorgen.build import build  # noqa: E402
-from tensorgen.demo import conv2d_nhwc_reference, conv2d_state, gmm_state, max_rel_error  # noqa: E402
+from tensorgen.examples import conv2d_nhwc_reference, conv2d_state, gmm_state, max_rel_error  # noqa: E402
 from tensorgen.runtime import aligned  # noqa: E402
 
 RTOL = 1e-3  # relative to max |reference|

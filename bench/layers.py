@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from timing import Comparison, Protocol, add_arguments, competing_load, describe_load, protocol_from
 
-from tensorgen.graph.build import build_model
+from tensorgen.graph.backend.build import build_model
 from tensorgen.graph.load import load_graph, onnx_model_of
 from tensorgen.graph.zoo import random_inputs
 from tensorgen.records.database import SQLiteDatabase

@@ -12,7 +12,7 @@ already holds. Tuning resumes from --db, so a run can be extended later.
 
 The peers run the model as their users do, with `--threads` threads each: ONNX Runtime on the zoo's
 ONNX file (io_binding, inputs and outputs bound once to preallocated buffers), and the zoo model
-written as a PyTorch nn.Module with the same weights (tensorgen/graph/zoo_torch.py) under
+written as a PyTorch nn.Module with the same weights (tensorgen/graph/reference/torch_zoo.py) under
 torch.inference_mode (entered once, outside the timed calls), eager and compiled by torch.compile (a
 failed compile is reported in its row).
 tensorgen writes into preallocated outputs too (`CompiledModel.run(..., out=)`); PyTorch allocates its
@@ -41,9 +41,9 @@ from typing import Any
 
 from timing import Protocol, add_arguments, compare, competing_load, describe_load, protocol_from
 
-from tensorgen.graph.compare import OUTPUT_RTOL, output_error
+from tensorgen.graph.backend.tasks import extract_tasks
 from tensorgen.graph.load import load_graph
-from tensorgen.graph.tasks import extract_tasks
+from tensorgen.graph.reference.compare import OUTPUT_RTOL, output_error
 from tensorgen.graph.zoo import MODELS
 from tensorgen.records.database import SQLiteDatabase
 from tensorgen.tuning.scheduler import ProgressTable, TaskScheduler
@@ -107,9 +107,9 @@ def measure(name: str, batch: int, options: dict[str, int], db: str, threads: in
     """Build, check and time one model (in the calling process; see measure_fresh)."""
     import torch
 
-    from tensorgen.graph.build import build_model
+    from tensorgen.graph.backend.build import build_model
+    from tensorgen.graph.reference.torch_zoo import torch_model
     from tensorgen.graph.zoo import random_inputs
-    from tensorgen.graph.zoo_torch import torch_model
     from tensorgen.runtime.model import CompiledModel
     from tensorgen.runtime.module import aligned_empty
 

@@ -48,7 +48,7 @@ def prepare(name: str, directory: Path, db: str | None) -> None:
     """`directory`/model.onnx and the compiled model in `directory`/tg."""
     import onnx
 
-    from tensorgen.graph.build import build_model
+    from tensorgen.graph.backend.build import build_model
     from tensorgen.graph.zoo import build_model as zoo_model
     from tensorgen.records import SQLiteDatabase
 

@@ -89,9 +89,9 @@ def check_model(model: onnx.ModelProto, seed: int, policy: str, trials: int, wor
                 reference: list[np.ndarray] | None = None) -> Failure | None:
     """Tune every task of `model` for `trials` with `policy` (a POLICIES key), build it with the database, run it
     and compare with ONNX Runtime (`reference`: its outputs on `feeds(model)`, computed when not given)."""
-    from tensorgen.graph.build import build_model
+    from tensorgen.graph.backend.build import build_model
+    from tensorgen.graph.backend.tasks import extract_tasks
     from tensorgen.graph.load import load_graph
-    from tensorgen.graph.tasks import extract_tasks
     from tensorgen.records.database import SQLiteDatabase
     from tensorgen.runtime.model import CompiledModel
     from tensorgen.tuning.scheduler import TaskScheduler

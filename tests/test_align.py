@@ -12,7 +12,7 @@ from tensorgen import te
 from tensorgen.codegen.c import render_c
 from tensorgen.codegen.toolchain import compile_source
 from tensorgen.dag import ComputeDAG
-from tensorgen.graph.align import align_partitions, digits, position
+from tensorgen.graph.backend.align import align_partitions, digits, position
 from tensorgen.loopir.footprint import accesses, points, static_thread, touched
 from tensorgen.schedule import State
 from tensorgen.schedule.lower import lower

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-import tensorgen.graph.compare as compare
+import tensorgen.graph.reference.compare as compare
 from tensorgen.cli import main
 from tensorgen.records.database import SQLiteDatabase
 

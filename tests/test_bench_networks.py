@@ -1,4 +1,4 @@
-"""The PyTorch peer of the model benchmarks (tensorgen/graph/zoo_torch.py) and bench/networks.py: every zoo
+"""The PyTorch peer of the model benchmarks (tensorgen/graph/reference/torch_zoo.py) and bench/networks.py: every zoo
 model as an nn.Module computes what ONNX Runtime computes on the zoo's ONNX file; the benchmark checks
 every engine's output before timing it and publishes no speedup for a wrong one."""
 
@@ -15,10 +15,10 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from tensorgen.graph.compare import OUTPUT_RTOL, output_error
 from tensorgen.graph.ir import GraphError
+from tensorgen.graph.reference.compare import OUTPUT_RTOL, output_error
+from tensorgen.graph.reference.torch_zoo import MODULES, state_dict_of, torch_model
 from tensorgen.graph.zoo import MODELS, build_model, random_inputs
-from tensorgen.graph.zoo_torch import MODULES, state_dict_of, torch_model
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
@@ -103,7 +103,7 @@ def test_a_wrong_peer_is_not_timed(tmp_path, monkeypatch):
             module.main[0].weight.mul_(1.5)
         return module, build_model(name, batch, **options)
 
-    monkeypatch.setattr("tensorgen.graph.zoo_torch.torch_model", other_weights)
+    monkeypatch.setattr("tensorgen.graph.reference.torch_zoo.torch_model", other_weights)
     row = networks.measure("dcgan", 1, TINY, str(tmp_path / "none.db"), 2, 1, FAST, False, False)
     assert row["status"] == "ok" and set(row["ms"]) == {"tensorgen", "onnxruntime"}
     assert "wrong output" in row["errors"]["torch"] and "torch" not in row["speedup"]

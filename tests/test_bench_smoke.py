@@ -1,4 +1,4 @@
-"""The hand schedules of tensorgen.demo (used by bench/hand_schedules.py) on small shapes, and the scripts
+"""The hand schedules of tensorgen.examples (used by bench/hand_schedules.py) on small shapes, and the scripts
 bench/hand_schedules.py and bench/tune_gmm.py on tiny budgets."""
 
 import importlib.util
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tensorgen.build import build
-from tensorgen.demo import conv2d_nhwc_im2col, conv2d_nhwc_reference, conv2d_state, gmm_state, max_rel_error
+from tensorgen.examples import conv2d_nhwc_im2col, conv2d_nhwc_reference, conv2d_state, gmm_state, max_rel_error
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))  # the bench scripts import bench/timing.py

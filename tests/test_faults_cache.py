@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from tensorgen.codegen.toolchain import compile_source
-from tensorgen.graph.build import build_model
+from tensorgen.graph.backend.build import build_model
 from tensorgen.measure.harness import harness_executable
 from tensorgen.records.database import SQLiteDatabase
 from tensorgen.runtime import ArgSpec, Module

@@ -114,7 +114,7 @@ ALIGN_HUGE = """
 import time
 from tensorgen import te
 from tensorgen.dag import ComputeDAG
-from tensorgen.graph.align import align_partitions
+from tensorgen.graph.backend.align import align_partitions
 from tensorgen.schedule import State
 from tensorgen.schedule.lower import lower
 

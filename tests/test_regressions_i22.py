@@ -9,10 +9,10 @@ from onnx import TensorProto, helper
 
 from tensorgen import te
 from tensorgen.build import build
-from tensorgen.graph.build import build_model
-from tensorgen.graph.compare import onnxruntime_runner
+from tensorgen.graph.backend.build import build_model
+from tensorgen.graph.backend.tasks import extract_tasks
 from tensorgen.graph.load import load_graph
-from tensorgen.graph.tasks import extract_tasks
+from tensorgen.graph.reference.compare import onnxruntime_runner
 from tensorgen.measure.types import MeasureResult
 from tensorgen.records.database import SQLiteDatabase
 from tensorgen.records.record import Record

@@ -297,7 +297,7 @@ def test_resume_from_recorded_costs():
 
 def test_models_share_tasks():
     t0, t1, t2 = TASKS[:3]
-    class Extracted:  # like tensorgen.graph.tasks.ModelTask
+    class Extracted:  # like tensorgen.graph.backend.tasks.ModelTask
         def __init__(self, task, weight):
             self.task, self.weight = task, weight
 

@@ -43,8 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def tune_model(args: argparse.Namespace) -> int:
     """`tensorgen tune MODEL`: all tasks of the model under the task scheduler, into the database."""
+    from tensorgen.graph.backend.tasks import extract_tasks
     from tensorgen.graph.load import load_graph
-    from tensorgen.graph.tasks import extract_tasks
     from tensorgen.target import Target
     from tensorgen.tuning.scheduler import ProgressTable, TaskScheduler
 
@@ -96,7 +96,7 @@ def _records(path: str | None) -> SQLiteDatabase | None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from tensorgen.graph.build import build_model
+    from tensorgen.graph.backend.build import build_model
 
     db = _records(args.db)
     out = build_model(args.model, args.out, db=db, batch=args.batch, candidates=args.candidates, progress=print)
@@ -110,9 +110,9 @@ PROFILE_LINES = 20
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from tensorgen.graph.compare import OUTPUT_RTOL, compare
+    from tensorgen.graph.reference.compare import OUTPUT_RTOL, compare
 
-    # PyTorch as its users run a model is bench/networks.py's peer; graph/torch_eval.py is an oracle, not a peer
+    # PyTorch as its users run a model is bench/networks.py's peer; graph/reference/torch_eval.py is an oracle
     db = _records(args.db)
     result = compare(args.model, db=db, threads=args.threads, batch=args.batch, blocks=args.blocks,
                      profile=args.profile, candidates=args.candidates, with_torch=False)

@@ -14,7 +14,7 @@ from tensorgen.version import __version__
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from tensorgen.demo import main as demo_main
+    from tensorgen.cli.demo import main as demo_main
 
     return demo_main([])
 

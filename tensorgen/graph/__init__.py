@@ -6,10 +6,10 @@ from tensorgen.graph.ir import Graph, GraphError, Node, Value
 def __getattr__(name: str):
     """The heavier entry points load on first use (they pull in onnx and the compiler)."""
     lazy = {
-        "import_onnx": "tensorgen.graph.onnx_frontend", "export_onnx": "tensorgen.graph.onnx_frontend",
+        "import_onnx": "tensorgen.graph.frontend.onnx_import", "export_onnx": "tensorgen.graph.frontend.onnx_import",
         "optimize": "tensorgen.graph.passes", "load_graph": "tensorgen.graph.load",
-        "partition": "tensorgen.graph.fusion", "extract_tasks": "tensorgen.graph.tasks",
-        "build_model": "tensorgen.graph.build", "compare": "tensorgen.graph.compare",
+        "partition": "tensorgen.graph.passes.fusion", "extract_tasks": "tensorgen.graph.backend.tasks",
+        "build_model": "tensorgen.graph.backend.build", "compare": "tensorgen.graph.reference.compare",
         "list_models": "tensorgen.graph.zoo", "load_model": "tensorgen.graph.zoo",
     }
     if name not in lazy:

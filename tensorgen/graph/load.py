@@ -18,7 +18,7 @@ def onnx_model_of(model: object, batch: int = 1):
     if not isinstance(model, (str, os.PathLike)):
         raise GraphError(f"cannot load a model from {type(model).__name__}; pass a zoo name, an .onnx path, "
                          "an onnx.ModelProto or a tensorgen Graph")
-    from tensorgen.graph.onnx_frontend import read_onnx
+    from tensorgen.graph.frontend.onnx_import import read_onnx
     from tensorgen.graph.zoo import MODELS, load_model
 
     if str(model) not in MODELS and Path(model).is_file():
@@ -33,7 +33,7 @@ def onnx_model_of(model: object, batch: int = 1):
 
 def load_graph(model: object, batch: int = 1, optimize: bool = True) -> Graph:
     """The optimized graph of `model` (zoo models are built at `batch`; files keep their own shapes)."""
-    from tensorgen.graph.onnx_frontend import import_onnx
+    from tensorgen.graph.frontend.onnx_import import import_onnx
     from tensorgen.graph.passes import optimize as optimize_graph
 
     graph = model if isinstance(model, Graph) else import_onnx(onnx_model_of(model, batch))

@@ -282,7 +282,7 @@ class TaskScheduler:
     @classmethod
     def from_models(cls, models: Mapping[str, Sequence[Any]], **options: Any) -> TaskScheduler:
         """A scheduler for several models given as {name: [(task, weight), ...]} (or items with `.task` and
-        `.weight`, as tensorgen.graph.tasks.extract_tasks returns): tasks with the same workload and target are
+        `.weight`, as tensorgen.graph.backend.tasks.extract_tasks returns): tasks with the same workload and target are
         merged into one (tuned once, weighted in every model that has it)."""
         tasks: list[SearchTask] = []
         index: dict[str, int] = {}

@@ -14,9 +14,9 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from tensorgen.graph.build import build_model
-from tensorgen.graph.fusion import partition
+from tensorgen.graph.backend.build import build_model
 from tensorgen.graph.load import load_graph
+from tensorgen.graph.passes.fusion import partition
 from tensorgen.hardware import hardware_for
 from tensorgen.measure.types import MeasureResult
 from tensorgen.records import SQLiteDatabase

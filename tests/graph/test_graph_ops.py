@@ -1,4 +1,4 @@
-"""Every supported op on a hand-built one-node Graph, run node by node (tensorgen.graph.interpret) and
+"""Every supported op on a hand-built one-node Graph, run node by node (tensorgen.graph.reference.interpret) and
 compared with ONNX Runtime running the equivalent ONNX model; attribute variants, errors, op kinds."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tensorgen.graph import interpret
-from tensorgen.graph.interpret import run_nodewise
 from tensorgen.graph.ir import Graph, GraphError, Node, Value
 from tensorgen.graph.ops import SUPPORTED_OPS, lower_node, op_kind
+from tensorgen.graph.reference import interpret
+from tensorgen.graph.reference.interpret import run_nodewise
 from tensorgen.te.expr import Call, Cast, walk
 from tensorgen.te.tensor import placeholder
 

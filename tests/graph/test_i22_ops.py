@@ -8,7 +8,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from tensorgen.graph.build import build_model
+from tensorgen.graph.backend.build import build_model
 from tensorgen.graph.load import load_graph
 from tensorgen.runtime.model import CompiledModel
 

@@ -1,4 +1,4 @@
-"""The channels-last rewrite (tensorgen.graph.layout): same results, convolutions NHWC, few transposes."""
+"""The channels-last rewrite (tensorgen.graph.passes.layout): same results, convolutions NHWC, few transposes."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from test_onnx_frontend import make_model, node
 
-from tensorgen.graph.interpret import run_nodewise
-from tensorgen.graph.layout import to_channels_last
 from tensorgen.graph.load import load_graph
+from tensorgen.graph.passes.layout import to_channels_last
+from tensorgen.graph.reference.interpret import run_nodewise
 from tensorgen.graph.zoo import build_model as zoo_model
 
 

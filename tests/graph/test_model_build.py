@@ -13,11 +13,11 @@ from onnx import TensorProto, helper
 
 from tensorgen.cli import main as cli
 from tensorgen.errors import RuntimeCallError
-from tensorgen.graph.build import build_model
-from tensorgen.graph.compare import Comparison, onnxruntime_runner, time_engines
-from tensorgen.graph.fusion import partition
+from tensorgen.graph.backend.build import build_model
+from tensorgen.graph.backend.tasks import extract_tasks
 from tensorgen.graph.load import load_graph
-from tensorgen.graph.tasks import extract_tasks
+from tensorgen.graph.passes.fusion import partition
+from tensorgen.graph.reference.compare import Comparison, onnxruntime_runner, time_engines
 from tensorgen.graph.zoo import build_model as zoo_model
 from tensorgen.graph.zoo import random_inputs
 from tensorgen.records.database import SQLiteDatabase
@@ -89,8 +89,8 @@ def test_batch1_conv_epilogues_can_fuse_into_the_conv_tile():
 
 
 def test_memory_plan_reuses_and_never_overlaps_live_values(tmp_path):
-    from tensorgen.graph.build import _in_place
-    from tensorgen.graph.executor import plan_memory
+    from tensorgen.graph.backend.build import _in_place
+    from tensorgen.graph.backend.executor import plan_memory
 
     part = partition(load_graph(zoo_model("resnet18", image_size=32)))
     plan = plan_memory(part, _in_place(part))
@@ -122,7 +122,7 @@ def _fused(nodes: list, inputs: dict[str, list[int]], consts: dict[str, np.ndarr
 
 
 def test_an_output_overwrites_only_inputs_read_elementwise_at_its_own_index():
-    from tensorgen.graph.fusion import overwritable_input
+    from tensorgen.graph.passes.fusion import overwritable_input
 
     w = {"w": np.ones((4, 4), np.float32)}
     residual = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "r"], ["a"]),
@@ -365,8 +365,8 @@ def test_ab_models_bench_compares_two_builds(tmp_path, capsys):
 def test_kernels_with_reordered_parallel_loops_match_onnxruntime(tmp_path, monkeypatch):
     """graph.align may visit any kernel's fused parallel loop in another digit order: with every such loop
     of a tuned 1x1 -> depthwise -> 1x1 conv chain reversed, the model still computes what ORT does."""
-    import tensorgen.graph.build as build
-    from tensorgen.graph.align import digits, reorder
+    import tensorgen.graph.backend.build as build
+    from tensorgen.graph.backend.align import digits, reorder
     from tensorgen.loopir.nodes import For, statements
     from tensorgen.tuning.tune import tune
 

@@ -19,11 +19,11 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from tensorgen.graph import onnx_frontend as frontend
-from tensorgen.graph import onnx_normalize as normalize
-from tensorgen.graph.interpret import run_nodewise
+from tensorgen.graph.frontend import normalize
+from tensorgen.graph.frontend import onnx_import as frontend
 from tensorgen.graph.ir import GraphError
 from tensorgen.graph.ops import SUPPORTED_OPS
+from tensorgen.graph.reference.interpret import run_nodewise
 
 # Tests of what tensorgen deliberately does not support, by test-name pattern: each must raise GraphError
 # (from the frontend or the lowering) and is a strict expected failure with the reason given.

@@ -16,9 +16,9 @@ import pytest
 from onnx import helper, numpy_helper
 
 from tensorgen.graph import Graph, GraphError
-from tensorgen.graph.onnx_eval import onnx_dtype
-from tensorgen.graph.onnx_frontend import GRAPH_OPS, SUPPORTED_OPS, export_onnx, import_onnx
-from tensorgen.graph.onnx_normalize import CONST_INPUTS
+from tensorgen.graph.frontend.normalize import CONST_INPUTS
+from tensorgen.graph.frontend.onnx_eval import onnx_dtype
+from tensorgen.graph.frontend.onnx_import import GRAPH_OPS, SUPPORTED_OPS, export_onnx, import_onnx
 
 Spec = tuple[Sequence[int | str], str]  # (shape, numpy dtype) of a graph input
 

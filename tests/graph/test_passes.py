@@ -11,7 +11,7 @@ import pytest
 from test_onnx_frontend import X3, X4, F, feeds_for, i64, make_model, node, run_graph, run_ort, w
 
 from tensorgen.graph import Graph, Node, Value
-from tensorgen.graph.onnx_frontend import import_onnx
+from tensorgen.graph.frontend.onnx_import import import_onnx
 from tensorgen.graph.passes import (
     eliminate_dead_code,
     fold_batch_norm,

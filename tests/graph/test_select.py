@@ -9,11 +9,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from tensorgen.graph import select
-from tensorgen.graph.build import build_model
-from tensorgen.graph.compare import onnxruntime_runner
+from tensorgen.graph.backend import select
+from tensorgen.graph.backend.build import build_model
+from tensorgen.graph.backend.tasks import extract_tasks
 from tensorgen.graph.load import load_graph
-from tensorgen.graph.tasks import extract_tasks
+from tensorgen.graph.reference.compare import onnxruntime_runner
 from tensorgen.records.database import SQLiteDatabase
 from tensorgen.runtime.model import CompiledModel
 

@@ -1,4 +1,4 @@
-"""The PyTorch peer (tensorgen.graph.torch_eval) against ONNX Runtime.
+"""The PyTorch peer (tensorgen.graph.reference.torch_eval) against ONNX Runtime.
 
 Every case is one ONNX node: ONNX Runtime runs the ONNX model, and TorchModel runs both a hand-built
 tensorgen Graph of the same node (attributes written out in normalized form, so these tests do not
@@ -18,8 +18,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tensorgen.graph import Graph, GraphError, Node, Value, load, zoo
-from tensorgen.graph import onnx_frontend as frontend
-from tensorgen.graph.torch_eval import TorchModel, available
+from tensorgen.graph.frontend import onnx_import as frontend
+from tensorgen.graph.reference.torch_eval import TorchModel, available
 
 if not available():
     pytest.skip("PyTorch is not installed", allow_module_level=True)

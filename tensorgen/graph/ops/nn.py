@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tensorgen.graph.ir import Node
-from tensorgen.graph.ops_base import FLOATS, Args, broadcast_index, lowering, operand
+from tensorgen.graph.ops.base import FLOATS, Args, broadcast_index, lowering, operand
 from tensorgen.te import expr as E
 from tensorgen.te.ops import broadcast_shape, matmul
 from tensorgen.te.ops.common import BATCH_MATMUL, BROADCAST, CONV1D, CONV2D, CONV3D, INJECTIVE, MATMUL, named, offset

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from tensorgen.graph.ir import GraphError
-from tensorgen.graph.zoo_builder import OnnxBuilder, batch_norm, classifier, conv_bn, relu
+from tensorgen.graph.zoo.builder import OnnxBuilder, batch_norm, classifier, conv_bn, relu
 
 RESIDUAL_GAMMA = (0.3, 0.5)
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tensorgen.codegen.c import CTYPES
-from tensorgen.graph.fusion import Partition, kernel_dtype, kernel_nbytes, overwritable_input
+from tensorgen.graph.passes.fusion import Partition, kernel_dtype, kernel_nbytes, overwritable_input
 
 ALIGN = 64
 

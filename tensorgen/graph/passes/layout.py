@@ -25,8 +25,8 @@ from dataclasses import replace
 
 import numpy as np
 
+from tensorgen.graph.frontend.normalize import add_constant
 from tensorgen.graph.ir import Graph, Node, Value
-from tensorgen.graph.onnx_normalize import add_constant
 from tensorgen.graph.ops import op_kind
 from tensorgen.graph.passes import eliminate_dead_code, remove_noops, simplify_reshapes
 from tensorgen.te.ops.conv import gathers, plain_transpose

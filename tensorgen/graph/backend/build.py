@@ -3,7 +3,7 @@
 Every subgraph gets its best record from the database, replayed on its own DAG; one without a record
 gets the best program of the tuned subgraph of the same structure and the closest size, adapted to its
 shapes (tensorgen.search.transfer), else the default schedule. The output directory holds:
-    model.so        kernels + executor, C ABI in tensorgen/graph/executor.py
+    model.so        kernels + executor, C ABI in tensorgen/graph/backend/executor.py
     model.c         its source, for people to read
     weights.bin     the constants, at the offsets the executor uses
     model.json      inputs, outputs, kernels and which of them were tuned
@@ -24,13 +24,13 @@ import numpy as np
 from tensorgen.codegen.c import render_module
 from tensorgen.codegen.toolchain import compile_source, preflight
 from tensorgen.errors import CompileError, TensorgenError
-from tensorgen.graph.align import align_partitions
-from tensorgen.graph.default_schedule import default_schedule
-from tensorgen.graph.executor import executor_source, pack_weights, plan_memory
-from tensorgen.graph.fusion import Partition, Subgraph, partition
+from tensorgen.graph.backend.align import align_partitions
+from tensorgen.graph.backend.default_schedule import default_schedule
+from tensorgen.graph.backend.executor import executor_source, pack_weights, plan_memory
+from tensorgen.graph.backend.select import CANDIDATE_POOL, candidate_records, select_in_model
 from tensorgen.graph.ir import Graph, Value
 from tensorgen.graph.load import load_graph
-from tensorgen.graph.select import CANDIDATE_POOL, candidate_records, select_in_model
+from tensorgen.graph.passes.fusion import Partition, Subgraph, partition
 from tensorgen.hardware import hardware_for
 from tensorgen.loopir.nodes import PrimFunc
 from tensorgen.records.database import Database
@@ -52,7 +52,7 @@ class KernelInfo:
     tuned: bool
     cost: float | None  # seconds, of the record used
     schedule: str  # "tuned" | "transferred" (from a similar subgraph's record) | "default"
-    rank: int = 0  # which of the task's candidate records, 0 = the fastest alone (see tensorgen.graph.select)
+    rank: int = 0  # which of the task's candidate records, 0 = the fastest alone (see tensorgen.graph.backend.select)
     fallback: str = ""  # why the kernel's record or adapted program was not used (it got the default schedule)
 
 
@@ -106,7 +106,7 @@ def build_model(model: object, out_dir: str | os.PathLike[str], *, target: str |
 
     Every kernel uses its task's fastest record, or its `ranks[i]`-th candidate (select.candidate_records);
     `candidates` > 1 picks the ranks by timing the model built with each of the first `candidates`
-    (tensorgen.graph.select; the model is built and profiled candidates + 1 times more)."""
+    (tensorgen.graph.backend.select; the model is built and profiled candidates + 1 times more)."""
     if candidates < 1:
         raise TensorgenError(f"need at least 1 candidate record per kernel, got {candidates}")
     target = Target.parse(target)

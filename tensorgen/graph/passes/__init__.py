@@ -13,9 +13,9 @@ from dataclasses import replace
 
 import numpy as np
 
+from tensorgen.graph.frontend.normalize import add_constant
+from tensorgen.graph.frontend.onnx_export import evaluate_node
 from tensorgen.graph.ir import Graph, GraphError, Node
-from tensorgen.graph.onnx_export import evaluate_node
-from tensorgen.graph.onnx_normalize import add_constant
 
 IDENTITY_OPS = frozenset({"Identity", "Dropout"})
 # ops whose output is their input's data, row-major, under another shape

@@ -22,11 +22,11 @@ import numpy as np
 import onnx
 from onnx import external_data_helper, helper, inliner, numpy_helper
 
-import tensorgen.graph.onnx_normalize_nn  # noqa: F401  (registers Conv, pooling, Resize)
+import tensorgen.graph.frontend.normalize_nn  # noqa: F401  (registers Conv, pooling, Resize)
+from tensorgen.graph.frontend.normalize import CONST_INPUTS, NORMALIZERS, ImportState, OnnxNode
+from tensorgen.graph.frontend.onnx_eval import evaluate, infer_outputs, np_dtype
+from tensorgen.graph.frontend.onnx_export import export_onnx
 from tensorgen.graph.ir import Graph, GraphError, Node, Value
-from tensorgen.graph.onnx_eval import evaluate, infer_outputs, np_dtype
-from tensorgen.graph.onnx_export import export_onnx
-from tensorgen.graph.onnx_normalize import CONST_INPUTS, NORMALIZERS, ImportState, OnnxNode
 from tensorgen.hardware import check_memory_budget, format_bytes
 
 __all__ = ["FOLD_ONLY_OPS", "GRAPH_OPS", "OPSETS", "SUPPORTED_OPS", "export_onnx", "import_onnx", "read_onnx"]

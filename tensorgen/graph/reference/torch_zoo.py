@@ -26,7 +26,7 @@ from torch import nn
 
 from tensorgen.graph.ir import GraphError
 from tensorgen.graph.zoo import MODELS, build_model
-from tensorgen.graph.zoo_bert import BERT_BASE, BERT_TINY, BertConfig
+from tensorgen.graph.zoo.bert import BERT_BASE, BERT_TINY, BertConfig
 
 # ---------------------------------------------------------------------------------------------
 # ResNets (torchvision.models.resnet, torchvision.models.video.r3d_18)

@@ -21,9 +21,9 @@ import numpy as np
 
 from tensorgen.dag import ComputeDAG, topological
 from tensorgen.graph.ir import Graph, GraphError, Node
-from tensorgen.graph.layout import to_channels_last
 from tensorgen.graph.ops import lower_node, op_kind
-from tensorgen.graph.ops_base import te_shape
+from tensorgen.graph.ops.base import te_shape
+from tensorgen.graph.passes.layout import to_channels_last
 from tensorgen.runtime.module import DTYPES as KERNEL_DTYPES
 from tensorgen.te.tensor import Tensor, placeholder
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tensorgen.errors import TensorExprError
-from tensorgen.graph import ops_elemwise, ops_nn, ops_reduce, ops_shape  # noqa: F401 (they register lowerings)
 from tensorgen.graph.ir import Graph, GraphError, Node
-from tensorgen.graph.ops_base import LOWERINGS, READABLE, Args, OpRule, lowering, te_shape
+from tensorgen.graph.ops import elemwise, nn, reduce, shape  # noqa: F401 (they register lowerings)
+from tensorgen.graph.ops.base import LOWERINGS, READABLE, Args, OpRule, lowering, te_shape
 from tensorgen.te.tensor import Tensor
 
 SUPPORTED_OPS: frozenset[str] = frozenset(LOWERINGS)

@@ -15,7 +15,7 @@ import numpy as np
 from onnx import TensorProto
 
 from tensorgen.graph.ir import GraphError
-from tensorgen.graph.zoo_builder import OnnxBuilder
+from tensorgen.graph.zoo.builder import OnnxBuilder
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from functools import reduce
 
 from tensorgen.graph.ir import Node
-from tensorgen.graph.ops_base import FLOATS, NUMERIC, Args, broadcast_load, lowering, operand
+from tensorgen.graph.ops.base import FLOATS, NUMERIC, Args, broadcast_load, lowering, operand
 from tensorgen.te import expr as E
 from tensorgen.te.ops import batch_norm, broadcast_shape
 from tensorgen.te.ops.common import BROADCAST, ELEMWISE

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from tensorgen.graph.frontend.onnx_eval import np_dtype
 from tensorgen.graph.ir import GraphError, Node, Value
-from tensorgen.graph.onnx_eval import np_dtype
 
 # inputs that must be constants at import time, by op: index -> role. The normalizer turns them
 # into attributes and the normalized node no longer reads them.

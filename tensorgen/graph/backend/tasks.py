@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tensorgen.graph.fusion import Partition, partition
 from tensorgen.graph.ir import Graph
+from tensorgen.graph.passes.fusion import Partition, partition
 from tensorgen.hardware import hardware_for
 from tensorgen.target import HardwareParams, Target
 from tensorgen.task import SearchTask

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tensorgen.graph.ir import Node
-from tensorgen.graph.ops_base import FLOATS, Args, broadcast_load, lowering
+from tensorgen.graph.ops.base import FLOATS, Args, broadcast_load, lowering
 from tensorgen.te import expr as E
 from tensorgen.te.ops import reduce_mean, reduce_sum, softmax
 from tensorgen.te.ops.common import BROADCAST, ELEMWISE, FLOAT_LOWEST, POOL, REDUCE, named, offset, scaled

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from tensorgen.graph.frontend.normalize import OnnxNode, normalizer
 from tensorgen.graph.ir import Node
-from tensorgen.graph.onnx_normalize import OnnxNode, normalizer
 
 _SAME = ("SAME_UPPER", "SAME_LOWER")
 

@@ -14,8 +14,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from tensorgen.graph.frontend.onnx_eval import evaluate, onnx_dtype
 from tensorgen.graph.ir import Graph, Node, Value
-from tensorgen.graph.onnx_eval import evaluate, onnx_dtype
 
 EXPORT_OPSET = 21
 IR_VERSION = 10  # the IR version that came with opset 21

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from tensorgen.graph.ir import Node
-from tensorgen.graph.ops_base import NUMERIC, Args, broadcast_load, lowering
+from tensorgen.graph.ops.base import NUMERIC, Args, broadcast_load, lowering
 from tensorgen.te import expr as E
 from tensorgen.te.ops import broadcast_shape, concatenate, reshape, transpose
 from tensorgen.te.ops.common import INJECTIVE, offset

@@ -9,7 +9,7 @@ from tensorgen.build import CompiledFunction, build
 from tensorgen.dag import ComputeDAG
 from tensorgen.graph.ir import Graph, GraphError, Node
 from tensorgen.graph.ops import lower_node
-from tensorgen.graph.ops_base import te_shape
+from tensorgen.graph.ops.base import te_shape
 from tensorgen.te.tensor import Tensor, placeholder
 
 # Compiled nodes by the canonical text of their DAG: it covers op, attributes, shapes, dtypes and

@@ -17,9 +17,9 @@ import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
-from tensorgen.graph import zoo_bert, zoo_cnn
 from tensorgen.graph.ir import GraphError
-from tensorgen.graph.zoo_builder import OnnxBuilder
+from tensorgen.graph.zoo import bert, cnn
+from tensorgen.graph.zoo.builder import OnnxBuilder
 
 
 @dataclass(frozen=True)
@@ -34,31 +34,31 @@ class ZooModel:
 
 MODELS: dict[str, ZooModel] = {
     "resnet18": ZooModel(
-        zoo_cnn.resnet18, "ResNet-18 (torchvision), 1000 ImageNet classes", {"input": (1, 3, 224, 224)},
+        cnn.resnet18, "ResNet-18 (torchvision), 1000 ImageNet classes", {"input": (1, 3, 224, 224)},
         {"image_size": 224},
     ),
     "resnet50": ZooModel(
-        zoo_cnn.resnet50, "ResNet-50 v1.5 (torchvision), bottleneck blocks, 1000 classes", {"input": (1, 3, 224, 224)},
+        cnn.resnet50, "ResNet-50 v1.5 (torchvision), bottleneck blocks, 1000 classes", {"input": (1, 3, 224, 224)},
         {"image_size": 224},
     ),
     "mobilenet_v2": ZooModel(
-        zoo_cnn.mobilenet_v2, "MobileNet-V2 (torchvision): inverted residuals, depthwise convs, ReLU6 as Clip",
+        cnn.mobilenet_v2, "MobileNet-V2 (torchvision): inverted residuals, depthwise convs, ReLU6 as Clip",
         {"input": (1, 3, 224, 224)}, {"image_size": 224},
     ),
     "resnet3d_18": ZooModel(
-        zoo_cnn.resnet3d_18, "3D ResNet-18 (torchvision r3d_18) on video clips, 400 Kinetics classes",
+        cnn.resnet3d_18, "3D ResNet-18 (torchvision r3d_18) on video clips, 400 Kinetics classes",
         {"input": (1, 3, 16, 112, 112)}, {"frames": 16, "image_size": 112},
     ),
     "dcgan": ZooModel(
-        zoo_cnn.dcgan, "DCGAN generator: z(100) -> 64x64x3 image via ConvTranspose+BN+ReLU, Tanh",
+        cnn.dcgan, "DCGAN generator: z(100) -> 64x64x3 image via ConvTranspose+BN+ReLU, Tanh",
         {"input": (1, 100, 1, 1)}, {"image_size": 64},
     ),
     "bert_base": ZooModel(
-        partial(zoo_bert.bert, zoo_bert.BERT_BASE), "BERT-base encoder: 12 layers, hidden 768, 12 heads",
+        partial(bert.bert, bert.BERT_BASE), "BERT-base encoder: 12 layers, hidden 768, 12 heads",
         {"input_ids": (1, 128)}, {"seq_len": 128},
     ),
     "bert_tiny": ZooModel(
-        partial(zoo_bert.bert, zoo_bert.BERT_TINY), "BERT-tiny encoder: 2 layers, hidden 128, 2 heads",
+        partial(bert.bert, bert.BERT_TINY), "BERT-tiny encoder: 2 layers, hidden 128, 2 heads",
         {"input_ids": (1, 128)}, {"seq_len": 128},
     ),
 }  # fmt: skip

@@ -89,7 +89,7 @@ def onnxruntime_runner(onnx_model, graph: Graph, threads: int) -> Runner | None:
 
 def torch_runner(graph: Graph, threads: int) -> Runner | None:
     try:
-        from tensorgen.graph.torch_eval import TorchModel, available
+        from tensorgen.graph.reference.torch_eval import TorchModel, available
     except ImportError:
         return None
     if not available():
@@ -133,7 +133,7 @@ def compare(model: object, db=None, threads: int = 2, batch: int = 1, blocks: in
             candidates: int = 1) -> Comparison:
     """Build `model` (zoo name or .onnx path) with `db`'s records and time it next to its peers
     (`candidates`: see build_model)."""
-    from tensorgen.graph.build import build_model
+    from tensorgen.graph.backend.build import build_model
     from tensorgen.graph.load import load_graph, onnx_model_of
     from tensorgen.graph.zoo import random_inputs
     from tensorgen.runtime.model import CompiledModel

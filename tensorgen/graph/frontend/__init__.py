@@ -1,0 +1,2 @@
+"""ONNX in and out: import (normalized to the graph IR contract, constants folded), export, and ONNX's own
+node evaluation."""
