@@ -1,19 +1,44 @@
-"""From a State (or a DAG, for the naive program) to a callable compiled function."""
+"""The compile pipeline: from a State (or a DAG, for the naive program) to a compiled library (`compile_state`,
+which every site that compiles a program uses) and to a callable function (`build`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from tensorgen.codegen.c import render_c
-from tensorgen.codegen.toolchain import compile_source
+from tensorgen.codegen.backend import Backend, CBackend
 from tensorgen.dag import ComputeDAG
+from tensorgen.loopir.nodes import PrimFunc
 from tensorgen.runtime import ArgSpec, Kernel, Module, aligned, aligned_empty
 from tensorgen.schedule.lower import lower
 from tensorgen.schedule.state import State
 from tensorgen.te.tensor import Tensor
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A program lowered, rendered and compiled: its loop IR, its source and the library built from it."""
+
+    func: PrimFunc
+    source: str
+    path: Path
+
+
+def compile_state(state: State, backend: Backend, name: str | None = None, *, tail: str = "",
+                  edit: Callable[[str], str] | None = None, deadline: float | None = None) -> Compiled:
+    """Lower `state` (its function named `name`), render it with `backend` followed by `tail` (more source, e.g.
+    the measurement harness's entry points), let `edit` rewrite the text (tests inject faults so), and compile
+    it, with what is left until `deadline` (a time.perf_counter() value; at least 0.1 s) as the compile's limit."""
+    func = lower(state, name)
+    source = backend.render(func) + tail
+    if edit is not None:
+        source = edit(source)
+    timeout = max(0.1, deadline - time.perf_counter()) if deadline is not None else None
+    return Compiled(func, source, backend.compile(source, timeout))
 
 
 @dataclass
@@ -54,8 +79,7 @@ def build(
 
         simd_bytes = detect_cpu().simd_bytes
     state = program if isinstance(program, State) else State(program)
-    func = lower(state, name)
-    source = render_c(func, simd_bytes)
-    module = Module(compile_source(source, cc=cc, march=march))
-    args = [ArgSpec(b.name, b.shape, b.dtype) for b in func.args]
-    return CompiledFunction(state.dag, source, module, module.kernel(func.name, args))
+    built = compile_state(state, CBackend(simd_bytes, march, cc), name)
+    module = Module(built.path)
+    args = [ArgSpec(b.name, b.shape, b.dtype) for b in built.func.args]
+    return CompiledFunction(state.dag, built.source, module, module.kernel(built.func.name, args))

@@ -13,14 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from tensorgen.codegen.c import render_c
-from tensorgen.codegen.toolchain import compile_source, preflight
+from tensorgen.build import compile_state
+from tensorgen.codegen.backend import backend_for
 from tensorgen.errors import CompileError, LoweringError, ScheduleError, ToolchainError
 from tensorgen.measure.harness import PRODUCER_C
 from tensorgen.measure.types import BuildResult, ErrorKind, MeasureInput
 from tensorgen.measure.worker import WorkerDied, WorkerPool, WorkerTimeout
 from tensorgen.schedule.layout_rewrite import rewrite_layout
-from tensorgen.schedule.lower import lower
 
 #: Name of the kernel in every candidate module, so the runner knows what to call.
 KERNEL_NAME = "tg_candidate"
@@ -54,32 +53,27 @@ def build_candidate(inp: MeasureInput, timeout: float, source_hook: SourceHook |
     it to inject broken code.
     """
     start = time.perf_counter()
-    source = ""
-
     layouts: tuple = ()
 
-    def result(kind: ErrorKind, msg: str, path: str | None = None) -> BuildResult:
+    def result(kind: ErrorKind, msg: str, path: str | None = None, source: str = "") -> BuildResult:
         return BuildResult(path, source, kind, msg, time.perf_counter() - start, layouts)
 
     try:
         state, plans = rewrite_layout(inp.state)  # constants repacked as a model build will
         layouts = tuple(plans)
-        func = lower(state, KERNEL_NAME)
-        source = render_c(func, inp.task.hw.simd_bytes) + PRODUCER_C
-        if source_hook is not None:
-            source = source_hook(inp, source)
-        remaining = max(0.1, timeout - (time.perf_counter() - start)) if timeout > 0 else None
-        path = compile_source(source, march=inp.task.target.march, timeout=remaining)
-        return result(ErrorKind.NONE, "", str(path))
+        edit = (lambda source: source_hook(inp, source)) if source_hook is not None else None
+        built = compile_state(state, backend_for(inp.task.target, inp.task.hw), KERNEL_NAME, tail=PRODUCER_C,
+                              edit=edit, deadline=start + timeout if timeout > 0 else None)
+        return result(ErrorKind.NONE, "", str(built.path), built.source)
     except (ScheduleError, LoweringError) as exc:
         return result(ErrorKind.INSTANTIATION, f"{type(exc).__name__}: {exc}")
     except ToolchainError as exc:  # not the candidate's fault (LocalBuilder.build stops the run if it persists)
-        return result(ErrorKind.UNKNOWN, str(exc))
+        return result(ErrorKind.UNKNOWN, str(exc), source=exc.source)
     except CompileError as exc:
         if environment_error(f"{exc}\n{exc.log}"):
-            return result(ErrorKind.UNKNOWN, str(exc))
+            return result(ErrorKind.UNKNOWN, str(exc), source=exc.source)
         kind = ErrorKind.COMPILE_TIMEOUT if "timed out" in str(exc) else ErrorKind.COMPILE_ERROR
-        return result(kind, str(exc))
+        return result(kind, str(exc), source=exc.source)
     except Exception:
         return result(ErrorKind.UNKNOWN, traceback.format_exc())
 
@@ -102,9 +96,9 @@ class LocalBuilder:
     def build(self, inputs: list[MeasureInput]) -> list[BuildResult]:
         if not inputs:
             return []
-        marches = {inp.task.target.march for inp in inputs}
-        for march in marches:
-            preflight(march=march)
+        backends = {backend_for(inp.task.target, inp.task.hw) for inp in inputs}
+        for backend in backends:
+            backend.preflight()
         if self._pool is None:
             self._pool = WorkerPool(max(1, self.n_parallel or os.cpu_count() or 1))
         kill_after = self.timeout + _KILL_GRACE if self.timeout > 0 else None
@@ -123,8 +117,8 @@ class LocalBuilder:
                 kind, msg = ErrorKind.UNKNOWN, f"build raised in the worker:\n{out.error}"
             results.append(BuildResult(None, "", kind, msg, out.seconds))
         if all(r.error_kind in _MAYBE_ENVIRONMENT for r in results):
-            for march in marches:
-                preflight(march=march, again=True)
+            for backend in backends:
+                backend.preflight(again=True)
             causes = {environment_error(r.error_msg) for r in results}
             if len(causes) == 1 and None not in causes:
                 raise ToolchainError(f"every build of the batch failed with {causes.pop()!r}, a fault of the "

@@ -17,8 +17,8 @@ from typing import Protocol
 
 import numpy as np
 
-from tensorgen.codegen.c import render_c
-from tensorgen.codegen.toolchain import compile_source
+from tensorgen.build import compile_state
+from tensorgen.codegen.backend import backend_for
 from tensorgen.dag import ComputeDAG
 from tensorgen.errors import CompileError, ToolchainError
 from tensorgen.hardware import check_memory_budget, format_bytes
@@ -34,7 +34,6 @@ from tensorgen.measure.harness import (
     run_harness,
 )
 from tensorgen.measure.types import BuildResult, ErrorKind, MeasureInput, MeasureResult
-from tensorgen.schedule.lower import lower
 from tensorgen.schedule.state import State
 from tensorgen.task import SearchTask
 from tensorgen.te.expr import Reduce
@@ -245,9 +244,8 @@ class LocalRunner:
         return self._references[task.key]
 
     def _compute_reference(self, task: SearchTask) -> list[np.ndarray] | str:
-        func = lower(reference_state(task.dag), KERNEL_NAME)
         try:
-            so = compile_source(render_c(func, task.hw.simd_bytes), march=task.target.march)
+            so = compile_state(reference_state(task.dag), backend_for(task.target, task.hw), KERNEL_NAME).path
         except ToolchainError:
             raise  # the environment, not this task: the run stops with it
         except CompileError as err:

@@ -21,8 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tensorgen.codegen.c import render_module
-from tensorgen.codegen.toolchain import compile_source, preflight
+from tensorgen.codegen.backend import Backend, backend_for
 from tensorgen.errors import CompileError, TensorgenError
 from tensorgen.graph.backend.align import align_partitions
 from tensorgen.graph.backend.default_schedule import default_schedule
@@ -99,8 +98,7 @@ def schedule_subgraphs(subs: Sequence[Subgraph], target: Target, db: Database | 
 
 
 def build_model(model: object, out_dir: str | os.PathLike[str], *, target: str | Target = "cpu",
-                db: Database | None = None, batch: int = 1, march: str | None = "native",
-                candidates: int = 1, ranks: Sequence[int] | None = None,
+                db: Database | None = None, batch: int = 1, candidates: int = 1, ranks: Sequence[int] | None = None,
                 progress: Callable[[str], None] | None = None) -> Path:
     """Compile `model` (ONNX file, ModelProto, zoo name or Graph) into `out_dir`; returns that directory.
 
@@ -112,18 +110,18 @@ def build_model(model: object, out_dir: str | os.PathLike[str], *, target: str |
     target = Target.parse(target)
     hw = hardware_for(target)
     graph = model if isinstance(model, Graph) else load_graph(model, batch=batch)
-    preflight(march=march)
+    backend_for(target, hw).preflight()
     pools: dict[str, tuple[int, list]] = {}  # the builds of one selection share their candidate records
     if candidates > 1 and db is not None and ranks is None:
         def build(ranks: Sequence[int], directory: Path) -> Path:
-            return _build(graph, directory, target, db, march, ranks, pools, None)
+            return _build(graph, directory, target, db, ranks, pools, None)
 
         ranks = select_in_model(build, len(partition(graph).subgraphs), candidates, threads=hw.cores,
                                 progress=progress).ranks
-    return _build(graph, out_dir, target, db, march, ranks, pools, progress)
+    return _build(graph, out_dir, target, db, ranks, pools, progress)
 
 
-def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, db: Database | None, march: str | None,
+def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, db: Database | None,
            ranks: Sequence[int] | None, pools: dict[str, tuple[int, list]],
            progress: Callable[[str], None] | None, failed: dict[int, str] | None = None) -> Path:
     """One build. A kernel whose program cannot be applied, lowered or compiled (a record of an older version,
@@ -131,6 +129,7 @@ def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, db: Da
     those kernels and why; a compile error names its kernels by compiling each alone, then the build restarts."""
     failed = {} if failed is None else failed
     hw = hardware_for(target)
+    backend = backend_for(target, hw)
     graph_in = graph
     graph = replace(graph, values=dict(graph.values), constants=dict(graph.constants))  # gains repacked weights
     part = partition(graph)
@@ -166,15 +165,14 @@ def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, db: Da
     funcs = align_partitions(funcs, [[part.aliases.get(n, n) for n in sub.inputs + sub.outputs]
                                      for sub in part.subgraphs], hw.cores)
     executor = executor_source(part, [k.name for k in kernels], weight_offsets, len(blob), plan)
-    source = render_module(funcs, hw.simd_bytes, executor, scratch=True)
+    source = backend.render_module(funcs, executor)
     try:
-        library = compile_source(source, march=march)
+        library = backend.compile(source)
     except CompileError:
-        culprits = {i: err for i, f in enumerate(funcs)
-                    if i not in failed and (err := _compile_error(f, hw.simd_bytes, march))}
+        culprits = {i: err for i, f in enumerate(funcs) if i not in failed and (err := _compile_error(f, backend))}
         if not culprits:
             raise
-        return _build(graph_in, out_dir, target, db, march, ranks, pools, progress, {**failed, **culprits})
+        return _build(graph_in, out_dir, target, db, ranks, pools, progress, {**failed, **culprits})
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(library, out / "model.so")
@@ -189,10 +187,10 @@ def _kernel(graph: Graph, sub: Subgraph, state: State, name: str, tag: str) -> P
     return lower(_repack_weights(graph, sub, state, tag), name)
 
 
-def _compile_error(func: PrimFunc, simd_bytes: int, march: str | None) -> str:
+def _compile_error(func: PrimFunc, backend: Backend) -> str:
     """The compiler's first error line for `func` compiled alone ("" when it compiles)."""
     try:
-        compile_source(render_module([func], simd_bytes, scratch=True), march=march)
+        backend.compile(backend.render_module([func]))
     except CompileError as err:
         return "CompileError: " + err.first_error()
     return ""

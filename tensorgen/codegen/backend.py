@@ -1,0 +1,78 @@
+"""Backends: how lowered programs of one kind of target become source text and then a loadable library.
+
+A backend renders one kernel (`render`: a standalone library, as tuning measures it) or a whole model's kernels
+with the executor that calls them (`render_module`), and compiles source with its toolchain. The C backend is the
+CPU's; a CUDA backend implements the same protocol and registers itself under its target kind in BACKENDS.
+Every site that compiles a program goes through `backend_for(target, hw)` and tensorgen.build.compile_state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from tensorgen.codegen.c import render_c, render_module
+from tensorgen.codegen.toolchain import compile_source, preflight
+from tensorgen.loopir.nodes import PrimFunc
+from tensorgen.registry import Registry
+from tensorgen.target import HardwareParams, Target
+
+
+class Backend(Protocol):
+    """Source text and a compiled library for one target."""
+
+    def render(self, func: PrimFunc) -> str:
+        """The source of a library holding `func` alone (and the thread-control entry points)."""
+        ...
+
+    def render_module(self, funcs: Sequence[PrimFunc], tail: str = "") -> str:
+        """The source of a model's library: every function of `funcs` once, sharing one scratch area, then `tail`
+        (the executor)."""
+        ...
+
+    def compile(self, source: str, timeout: float | None = None) -> Path:
+        """The path of the shared library built from `source` (cached by content)."""
+        ...
+
+    def preflight(self, again: bool = False) -> None:
+        """Raise ToolchainError naming what is broken if this machine cannot build and load a trivial kernel
+        (checked once per process unless `again`)."""
+        ...
+
+
+@dataclass(frozen=True)
+class CBackend:
+    """C with OpenMP and explicit SIMD (GCC vector extensions of `simd_bytes`), built by gcc or clang with
+    `-march=march` (`cc`: the compiler command, default $CC, else gcc, else clang)."""
+
+    simd_bytes: int = 32
+    march: str | None = "native"
+    cc: str | None = None
+
+    def render(self, func: PrimFunc) -> str:
+        return render_c(func, self.simd_bytes)
+
+    def render_module(self, funcs: Sequence[PrimFunc], tail: str = "") -> str:
+        return render_module(list(funcs), self.simd_bytes, tail, scratch=True)
+
+    def compile(self, source: str, timeout: float | None = None) -> Path:
+        return compile_source(source, cc=self.cc, march=self.march, timeout=timeout)
+
+    def preflight(self, again: bool = False) -> None:
+        preflight(self.cc, self.march, again=again)
+
+
+def _c_backend(target: Target, hw: HardwareParams) -> Backend:
+    return CBackend(hw.simd_bytes, target.march)
+
+
+#: Target kind -> backend_factory(target, hw).
+BACKENDS: Registry[Backend] = Registry("backend")
+BACKENDS.register("cpu", _c_backend)
+
+
+def backend_for(target: Target, hw: HardwareParams) -> Backend:
+    """The backend of `target`'s kind, configured from its resolved hardware parameters."""
+    return BACKENDS.create(target.kind, target, hw)
