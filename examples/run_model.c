@@ -1,7 +1,10 @@
 /* Run a model built by `tensorgen build MODEL -o DIR` without Python.
  *
- *   gcc -O2 examples/run_model.c -o run_model DIR/model.so -Wl,-rpath,DIR
+ *   gcc -O2 examples/run_model.c -o run_model "$(realpath DIR)/model.so"
  *   ./run_model DIR [input0.bin ...]      # raw little-endian tensors; zeros when omitted
+ *
+ * Link model.so by its absolute path: the library has no soname, so the program records the path it was
+ * linked with and, given a relative one, finds the library only from the folder it was linked in.
  *
  * It loads DIR/weights.bin, runs the model once, prints the first outputs' leading values and the
  * mean latency of 10 runs, and writes each output to outputN.bin in the current directory.
