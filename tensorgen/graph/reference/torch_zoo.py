@@ -5,7 +5,7 @@ MobileNetV2, pytorch/examples' DCGAN generator, HuggingFace's BertModel with SDP
 takes its weights from the initializers of the zoo's ONNX model, whose names are the modules'
 state-dict keys (see zoo_builder). So the module and the ONNX file compute the same function, and
 benchmarks time PyTorch running the model itself rather than an interpretation of tensorgen's graph
-(graph/torch_eval.py, which stays a correctness oracle).
+(graph/reference/torch_eval.py, which stays a correctness oracle).
 
     module, onnx_model = torch_model("resnet50", batch=1)   # eval mode, float32
     with torch.inference_mode():
