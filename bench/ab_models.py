@@ -1,5 +1,5 @@
 """A/B of two builds of one model (`tensorgen build` output directories), in one process: whole-model
-time on the protocol of bench/timing.py (alternating blocks; a/b is the ratio of the medians over rounds,
+time on the protocol of tensorgen/timing.py (alternating blocks; a/b is the ratio of the medians over rounds,
 which must agree within --bound or the result is marked unreliable) and each kernel's median time inside
 the model (CompiledModel.profile), with the outputs checked to agree.
 
@@ -17,11 +17,11 @@ import json
 import sys
 
 import numpy as np
-from timing import add_arguments, compare, competing_load, describe_load, protocol_from
 
 from tensorgen.graph.load import onnx_model_of
 from tensorgen.graph.zoo import random_inputs
 from tensorgen.runtime.model import CompiledModel
+from tensorgen.timing import add_arguments, compare, competing_load, describe_load, protocol_from
 
 
 def main(argv: list[str] | None = None) -> int:

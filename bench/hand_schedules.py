@@ -3,7 +3,7 @@
     python bench/hand_schedules.py [--json FILE] [--threads T] [--rounds R] [--bound B] [--load] ...
 
 The schedules are `tensorgen.examples.gmm_state` / `tensorgen.examples.conv2d_state` (one copy, shared
-with the demo and the smoke test). Timing: the protocol of bench/timing.py (alternating blocks,
+with the demo and the smoke test). Timing: the protocol of tensorgen/timing.py (alternating blocks,
 GFLOP/s the medians over rounds and `ratio` their ratio, rows whose rounds never agree within
 --bound marked unreliable). NumPy writes into a preallocated output (`matmul(out=)`) as tensorgen
 does; PyTorch's conv2d has no `out=` and allocates its result.
@@ -26,11 +26,11 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 
 import numpy as np  # noqa: E402
-from timing import Protocol, add_arguments, compare, competing_load, describe_load, protocol_from  # noqa: E402
 
 from tensorgen.build import build  # noqa: E402
 from tensorgen.examples import conv2d_nhwc_reference, conv2d_state, gmm_state, max_rel_error  # noqa: E402
 from tensorgen.runtime import aligned  # noqa: E402
+from tensorgen.timing import Protocol, add_arguments, compare, competing_load, describe_load, protocol_from  # noqa: E402
 
 RTOL = 1e-3  # relative to max |reference|
 
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         verdict = "" if res["reliable"] else f"  UNRELIABLE: {res['disagreement']}"
         print(f"{op:<12} {res['tensorgen_gflops']:>18.1f} {peer_name:>6} {peer_s:>13} {ratio_s:>7} "
               f"{res['timing']['rounds']:>6}{verdict}")
-    print(f"(threads={args.threads}; GFLOP/s: medians over rounds, ratio: their ratio; bench/timing.py)")
+    print(f"(threads={args.threads}; GFLOP/s: medians over rounds, ratio: their ratio; tensorgen/timing.py)")
 
     if args.json:
         out = {"gmm_1024": gmm, "c2d_resnet": conv, "threads": args.threads, "timing": protocol.to_json(),

@@ -10,7 +10,7 @@ leaves it: its weights come from memory, its inputs from the previous kernel. Th
 Convolution kernels are matched to ONNX Runtime's Conv nodes in order (both run the graph in
 topological order); other kernels and nodes are listed without a match.
 
-Timing follows bench/timing.py: rounds alternate the two engines (each round `--runs` runs of the
+Timing follows tensorgen/timing.py: rounds alternate the two engines (each round `--runs` runs of the
 model, after a `--pause` and warm-up runs); a kernel's or node's time is the median over rounds of its
 per-round median, and a matched pair's ratio is the ratio of those. Rounds are added until every
 matched pair and the two model totals agree within `--bound` (up to `--max-rounds`); a pair whose
@@ -28,13 +28,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from timing import Comparison, Protocol, add_arguments, competing_load, describe_load, protocol_from
 
 from tensorgen.graph.backend.build import build_model
 from tensorgen.graph.load import load_graph, onnx_model_of
 from tensorgen.graph.zoo import random_inputs
 from tensorgen.records.database import SQLiteDatabase
 from tensorgen.runtime.model import CompiledModel
+from tensorgen.timing import Comparison, Protocol, add_arguments, competing_load, describe_load, protocol_from
 
 WARM_RUNS = 5
 

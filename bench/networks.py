@@ -20,7 +20,7 @@ outputs each call (a module has no output argument; one allocation per output ag
 
 Every engine's output is compared with ONNX Runtime's first (tolerance: graph.compare.OUTPUT_RTOL of
 the largest |output|): an engine that differs is not timed, and a row whose tensorgen output differs
-reports "wrong output" with the errors and no speedup. Timing follows bench/timing.py (alternating
+reports "wrong output" with the errors and no speedup. Timing follows tensorgen/timing.py (alternating
 blocks, ratios of medians over rounds, rounds re-measured until they agree within --bound, else the row
 is marked unreliable); `--load` runs one competing CPU-bound process while timing. Each model is timed
 in a fresh interpreter, as `tensorgen bench` runs it, not in the one that tuned it.
@@ -39,13 +39,12 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from timing import Protocol, add_arguments, compare, competing_load, describe_load, protocol_from
-
 from tensorgen.graph.backend.tasks import extract_tasks
 from tensorgen.graph.load import load_graph
-from tensorgen.graph.reference.compare import OUTPUT_RTOL, output_error
+from tensorgen.graph.reference.compare import OUTPUT_RTOL, onnxruntime_engine, output_error
 from tensorgen.graph.zoo import MODELS
 from tensorgen.records.database import SQLiteDatabase
+from tensorgen.timing import Protocol, add_arguments, compare, competing_load, describe_load, protocol_from
 from tensorgen.tuning.scheduler import ProgressTable, TaskScheduler
 from tensorgen.tuning.tune import default_runner
 
@@ -76,30 +75,6 @@ def tune_model(name: str, batch: int, options: dict[str, int], trials: int, db: 
 def _one_line(err: BaseException) -> str:
     lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
     return f"{type(err).__name__}: {lines[0] if lines else ''}"[:300]
-
-
-def onnxruntime_engine(onnx_model: Any, feeds: dict, threads: int) -> tuple[Callable[[], list], list]:
-    """A run with io_binding (inputs and preallocated outputs bound once) that returns the outputs it
-    fills, and the outputs of a plain `session.run` (the reference every engine is checked against)."""
-    import numpy as np
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    session = ort.InferenceSession(onnx_model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    binding = session.io_binding()
-    for value in session.get_inputs():
-        binding.bind_ortvalue_input(value.name, ort.OrtValue.ortvalue_from_numpy(feeds[value.name]))
-    reference = session.run(None, feeds)
-    outs = [np.empty_like(r) for r in reference]
-    for value, out in zip(session.get_outputs(), outs):
-        binding.bind_ortvalue_output(value.name, ort.OrtValue.ortvalue_from_numpy(out))
-
-    def run() -> list:
-        session.run_with_iobinding(binding)
-        return outs
-
-    return run, reference
 
 
 def measure(name: str, batch: int, options: dict[str, int], db: str, threads: int, candidates: int,

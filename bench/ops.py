@@ -27,7 +27,7 @@ PyTorch CPU (and NumPy for GMM) side by side in the same run with `--threads` th
   (in place); TBS is softmax(Q_h @ K_h^T) per head with Q/K viewed as (batch, heads, seq, hidden).
 - GFLOP/s of every framework use the FLOP count of the tensorgen DAG (`ComputeDAG.flop_count`), so
   ratios of GFLOP/s are ratios of time.
-- Timing: the protocol of bench/timing.py. Alternating blocks of every framework, a `--pause` sleep
+- Timing: the protocol of tensorgen/timing.py. Alternating blocks of every framework, a `--pause` sleep
   before each, `--repeat` samples per block of the same number of calls for every framework (enough
   for the fastest one's sample to last 1 ms, so short kernels run in batches); GFLOP/s are medians
   over rounds and `ratio` their ratio. Rounds are added (from `--rounds` up to `--max-rounds`) until
@@ -67,13 +67,13 @@ from dataclasses import dataclass  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
-from timing import add_arguments, compare, competing_load, describe_load, protocol_from  # noqa: E402 (bench/timing.py)
 
 from tensorgen.build import build  # noqa: E402
 from tensorgen.dag import ComputeDAG  # noqa: E402
 from tensorgen.runtime import aligned, aligned_empty  # noqa: E402
 from tensorgen.target import Target  # noqa: E402
 from tensorgen.te.ops.suite import SUITE  # noqa: E402
+from tensorgen.timing import add_arguments, compare, competing_load, describe_load, protocol_from  # noqa: E402
 from tensorgen.tuning.tune import make_task, tune  # noqa: E402
 
 RTOL = 1e-3  # per element, relative

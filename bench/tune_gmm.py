@@ -3,7 +3,7 @@
     python bench/tune_gmm.py [--size 1024] [--trials 128] [--batch-size 32] [--db FILE] [--json FILE]
                              [--rounds 3] [--bound 0.1] [--load] ...
 
-Both runtimes use 2 threads and write into preallocated outputs; timing follows bench/timing.py (the
+Both runtimes use 2 threads and write into preallocated outputs; timing follows tensorgen/timing.py (the
 ratio is the ratio of the GFLOP/s, both medians over rounds that must agree within --bound).
 """
 
@@ -18,11 +18,11 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 
 import numpy as np  # noqa: E402
-from timing import add_arguments, compare, competing_load, describe_load, protocol_from  # noqa: E402
 
 from tensorgen import build, tune  # noqa: E402
 from tensorgen.runtime import aligned, aligned_empty  # noqa: E402
 from tensorgen.te.ops.suite import make_gmm  # noqa: E402
+from tensorgen.timing import add_arguments, compare, competing_load, describe_load, protocol_from  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

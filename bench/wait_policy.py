@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from timing import competing_load, describe_load
+
+from tensorgen.timing import competing_load, describe_load
 
 
 def mlp_model():

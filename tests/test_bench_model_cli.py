@@ -43,13 +43,13 @@ def test_bench_reports_the_speedup_of_a_correct_output(tmp_path, capsys):
 
 def test_bench_refuses_a_speedup_for_a_wrong_output(tmp_path, capsys, monkeypatch):
     """Against a peer that computes twice the model, tensorgen's output differs: no speedup, exit 1."""
-    real = compare.onnxruntime_runner
+    real = compare.onnxruntime_engine
 
-    def doubled(onnx_model, graph, threads):
-        run = real(onnx_model, graph, threads)
-        return lambda xs: [2 * np.asarray(o) + 1 for o in run(xs)]
+    def doubled(onnx_model, feeds, threads):
+        run, reference = real(onnx_model, feeds, threads)
+        return run, [2 * np.asarray(o) + 1 for o in reference]
 
-    monkeypatch.setattr(compare, "onnxruntime_runner", doubled)
+    monkeypatch.setattr(compare, "onnxruntime_engine", doubled)
     rc, out, result = _bench(tmp_path, capsys)
     assert rc == 1 and "WRONG OUTPUT" in out and "as fast" not in out
     assert result["output_ok"] is False and result["ratios"] == {}

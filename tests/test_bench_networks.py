@@ -23,7 +23,8 @@ from tensorgen.graph.zoo import MODELS, build_model, random_inputs
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 import networks  # noqa: E402
-import timing  # noqa: E402
+
+from tensorgen import timing  # noqa: E402
 
 # small inputs, batch 2: the same weights whatever the image size
 SMALL = {"resnet18": {"image_size": 64}, "resnet50": {"image_size": 64}, "mobilenet_v2": {"image_size": 64},

@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 
 
 def load_bench(name: str):
-    """Import bench/<name>.py as a module (bench/ is not a package; its scripts import bench/timing.py)."""
+    """Import bench/<name>.py as a module (bench/ is not a package; its scripts import tensorgen/timing.py)."""
     if str(BENCH) not in sys.path:
         sys.path.insert(0, str(BENCH))
     mod_name = f"_bench_{name}"

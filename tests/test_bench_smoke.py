@@ -13,8 +13,8 @@ from tensorgen.build import build
 from tensorgen.examples import conv2d_nhwc_im2col, conv2d_nhwc_reference, conv2d_state, gmm_state, max_rel_error
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
-sys.path.insert(0, str(BENCH))  # the bench scripts import bench/timing.py
-import timing  # noqa: E402
+sys.path.insert(0, str(BENCH))  # the bench scripts import tensorgen/timing.py
+from tensorgen import timing  # noqa: E402
 
 
 @pytest.mark.parametrize("m,n,k,kw", [

@@ -1,4 +1,4 @@
-"""bench/timing.py, the timing protocol of every benchmark comparison, on engines whose time is known:
+"""tensorgen/timing.py, the timing protocol of every benchmark comparison, on engines whose time is known:
 each spins until its thread has computed for its duration, and the protocol counts the thread's CPU
 time, so the other processes of a shared machine do not change what is measured; a "disturbance" is a
 block that spins longer."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-import timing  # noqa: E402
+from tensorgen import timing  # noqa: E402
 
 # 1 warm-up call (warm_s=0) + 3 samples of 1 call: an engine's k-th block is its calls 4k..4k+3
 FAST = timing.Protocol(rounds=3, max_rounds=7, bound=0.1, samples=3, calls=1, pause_s=0.0, warm_s=0.0,

@@ -34,7 +34,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench = model_args(subparsers.add_parser(
         "bench", help="time a compiled model next to ONNX Runtime, in one run (outputs checked against it)"))
     bench.add_argument("--threads", type=thread_count, default=usable_cpus(), help="threads for every engine")
-    bench.add_argument("--blocks", type=positive_int, default=5, help="alternating timing blocks (median reported)")
+    bench.add_argument("--blocks", type=positive_int, default=3,
+                       help="rounds of alternating blocks before their agreement is checked (default 3, at least 2); "
+                            "rounds are added, up to 9, until they agree within 10%%, else the result is marked "
+                            "UNRELIABLE")
     bench.add_argument("--json", metavar="FILE", help="also write the result to this JSON file")
     bench.add_argument("--profile", action="store_true",
                        help="also time every kernel inside the model, beside its tuned cost")
@@ -111,10 +114,13 @@ PROFILE_LINES = 20
 
 def _bench(args: argparse.Namespace) -> int:
     from tensorgen.graph.reference.compare import OUTPUT_RTOL, compare
+    from tensorgen.timing import Protocol
 
     # PyTorch as its users run a model is bench/networks.py's peer; graph/reference/torch_eval.py is an oracle
     db = _records(args.db)
-    result = compare(args.model, db=db, threads=args.threads, batch=args.batch, blocks=args.blocks,
+    rounds = max(2, args.blocks)
+    result = compare(args.model, db=db, threads=args.threads, batch=args.batch,
+                     protocol=Protocol(rounds=rounds, max_rounds=max(rounds, Protocol.max_rounds)),
                      profile=args.profile, candidates=args.candidates, with_torch=False)
     if db is not None:
         report_unreadable(db)
@@ -129,6 +135,9 @@ def _bench(args: argparse.Namespace) -> int:
     if result.output_ok is not None:
         print(f"  max |tensorgen - onnxruntime| = {result.max_abs_err_vs_onnxruntime:.3g} "
               f"({result.max_rel_err_vs_onnxruntime:.3g} of max |onnxruntime|; tolerance {OUTPUT_RTOL:g})")
+    if result.reliable is False:
+        print(f"  UNRELIABLE: the timing rounds never agreed within 10% ({result.disagreement}); re-run on a quieter "
+              f"machine")
     if result.output_ok is False:
         print("  WRONG OUTPUT: tensorgen differs from ONNX Runtime beyond float32 tolerance; no speedup reported")
     if result.kernels:

@@ -17,7 +17,7 @@ from tensorgen.graph.backend.build import build_model
 from tensorgen.graph.backend.tasks import extract_tasks
 from tensorgen.graph.load import load_graph
 from tensorgen.graph.passes.fusion import partition
-from tensorgen.graph.reference.compare import Comparison, onnxruntime_runner, time_engines
+from tensorgen.graph.reference.compare import Comparison, onnxruntime_runner
 from tensorgen.graph.zoo import build_model as zoo_model
 from tensorgen.graph.zoo import random_inputs
 from tensorgen.records.database import SQLiteDatabase
@@ -251,19 +251,16 @@ def test_cli_models_build_bench(tmp_path, capsys, monkeypatch):
     (kernel,) = result["kernels"]
     assert kernel["ms"] > 0 and kernel["tuned_ms"] is None and kernel["kernel"] in capsys.readouterr().out
     assert {"onnxruntime_ms", "torch_ms"} <= set(result)
-    assert len(result["blocks_ms"]["tensorgen"]) == 2
+    rounds = len(result["blocks_ms"]["tensorgen"])
+    assert 2 <= rounds <= 9 and len(result["blocks_ms"]["onnxruntime"]) == rounds  # more while they disagree
+    assert isinstance(result["reliable"], bool)
 
 
-def test_speedups_are_the_median_of_each_rounds_ratio():
-    """A load that comes and goes between rounds moves every engine of a round alike: per-round ratios
-    cancel it where the ratio of the medians (here 1.2) does not."""
-    blocks = {"tensorgen": [1.0, 3.0, 1.0], "onnxruntime": [1.2, 3.3, 0.9]}
-    result = Comparison("m", 2, 1.0, 1.2, None, None, 0, 1, 0.0, None, blocks)
-    assert result.ratios() == {"onnxruntime": pytest.approx(1.1)}
-    assert Comparison("m", 2, 1.0, 1.2, None, None, 0, 1, 0.0).ratios() == {"onnxruntime": pytest.approx(1.2)}
-    samples = time_engines({"a": lambda xs: xs, "b": lambda xs: xs}, [], blocks=3, min_block_s=0.0, pause_s=0.0,
-                           warm_s=0.0)
-    assert {k: len(v) for k, v in samples.items()} == {"a": 3, "b": 3}
+def test_the_speedup_is_the_ratio_of_the_medians_the_table_shows():
+    """One statistic (issue 22): a speedup derived from the same medians as the ms columns cannot contradict them,
+    as a median of per-round ratios next to medians of times could."""
+    result = Comparison("m", 2, 1.0, 1.2, 2.0, None, 0, 1, 0.0)
+    assert result.ratios() == {"onnxruntime": pytest.approx(1.2), "torch": pytest.approx(2.0)}
 
 
 def test_cli_errors_are_one_line(capsys):
@@ -291,7 +288,7 @@ def test_layers_bench_times_every_kernel_inside_the_model(tmp_path):
     import importlib.util
     import sys
 
-    sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))  # layers imports bench/timing.py
+    sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))  # layers imports tensorgen/timing.py
     spec = importlib.util.spec_from_file_location("_bench_layers", Path(__file__).parents[2] / "bench" / "layers.py")
     layers = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(layers)
@@ -345,7 +342,7 @@ def test_ab_models_bench_compares_two_builds(tmp_path, capsys):
     import importlib.util
     import sys
 
-    sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))  # ab_models imports bench/timing.py
+    sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))  # ab_models imports tensorgen/timing.py
     spec = importlib.util.spec_from_file_location("_bench_ab", Path(__file__).parents[2] / "bench" / "ab_models.py")
     ab = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ab)

@@ -1,29 +1,32 @@
-"""Measure a compiled model side by side with ONNX Runtime and PyTorch, in one run, on the same inputs.
+"""Measure a compiled model side by side with ONNX Runtime, in one run, on the same inputs (`tensorgen bench`).
 
-Engines are timed in alternating blocks (so a noisy neighbour hurts all of them alike) and the
-median of the blocks is reported; a speedup is the median of the rounds' ratios (each round times every
-engine once, seconds apart, so a load that comes and goes between rounds cancels); outputs are compared
-with ONNX Runtime's.
+Timing follows tensorgen.timing: alternating blocks, every engine writing into preallocated outputs
+(tensorgen `run(out=)`, ONNX Runtime io_binding), medians over rounds and their ratio as the one statistic,
+rounds added until they agree within the protocol's bound, else the result is marked unreliable. Outputs are
+compared with ONNX Runtime's first; `tensorgen bench` reports no speedup for a wrong one.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from tensorgen import timing
 from tensorgen.graph.ir import Graph
+from tensorgen.timing import Protocol
 
 Runner = Callable[[list[np.ndarray]], list[np.ndarray]]
 
 # Two float32 programs of one model agree to this, relative to the largest |output| of ONNX Runtime: they
 # sum in different orders (fusions, tiling), and the zoo's weights keep activations in range (zoo_builder).
 OUTPUT_RTOL = 1e-3
+DEFAULT_PROTOCOL = Protocol()
 
 
 def output_error(ours: list[np.ndarray], ref: list[np.ndarray]) -> tuple[float, float]:
@@ -50,8 +53,10 @@ class Comparison:
     total_tasks: int
     build_s: float
     kernels: list[dict] | None = None  # CompiledModel.profile, when asked for
-    blocks_ms: dict[str, list[float]] | None = None  # each engine's per-run ms of every round, in order
+    blocks_ms: dict[str, list[float]] | None = None  # each engine's ms per run in every round, in order
     max_rel_err_vs_onnxruntime: float | None = None  # max_abs_err over max |ONNX Runtime output|
+    reliable: bool | None = None  # the rounds agreed within the protocol's bound (tensorgen.timing)
+    disagreement: str = ""  # what exceeded the bound when they did not
 
     @property
     def output_ok(self) -> bool | None:
@@ -60,17 +65,10 @@ class Comparison:
         return None if rel is None else rel <= OUTPUT_RTOL
 
     def ratios(self) -> dict[str, float]:
-        """Speedup of tensorgen over each peer (> 1: tensorgen is faster): the median over rounds of the
-        round's ratio, or the ratio of the medians without block times."""
-        out = {}
-        for peer in ("onnxruntime", "torch"):
-            ms = getattr(self, f"{peer}_ms")
-            if ms is None:
-                continue
-            ours, theirs = (self.blocks_ms or {}).get("tensorgen"), (self.blocks_ms or {}).get(peer)
-            out[peer] = statistics.median(p / t for t, p in zip(ours, theirs)) if ours and theirs \
-                else ms / self.tensorgen_ms
-        return out
+        """Speedup of tensorgen over each peer (> 1: tensorgen is faster): the ratio of the medians, the same
+        numbers the ms columns show."""
+        peers = {"onnxruntime": self.onnxruntime_ms, "torch": self.torch_ms}
+        return {peer: ms / self.tensorgen_ms for peer, ms in peers.items() if ms is not None}
 
 
 def onnxruntime_runner(onnx_model, graph: Graph, threads: int) -> Runner | None:
@@ -98,37 +96,31 @@ def torch_runner(graph: Graph, threads: int) -> Runner | None:
     return model.run
 
 
-def time_engines(engines: dict[str, Runner], inputs: list[np.ndarray], blocks: int = 5,
-                 min_block_s: float = 0.2, pause_s: float = 0.5, warm_s: float = 0.2) -> dict[str, list[float]]:
-    """Per-run milliseconds of each engine in each of `blocks` rounds of alternating blocks (after a warm-up).
+def onnxruntime_engine(onnx_model: Any, feeds: dict, threads: int) -> tuple[Callable[[], list], list]:
+    """A run with io_binding (inputs and preallocated outputs bound once) that returns the outputs it
+    fills, and the outputs of a plain `session.run` (the reference every engine is checked against)."""
+    import numpy as np
+    import onnxruntime as ort
 
-    Each block starts after `pause_s` of sleep: thread pools spin-wait after their work (ONNX Runtime's
-    by default), and on two cores the engine timed next ran against them (tensorgen after ORT on
-    MobileNet-V2: 5.06 ms without the pause, 3.81 with; torch 27 ms against 15).
-    Then the engine runs untimed for `warm_s`: after any idle pause the cores run slow for tens of
-    milliseconds (MobileNet-V2 runs at 5-6 ms for its first 10-40 runs after a 0.5 s sleep, then 3.4),
-    which a 0.2 s block would average in, pulling every ratio toward 1."""
-    runs = {}
-    for name, run in engines.items():
-        start = time.perf_counter()
-        run(inputs)
-        once = time.perf_counter() - start
-        runs[name] = max(1, math.ceil(min_block_s / max(once, 1e-6)))
-    samples: dict[str, list[float]] = {name: [] for name in engines}
-    for _ in range(blocks):
-        for name, run in engines.items():
-            time.sleep(pause_s)
-            start = time.perf_counter()
-            while time.perf_counter() - start < warm_s:
-                run(inputs)
-            start = time.perf_counter()
-            for _ in range(runs[name]):
-                run(inputs)
-            samples[name].append((time.perf_counter() - start) / runs[name] * 1e3)
-    return samples
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    session = ort.InferenceSession(onnx_model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    binding = session.io_binding()
+    for value in session.get_inputs():
+        binding.bind_ortvalue_input(value.name, ort.OrtValue.ortvalue_from_numpy(feeds[value.name]))
+    reference = session.run(None, feeds)
+    outs = [np.empty_like(r) for r in reference]
+    for value, out in zip(session.get_outputs(), outs):
+        binding.bind_ortvalue_output(value.name, ort.OrtValue.ortvalue_from_numpy(out))
+
+    def run() -> list:
+        session.run_with_iobinding(binding)
+        return outs
+
+    return run, reference
 
 
-def compare(model: object, db=None, threads: int = 2, batch: int = 1, blocks: int = 5,
+def compare(model: object, db=None, threads: int = 2, batch: int = 1, protocol: Protocol = DEFAULT_PROTOCOL,
             out_dir: str | None = None, seed: int = 0, with_torch: bool = True, profile: bool = False,
             candidates: int = 1) -> Comparison:
     """Build `model` (zoo name or .onnx path) with `db`'s records and time it next to its peers
@@ -148,21 +140,31 @@ def compare(model: object, db=None, threads: int = 2, batch: int = 1, blocks: in
         manifest = compiled.manifest
         feeds = random_inputs(onnx_model, seed)
         inputs = [feeds[name] for name in graph.inputs]
-        engines: dict[str, Runner] = {"tensorgen": compiled.run}
-        ort_run = onnxruntime_runner(onnx_model, graph, threads)
-        if ort_run is not None:
+        outs = compiled.run(inputs)
+        engines: dict[str, Callable[[], object]] = {"tensorgen": lambda: compiled.run(inputs, out=outs)}
+        err = rel_err = None
+        if _has_onnxruntime():
+            ort_run, reference = onnxruntime_engine(onnx_model, feeds, threads)
             engines["onnxruntime"] = ort_run
+            err, rel_err = output_error(outs, reference)
         torch_run = torch_runner(graph, threads) if with_torch else None
         if torch_run is not None:
-            engines["torch"] = torch_run
-        err = rel_err = None
-        if ort_run is not None:
-            err, rel_err = output_error(compiled.run(inputs), ort_run(inputs))
-        samples = time_engines(engines, inputs, blocks)
-        ms = {name: statistics.median(v) for name, v in samples.items()}
+            engines["torch"] = lambda: torch_run(inputs)
+        timed = timing.compare(engines, protocol, reference="tensorgen")
+        ms = {name: s * 1e3 for name, s in timed.seconds.items()}
+        blocks_ms = {name: [s * 1e3 for s in v] for name, v in timed.rounds_s.items()}
         profiled = compiled.profile(inputs) if profile else None
     kernels = manifest["kernels"]
     keys = {k["workload_key"] for k in kernels}
     tuned = {k["workload_key"] for k in kernels if k["tuned"]}
     return Comparison(graph.name, threads, ms["tensorgen"], ms.get("onnxruntime"), ms.get("torch"), err,
-                      len(tuned), len(keys), build_s, profiled, samples, rel_err)
+                      len(tuned), len(keys), build_s, profiled, blocks_ms, rel_err, timed.reliable,
+                      timed.disagreement())
+
+
+def _has_onnxruntime() -> bool:
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True

@@ -1,4 +1,4 @@
-"""The one timing protocol of every benchmark in bench/ that compares engines (tensorgen and its peers).
+"""The one timing protocol of every comparison of engines (tensorgen and its peers): `tensorgen bench`, bench/.
 
     comparison = compare({"tensorgen": run_ours, "torch": run_torch}, bound=0.10)
     comparison.seconds["torch"] / comparison.seconds["tensorgen"]   # == comparison.ratios["torch"]
@@ -70,7 +70,7 @@ class Protocol:
 def add_arguments(parser: argparse.ArgumentParser, pause_s: float = 0.5) -> None:
     """The protocol's command-line options, the same in every benchmark; `protocol_from` reads them."""
     default = Protocol()
-    group = parser.add_argument_group("timing (bench/timing.py)")
+    group = parser.add_argument_group("timing (tensorgen/timing.py)")
     group.add_argument("--rounds", type=int, default=default.rounds,
                        help=f"timing rounds before their agreement is checked (default {default.rounds})")
     group.add_argument("--max-rounds", type=int, default=default.max_rounds,
