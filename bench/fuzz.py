@@ -106,11 +106,12 @@ def fuzz_graphs(args: argparse.Namespace) -> list[Failure]:
 
 def fuzz_schedules(args: argparse.Namespace) -> list[Failure]:
     deadline = time.monotonic() + args.minutes * 60
-    failures, tried, rejected, seed = [], 0, 0, args.seed
+    failures, tried, rejected, refused, seed = [], 0, 0, 0, args.seed
     while time.monotonic() < deadline:
         outcome = check_schedule(seed)
         tried += 1
         rejected += outcome.rejected
+        refused += outcome.refused
         if outcome.failure is not None:
             failures.append(Failure(seed, "schedule", outcome.stage, outcome.failure))
             directory = args.out / f"schedule-{seed}"
@@ -119,8 +120,8 @@ def fuzz_schedules(args: argparse.Namespace) -> list[Failure]:
             print(f"schedule seed {seed}: FAIL {outcome.stage}: {outcome.failure.strip().splitlines()[-1][:200]}",
                   flush=True)
         seed += 1
-    print(f"\n{tried} schedules, {rejected} rejected with ScheduleError, {tried - len(failures)} passed, "
-          f"{len(failures)} failed")
+    print(f"\n{tried} schedules, {rejected} steps rejected with ScheduleError, {refused} programs refused whole, "
+          f"{tried - len(failures)} passed, {len(failures)} failed")
     return failures
 
 

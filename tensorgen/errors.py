@@ -10,7 +10,8 @@ class TensorExprError(TensorgenError, ValueError):
 
 
 class ScheduleError(TensorgenError, ValueError):
-    """A schedule step cannot be applied to the state it was given."""
+    """A schedule step cannot be applied to the state it was given, or steps that each applied make no program
+    together (a stage read where it is not computed: a step cannot tell, since a later compute_at may fix it)."""
 
 
 class LoweringError(TensorgenError):

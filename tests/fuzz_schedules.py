@@ -212,6 +212,7 @@ class ScheduleOutcome:
     program: str  # the DAG and the steps applied, as text
     rejected: int  # random steps that raised ScheduleError
     applied: int = 0  # random steps that were applied
+    refused: bool = False  # the steps applied one by one but make no program together (ScheduleError at build)
     stage: str = ""  # "step" | "unchanged" | "roundtrip" | "build" | "run" | "mismatch", when failed
     failure: str | None = None
 
@@ -259,6 +260,10 @@ def check_schedule(seed: int, steps: int | None = None) -> ScheduleOutcome:
     data = [np.random.default_rng(seed).uniform(-1, 1, t.shape).astype("float32") for t in inputs]
     try:
         func = build(s)
+    except ScheduleError as err:  # e.g. a copy at root of a stage computed inside its reader: refused as a whole
+        outcome.refused = True
+        outcome.program = "\n".join([f"# dag: {s.dag}", *tried, f"# refused: {err}"])
+        return outcome
     except Exception:
         return fail("build", f"{s}\n{traceback.format_exc()}")
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tensorgen.errors import LoweringError
+from tensorgen.errors import LoweringError, ScheduleError
 from tensorgen.loopir.nodes import Allocate, Buffer, BufLoad, For, If, PrimFunc, Stmt, Store, row_major, seq
 from tensorgen.loopir.simplify import Ranges, SimplifyCache, bound, prove, simplify
 from tensorgen.schedule.bound import Interval, interval, union
@@ -95,7 +95,8 @@ class _Lowerer:
                 return None
             p = self.placed.get(n.tensor.name)
             if p is None:
-                raise LoweringError(f"stage {n.tensor.name} is read where it is not computed")
+                raise ScheduleError(f"stage {n.tensor.name} is read where it is not computed (compute it at root, "
+                                    f"or at a loop around every read)")
             return BufLoad(p.buffer, self.flat(p, n.indices), n.dtype)
 
         return transform(e, rewrite)
