@@ -127,8 +127,7 @@ def _bench(args: argparse.Namespace) -> int:
     print(f"{result.model}: {result.tuned_tasks}/{result.total_tasks} tasks tuned, {args.threads} threads")
     print(f"  tensorgen    {result.tensorgen_ms:9.3f} ms")
     # one statistic: the speedup is the ratio of the medians printed beside it; none for a wrong answer
-    ratios = {"onnxruntime": result.onnxruntime_ms / result.tensorgen_ms} \
-        if result.onnxruntime_ms is not None and result.output_ok is not False else {}
+    ratios = result.ratios() if result.output_ok is not False else {}
     if result.onnxruntime_ms is not None:
         speedup = f"   tensorgen is {ratios['onnxruntime']:.2f}x as fast" if ratios else ""
         print(f"  onnxruntime  {result.onnxruntime_ms:9.3f} ms{speedup}")
@@ -136,8 +135,8 @@ def _bench(args: argparse.Namespace) -> int:
         print(f"  max |tensorgen - onnxruntime| = {result.max_abs_err_vs_onnxruntime:.3g} "
               f"({result.max_rel_err_vs_onnxruntime:.3g} of max |onnxruntime|; tolerance {OUTPUT_RTOL:g})")
     if result.reliable is False:
-        print(f"  UNRELIABLE: the timing rounds never agreed within 10% ({result.disagreement}); re-run on a quieter "
-              f"machine")
+        print(f"  UNRELIABLE: the timing rounds never agreed within {Protocol.bound:.0%} ({result.disagreement}); "
+              f"re-run on a quieter machine")
     if result.output_ok is False:
         print("  WRONG OUTPUT: tensorgen differs from ONNX Runtime beyond float32 tolerance; no speedup reported")
     if result.kernels:

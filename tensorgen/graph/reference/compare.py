@@ -71,16 +71,23 @@ class Comparison:
         return {peer: ms / self.tensorgen_ms for peer, ms in peers.items() if ms is not None}
 
 
-def onnxruntime_runner(onnx_model, graph: Graph, threads: int) -> Runner | None:
+def _ort_session(onnx_model: Any, threads: int) -> Any:
+    """An ONNX Runtime CPU session of `onnx_model` (a ModelProto or a path) on `threads` threads; None without
+    onnxruntime."""
     try:
         import onnxruntime as ort
     except ImportError:
         return None
     options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     data = onnx_model.SerializeToString() if hasattr(onnx_model, "SerializeToString") else str(onnx_model)
-    session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+
+
+def onnxruntime_runner(onnx_model, graph: Graph, threads: int) -> Runner | None:
+    session = _ort_session(onnx_model, threads)
+    if session is None:
+        return None
     names = [i.name for i in session.get_inputs()]
     return lambda xs: session.run(None, dict(zip(names, xs)))
 
@@ -96,15 +103,15 @@ def torch_runner(graph: Graph, threads: int) -> Runner | None:
     return model.run
 
 
-def onnxruntime_engine(onnx_model: Any, feeds: dict, threads: int) -> tuple[Callable[[], list], list]:
+def onnxruntime_engine(onnx_model: Any, feeds: dict, threads: int) -> tuple[Callable[[], list], list] | None:
     """A run with io_binding (inputs and preallocated outputs bound once) that returns the outputs it
-    fills, and the outputs of a plain `session.run` (the reference every engine is checked against)."""
-    import numpy as np
+    fills, and the outputs of a plain `session.run` (the reference every engine is checked against); None
+    without onnxruntime."""
+    session = _ort_session(onnx_model, threads)
+    if session is None:
+        return None
     import onnxruntime as ort
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    session = ort.InferenceSession(onnx_model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     binding = session.io_binding()
     for value in session.get_inputs():
         binding.bind_ortvalue_input(value.name, ort.OrtValue.ortvalue_from_numpy(feeds[value.name]))
@@ -143,9 +150,9 @@ def compare(model: object, db=None, threads: int = 2, batch: int = 1, protocol: 
         outs = compiled.run(inputs)
         engines: dict[str, Callable[[], object]] = {"tensorgen": lambda: compiled.run(inputs, out=outs)}
         err = rel_err = None
-        if _has_onnxruntime():
-            ort_run, reference = onnxruntime_engine(onnx_model, feeds, threads)
-            engines["onnxruntime"] = ort_run
+        ort_engine = onnxruntime_engine(onnx_model, feeds, threads)
+        if ort_engine is not None:
+            engines["onnxruntime"], reference = ort_engine
             err, rel_err = output_error(outs, reference)
         torch_run = torch_runner(graph, threads) if with_torch else None
         if torch_run is not None:
@@ -160,11 +167,3 @@ def compare(model: object, db=None, threads: int = 2, batch: int = 1, protocol: 
     return Comparison(graph.name, threads, ms["tensorgen"], ms.get("onnxruntime"), ms.get("torch"), err,
                       len(tuned), len(keys), build_s, profiled, blocks_ms, rel_err, timed.reliable,
                       timed.disagreement())
-
-
-def _has_onnxruntime() -> bool:
-    try:
-        import onnxruntime  # noqa: F401
-    except ImportError:
-        return False
-    return True
