@@ -83,7 +83,7 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
     from tensorgen.measure.runner import LocalRunner
     from tensorgen.records.database import SQLiteDatabase
     from tensorgen.records.record import first_records
-    from tensorgen.tuning.tune import tune
+    from tensorgen.tuning.tune import MeasureConfig, tune
 
     task = make_task(args)
     db = SQLiteDatabase(args.db)
@@ -92,10 +92,11 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
         todo = max(0, args.n - have)
         print(f"[collect] {task.desc} ({task.workload_key}): {have} records in {args.db}, measuring {todo} more "
               f"(flop {task.dag.flop_count:.3g})", flush=True)
-        runner = None
+        measure = MeasureConfig(run_timeout=args.run_timeout)
         if args.number is not None or args.repeat is not None:
             # an explicit runner disables tune()'s slow-candidate timeout shrink; keep the run timeout modest
-            runner = LocalRunner(timeout=args.run_timeout, number=args.number or 3, repeat=args.repeat or 3)
+            measure = MeasureConfig(runner=LocalRunner(timeout=args.run_timeout, number=args.number or 3,
+                                                       repeat=args.repeat or 3))
         t0 = time.perf_counter()
 
         def progress(p) -> None:
@@ -105,7 +106,7 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
                   flush=True)
 
         result = tune(task, trials=todo, db=db, policy="random", seed=args.seed, batch_size=args.batch_size,
-                      runner=runner, run_timeout=args.run_timeout, callbacks=[progress]) if todo else None
+                      measure=measure, callbacks=[progress]) if todo else None
         wall = time.perf_counter() - t0
         total = len(first_records(db.records(task.workload_key, str(task.target))))
     finally:

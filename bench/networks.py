@@ -45,8 +45,9 @@ from tensorgen.graph.reference.compare import OUTPUT_RTOL, onnxruntime_engine, o
 from tensorgen.graph.zoo import MODELS
 from tensorgen.records.database import SQLiteDatabase
 from tensorgen.timing import Protocol, add_arguments, compare, competing_load, describe_load, protocol_from
-from tensorgen.tuning.scheduler import ProgressTable, TaskScheduler
-from tensorgen.tuning.tune import default_runner
+from tensorgen.tuning.progress import ProgressTable
+from tensorgen.tuning.scheduler import SchedulerConfig, TaskScheduler
+from tensorgen.tuning.tune import MeasureConfig
 
 DEFAULT_MODELS = "resnet50,mobilenet_v2,bert_base,dcgan"
 ENGINES = ("tensorgen", "onnxruntime", "torch", "torch_compile")
@@ -63,9 +64,10 @@ def tune_model(name: str, batch: int, options: dict[str, int], trials: int, db: 
     table = ProgressTable(stream=sys.stderr)
     start = time.perf_counter()
     try:
-        scheduler = TaskScheduler.from_models({graph.name: tasks}, seed=seed, round_trials=round_trials,
-                                              strategy=strategy, transfer=transfer, callbacks=[table])
-        result = scheduler.tune(trials, db=db, runner=default_runner(evict_weights=not hot_weights))
+        scheduler = TaskScheduler.from_models({graph.name: tasks}, seed=seed, callbacks=[table], config=SchedulerConfig(
+            round_trials=round_trials, strategy=strategy, transfer=transfer))
+        measure = MeasureConfig(runner_options={"evict_weights": not hot_weights})
+        result = scheduler.tune(trials, db=db, measure=measure)
     finally:
         table.close()
     return {"tasks": len(tasks), "trials": result.trials, "tuning_wall_s": time.perf_counter() - start,

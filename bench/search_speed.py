@@ -43,7 +43,8 @@ def measure(name: str, population: int, generations: int, seed: int = 0, workers
     ins, outs = CASES[name]()
     task = make_task(ins + outs)
     model = _Counting(seed)
-    policy = SketchPolicy(task, cost_model=model, seed=seed, population=population, generations=generations,
+    policy = SketchPolicy.from_options(task, cost_model=model, seed=seed, population=population,
+                                     generations=generations,
                           workers=workers)
     t0 = time.perf_counter()
     batch = policy.next_batch(64)

@@ -94,7 +94,7 @@ def check_model(model: onnx.ModelProto, seed: int, policy: str, trials: int, wor
     from tensorgen.graph.load import load_graph
     from tensorgen.records.database import SQLiteDatabase
     from tensorgen.runtime.model import CompiledModel
-    from tensorgen.tuning.scheduler import TaskScheduler
+    from tensorgen.tuning.scheduler import SchedulerConfig, TaskScheduler
 
     workdir.mkdir(parents=True, exist_ok=True)
     name, options = POLICIES[policy]
@@ -106,8 +106,9 @@ def check_model(model: onnx.ModelProto, seed: int, policy: str, trials: int, wor
         try:
             stage = "tune"
             if trials:  # every task gets `trials` in rounds of 2 (the evolution runs between them), whatever it timed
-                scheduler = TaskScheduler.from_models({"fuzz": tasks}, round_trials=min(trials, 2), seed=seed,
-                                                      strategy="round-robin")
+                scheduler = TaskScheduler.from_models(
+                    {"fuzz": tasks}, seed=seed,
+                    config=SchedulerConfig(round_trials=min(trials, 2), strategy="round-robin"))
                 scheduler.tune(trials * len(tasks), db=db, policy=name, policy_options=options)
             bad = [r for t in tasks for r in db.records(t.task.workload_key)
                    if r.result.error_kind.value in PROGRAM_ERRORS]

@@ -14,7 +14,7 @@ from tensorgen.schedule.packing import PackLayoutStep
 from tensorgen.schedule.state import State
 from tensorgen.search.annotate import is_valid, sample_state
 from tensorgen.search.crossover import crossover, match_sketch, step_owners
-from tensorgen.search.evolution import EvolutionarySearch
+from tensorgen.search.evolution import EvolutionarySearch, EvolutionConfig
 from tensorgen.search.sketch import generate_sketches
 from tensorgen.search.transfer import transfer_candidates
 from tensorgen.te import ops
@@ -60,8 +60,10 @@ def test_evolution_crosses_transferred_packed_programs_without_failing():
     """Regression (issue 22, an ASPP head's dilated convs): a seed adapted from a task with packing extends one of
     the task's sketches by a pack stage; crossing it with a program of that sketch indexed one parent's stage
     names with the other's stage ids (IndexError in a search worker, EOFError out of `tensorgen tune`)."""
-    evo = EvolutionarySearch(TASK, EvolvingRandomModel(0), population=48, generations=2, crossover_prob=1.0,
-                             mutation_prob=0.0, sketches=SKETCHES, rng=np.random.default_rng(3))
+    evo = EvolutionarySearch(TASK, EvolvingRandomModel(0), rng=np.random.default_rng(3),
+                             config=EvolutionConfig(population=48, generations=2, crossover_prob=1.0,
+                                                    mutation_prob=0.0),
+                             sketches=SKETCHES)
     best = evo.search(NATIVE + ADAPTED * 2, 8)
     assert best and all(is_valid(s) for s in best)
     assert sum(g.crossed for g in evo.history) > 0

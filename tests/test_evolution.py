@@ -21,7 +21,7 @@ from tensorgen.schedule.state import State
 from tensorgen.schedule.steps import ComputeAtStep, PragmaStep, SplitStep
 from tensorgen.search.annotate import is_valid, sample_initial_population
 from tensorgen.search.crossover import crossover, match_sketch, step_owners
-from tensorgen.search.evolution import EvolutionarySearch
+from tensorgen.search.evolution import EvolutionarySearch, EvolutionConfig
 from tensorgen.search.mutations import (
     DEFAULT_MUTATIONS,
     ComputeLocationMutation,
@@ -164,8 +164,9 @@ def test_crossover_mixes_parents_and_stays_valid():
 @pytest.mark.parametrize("crossover_prob", [0.0, 0.2])
 def test_evolution_improves_predicted_fitness(crossover_prob):
     task, sketches, pop = setup("gmm")
-    es = EvolutionarySearch(task, VecModel(), FeatureExtractor(task.hw), np.random.default_rng(6), population=96,
-                            generations=3, crossover_prob=crossover_prob, sketches=sketches)
+    es = EvolutionarySearch(task, VecModel(), FeatureExtractor(task.hw), np.random.default_rng(6),
+                            EvolutionConfig(population=96, generations=3, crossover_prob=crossover_prob),
+                            sketches=sketches)
     best = es.search(pop, 8)
     init_scores = np.sort(es.score(pop))[::-1][:8]
     scores = es.score(best)
@@ -190,7 +191,8 @@ def fake_results(states: list[State], rng: np.random.Generator) -> list[MeasureR
 
 def run_policy(seed: int, rounds: int = 3) -> list[list[str]]:
     task = gmm(32)
-    policy = SketchPolicy(task, EvolvingRandomModel(seed), seed=seed, population=48, generations=2, init_population=24)
+    policy = SketchPolicy.from_options(task, EvolvingRandomModel(seed), seed=seed, population=48, generations=2,
+                                       init_population=24)
     rng = np.random.default_rng(seed)
     batches = []
     for _ in range(rounds):
@@ -210,7 +212,7 @@ def test_sketch_policy_never_repeats_and_is_deterministic():
 
 def test_sketch_policy_excludes_measured_states_and_seeds_from_the_best():
     task = gmm(32)
-    policy = SketchPolicy(task, EvolvingRandomModel(0), population=32, generations=1, init_population=16)
+    policy = SketchPolicy.from_options(task, EvolvingRandomModel(0), population=32, generations=1, init_population=16)
     earlier = sample_initial_population(task, policy.sketches, 12, np.random.default_rng(9))
     costs = [MeasureResult((1e-3 / (n + 1),)) for n in range(len(earlier))]
     policy.update([MeasureInput(task, s) for s in earlier], costs)  # as a resumed tuner replays its database
@@ -226,7 +228,8 @@ def test_sketch_policy_shares_one_feature_cache():
     """An empty extractor is falsy (len 0): it must still be the one the evolution uses."""
     task = gmm()
     ex = FeatureExtractor(task.hw)
-    policy = SketchPolicy(task, cost_model=EvolvingRandomModel(0), extractor=ex, population=32, generations=1)
+    policy = SketchPolicy.from_options(task, cost_model=EvolvingRandomModel(0), extractor=ex,
+                                       population=32, generations=1)
     assert policy.extractor is ex and policy.evolution.extractor is ex
     policy.next_batch(4)
     assert ex.stats["hits"] > 0 and ex.stats["misses"] == len(ex)
@@ -237,8 +240,8 @@ def test_worker_processes_make_the_same_children():
     task = gmm()
     batches = []
     for workers in (1, 2):
-        policy = SketchPolicy(task, cost_model=EvolvingRandomModel(0), seed=5, population=96, generations=2,
-                              init_population=32, workers=workers)
+        policy = SketchPolicy.from_options(task, cost_model=EvolvingRandomModel(0), seed=5, population=96,
+                                           generations=2, init_population=32, workers=workers)
         batches.append([s.steps for s in policy.next_batch(8)])
         assert (policy.evolution._pool is not None) == (workers > 1)
         policy.evolution.close()
@@ -248,11 +251,11 @@ def test_worker_processes_make_the_same_children():
 def test_sketch_policy_samples_without_evolving_while_the_model_is_untrained():
     """Random scores carry nothing to evolve towards (TVM's SketchPolicy skips the search too)."""
     task = gmm(32)
-    policy = SketchPolicy(task, RandomModel(0), population=32, generations=2, init_population=16)
+    policy = SketchPolicy.from_options(task, RandomModel(0), population=32, generations=2, init_population=16)
     batch = policy.next_batch(8)
     assert len(batch) == 8 and all(is_valid(s) for s in batch)
     assert policy.evolution.history == []
-    informed = SketchPolicy(task, EvolvingRandomModel(0), population=32, generations=2, init_population=16)
+    informed = SketchPolicy.from_options(task, EvolvingRandomModel(0), population=32, generations=2, init_population=16)
     informed.next_batch(8)
     assert len(informed.evolution.history) == 3
 

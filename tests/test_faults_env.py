@@ -24,7 +24,7 @@ from tensorgen.measure.types import ErrorKind, MeasureInput
 from tensorgen.records import SQLiteDatabase
 from tensorgen.search.random_policy import RandomPolicy
 from tensorgen.te.ops.suite import make_gmm
-from tensorgen.tuning.tune import default_runner, make_task, tune
+from tensorgen.tuning.tune import MeasureConfig, make_task, tune
 
 ROOT = Path(__file__).resolve().parents[1]
 TUNE = ["tune", "gmm", "--shape", "32,32,32", "--trials", "4", "--batch-size", "4", "--policy", "random"]
@@ -143,7 +143,7 @@ def test_timeouts_are_measured_again_on_resume(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setenv("TENSORGEN_CACHE_DIR", str(tmp_path / "k"))
     task = make_task(ComputeDAG(sum(make_gmm(32, 32, 32), [])))
     db = tmp_path / "t.db"
-    first = tune(task, trials=3, db=db, policy="random", seed=5, batch_size=3, runner=default_runner(1e-3))
+    first = tune(task, trials=3, db=db, policy="random", seed=5, batch_size=3, measure=MeasureConfig(run_timeout=1e-3))
     assert first.errors == {"run_timeout": 3}
     second = tune(task, trials=3, db=db, policy="random", seed=6, batch_size=3)
     assert second.trials == 3 and not second.errors and np.isfinite(second.best_cost)

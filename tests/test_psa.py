@@ -72,7 +72,7 @@ def test_incomplete_program_is_infinitely_slow():
 
 def test_prefilter_keeps_psa_best_and_a_random_share(monkeypatch):
     task = gmm()
-    policy = SketchPolicy(task, RandomModel(0), prefilter="psa", init_population=10, prefilter_pool=4,
+    policy = SketchPolicy.from_options(task, RandomModel(0), prefilter="psa", init_population=10, prefilter_pool=4,
                           prefilter_random=0.2, workers=1)
     pool = policy.evolution.sample(40)
     monkeypatch.setattr(policy.evolution, "sample", lambda n: pool[:n])
@@ -88,12 +88,12 @@ def test_prefilter_keeps_psa_best_and_a_random_share(monkeypatch):
 
 def test_prefilter_must_be_known():
     with pytest.raises(ValueError, match="prefilter must be 'psa'"):
-        SketchPolicy(gmm(), RandomModel(0), prefilter="roofline")
+        SketchPolicy.from_options(gmm(), RandomModel(0), prefilter="roofline")
 
 
 def test_lazy_state_pickles_as_the_plain_program_without_its_replayer():
     task = gmm()
-    done = SketchPolicy(task, RandomModel(0), workers=1).evolution.sample(8)
+    done = SketchPolicy.from_options(task, RandomModel(0), workers=1).evolution.sample(8)
     for s in done:  # fill the replayer's prefix cache
         _ = LazyState(task.replayer, s.steps).stages
     lazy = LazyState(task.replayer, done[0].steps)

@@ -34,16 +34,9 @@ from tensorgen.tuning.objectives import (
     similarity_tag,
     task_gradient,
 )
-from tensorgen.tuning.scheduler import (
-    ModelTasks,
-    ProgressTable,
-    RoundTuner,
-    SchedulerError,
-    SchedulerProgress,
-    TaskScheduler,
-    format_table,
-)
-from tensorgen.tuning.tune import RETIMES
+from tensorgen.tuning.progress import ProgressTable, SchedulerProgress, format_table
+from tensorgen.tuning.scheduler import ModelTasks, RoundTuner, SchedulerConfig, SchedulerError, TaskScheduler
+from tensorgen.tuning.tune import RETIMES, MeasureConfig
 
 
 def gmm_task(n: int) -> SearchTask:
@@ -92,7 +85,9 @@ def run_fake(curves, trials, weights=None, tasks=None, **options):
     tasks = tasks or TASKS[: len(curves)]
     order: list[int] = []
     callbacks = [lambda p: order.append(p.task) if p.phase == "round" else None]
-    sched = TaskScheduler(tasks, weights, round_trials=options.pop("round_trials", 4), callbacks=callbacks, **options)
+    objective, seed = options.pop("objective", None), options.pop("seed", 0)
+    config = SchedulerConfig(**{"round_trials": 4, **options})
+    sched = TaskScheduler(tasks, weights, objective=objective, config=config, seed=seed, callbacks=callbacks)
     tuners = [FakeTuner(t, c) if callable(c) else c for t, c in zip(tasks, curves)]
     return sched.run(tuners, trials), order, tuners
 
@@ -119,7 +114,7 @@ def test_task_gradient_by_hand():
 def test_scheduler_gradients_use_weights_and_similar_tasks():
     tasks = [gmm_task(16), gmm_task(18), relu_task(32)]
     assert [similarity_tag(t.dag) for t in tasks] == ["batch_matmul", "batch_matmul", ""]
-    sched = TaskScheduler(tasks, [1.0, 2.0, 3.0], alpha=0.5, beta=2.0, backward_window=1)
+    sched = TaskScheduler(tasks, [1.0, 2.0, 3.0], config=SchedulerConfig(alpha=0.5, beta=2.0, backward_window=1))
     history = [[4e-5, 2e-5], [1e-4], [1e-5, 1e-5, 1e-5]]
     flops = [t.dag.flop_count for t in tasks]
     best_speed = max(flops[0] / 2e-5, flops[1] / 1e-4)  # the GMMs are similar (FLOPs within 2x) to each other
@@ -138,12 +133,12 @@ def test_a_stalled_task_loses_its_similarity_term():
     flops = [t.dag.flop_count for t in tasks]
     stalled_slow = [1e-3] * 5  # five rounds, no gain, 100x slower than its peer
     history = [stalled_slow, [flops[1] / 1e11] * 5]
-    with_term = TaskScheduler(tasks, alpha=0.2, similarity_patience=None).gradients(history)[0]
-    without = TaskScheduler(tasks, alpha=0.2).gradients(history)[0]
+    with_term = TaskScheduler(tasks, config=SchedulerConfig(alpha=0.2, similarity_patience=None)).gradients(history)[0]
+    without = TaskScheduler(tasks, config=SchedulerConfig(alpha=0.2)).gradients(history)[0]
     assert with_term == pytest.approx(0.8 * (2 * flops[0] / 1e11 - 1e-3))
     assert without == pytest.approx(0.8 * (-1e-3 / 5))
     improving = [2e-3, 1.8e-3, 1.5e-3, 1.2e-3, 1e-3]  # still gaining: keeps the term
-    assert TaskScheduler(tasks, alpha=0.2).gradients([improving, history[1]])[0] < without
+    assert TaskScheduler(tasks, config=SchedulerConfig(alpha=0.2)).gradients([improving, history[1]])[0] < without
 
 
 def test_estimates_for_failed_tasks_are_finite():
@@ -208,7 +203,7 @@ def test_interrupt_keeps_what_was_measured():
         if p.rounds == 2:
             raise KeyboardInterrupt
 
-    sched = TaskScheduler(TASKS[:2], round_trials=4, callbacks=[stop_after_two])
+    sched = TaskScheduler(TASKS[:2], config=SchedulerConfig(round_trials=4), callbacks=[stop_after_two])
     result = sched.run([FakeTuner(t, flat(1e-3)) for t in TASKS[:2]], trials=100)
     assert result.interrupted and result.trials == 8 and [r.latency for r in result.rows] == [1e-3, 1e-3]
 
@@ -288,7 +283,7 @@ def test_resume_from_recorded_costs():
     assert tuners[0].resumed == 1 and tuners[1].resumed == 1
     assert order[0] == 1  # only the task without records is warmed up
     assert result.rows[0].trials == 11 + 4 * order.count(0) and result.rows[0].rounds == 3 + order.count(0)
-    sched = TaskScheduler(TASKS[:1], round_trials=4)
+    sched = TaskScheduler(TASKS[:1], config=SchedulerConfig(round_trials=4))
     history = []
     sched.callbacks = (lambda p: history.append(p.rows[0].latency),)
     sched.run([FakeTuner(TASKS[0], flat(1.0), costs=[5e-3] * 4 + [math.inf] * 4 + [2e-3] * 3)], trials=0)
@@ -302,7 +297,7 @@ def test_models_share_tasks():
             self.task, self.weight = task, weight
 
     sched = TaskScheduler.from_models({"a": [(t0, 1), (t1, 2)], "b": [Extracted(t1, 1), (t2, 3), (t1, 1)]},
-                                      round_trials=4)
+                                      config=SchedulerConfig(round_trials=4))
     assert sched.tasks == [t0, t1, t2]
     np.testing.assert_array_equal(sched.weights, [[1, 2, 0], [0, 2, 3]])
     result = sched.run([FakeTuner(t, flat(c)) for t, c in zip(sched.tasks, (1e-3, 2e-3, 3e-3))], trials=12)
@@ -315,7 +310,7 @@ def test_progress_table_tty_and_plain():
     streams = {tty: io.StringIO() for tty in (True, False)}
     tables = [ProgressTable(streams[tty], tty=tty) for tty in streams]
     seen: list[SchedulerProgress] = []
-    sched = TaskScheduler(tasks, [2, 1], round_trials=4, callbacks=[*tables, seen.append])
+    sched = TaskScheduler(tasks, [2, 1], config=SchedulerConfig(round_trials=4), callbacks=[*tables, seen.append])
     sched.run([FakeTuner(tasks[0], lambda r: 1e-5 / r), FakeTuner(tasks[1], flat(2e-6))], trials=12)
     for table in tables:
         table.close()
@@ -344,7 +339,7 @@ def test_bad_arguments():
     with pytest.raises(SchedulerError, match="expected \\(task, weight\\) items"):
         TaskScheduler.from_models({"m": [TASKS[0]]})
     with pytest.raises(SchedulerError, match="unknown strategy"):
-        TaskScheduler(TASKS[:2], strategy="greedy")
+        TaskScheduler(TASKS[:2], config=SchedulerConfig(strategy="greedy"))
     with pytest.raises(SchedulerError, match="no value for model"):
         TaskScheduler(TASKS[:2], objective=GeoMeanSpeedup({"other": 1.0}))
     with pytest.raises(SchedulerError, match="must return a number"):
@@ -365,11 +360,11 @@ def test_end_to_end_with_the_real_tuner_and_resume(tmp_path):
     path = tmp_path / "model.db"
     plain = io.StringIO()
     table = ProgressTable(plain, tty=False)
-    sched = TaskScheduler(tasks, [1, 2], round_trials=4, callbacks=[table])
+    sched = TaskScheduler(tasks, [1, 2], config=SchedulerConfig(round_trials=4), callbacks=[table])
     model = XGBModel(seed=0)  # Ansor: one cost model learns from every task
     tiny = {"population": 64, "generations": 1, "init_population": 32, "workers": 1}
-    first = sched.tune(12, db=path, policy="ansor", cost_model=model, policy_options=tiny, build_timeout=20.0,
-                       run_timeout=5.0)
+    first = sched.tune(12, db=path, policy="ansor", cost_model=model, policy_options=tiny,
+                       measure=MeasureConfig(build_timeout=20.0, run_timeout=5.0))
     table.close()
     assert model.num_samples == 12
     assert first.stopped == "budget" and first.trials == 12 and all(r.rounds >= 1 for r in first.rows)
@@ -383,7 +378,7 @@ def test_end_to_end_with_the_real_tuner_and_resume(tmp_path):
     assert "Estimated total latency" in plain.getvalue()
 
     # relu(32) has few distinct programs: it may run out, and the scheduler then drops it
-    second = sched.tune(4, db=path, policy="random", build_timeout=20.0, run_timeout=5.0)
+    second = sched.tune(4, db=path, policy="random", measure=MeasureConfig(build_timeout=20.0, run_timeout=5.0))
     assert second.trials == 4 and sum(r.trials for r in second.rows) == 16  # resumed counts continue
     assert sum(r.rounds for r in second.rows) == 1 + sum(math.ceil(r.trials / 4) for r in first.rows)
     assert all(s <= f for s, f in zip(second.best_costs, first.best_costs))
@@ -401,8 +396,11 @@ def test_model_tuning_times_candidates_with_their_weights_evicted(monkeypatch):
     class Seen(Exception):
         pass
 
-    def capture(db, builder, runner, *args):
-        raise Seen(runner)
+    real_open = scheduler.MeasureSetup.open
+
+    def capture(db, config):
+        with real_open(db, config) as setup:
+            raise Seen(setup.runner)
 
     monkeypatch.setattr(scheduler.MeasureSetup, "open", capture)
     with pytest.raises(Seen) as seen:

@@ -15,13 +15,13 @@ from tensorgen.costmodel import RandomModel
 from tensorgen.dag import ComputeDAG
 from tensorgen.features.extractor import FeatureExtractor
 from tensorgen.search.annotate import AnnotationPolicy, sample_initial_population
-from tensorgen.search.evolution import EvolutionarySearch
-from tensorgen.search.mutations import DEFAULT_MUTATIONS, Mutation, register_mutation
-from tensorgen.search.rules import DEFAULT_RULES, Cond, SketchRule, register_rule, unregister_rule
+from tensorgen.search.evolution import EvolutionarySearch, EvolutionConfig
+from tensorgen.search.mutations import DEFAULT_MUTATIONS, Mutation
+from tensorgen.search.rules import DEFAULT_RULES, Cond, SketchRule, with_rule
 from tensorgen.search.sketch import generate_sketches
 from tensorgen.search.skips import Skips
 from tensorgen.te.ops.suite import make_gmm
-from tensorgen.tuning.tune import make_task, tune
+from tensorgen.tuning.tune import MeasureConfig, make_task, tune
 
 SMALL = {"population": 64, "generations": 1, "init_population": 32, "workers": 1}
 
@@ -82,7 +82,7 @@ def task():
 
 def _tune(task, **kw):
     options = {**SMALL, **kw.pop("policy_options", {})}
-    return tune(task, trials=8, batch_size=8, run_timeout=5.0, policy_options=options,
+    return tune(task, trials=8, batch_size=8, measure=MeasureConfig(run_timeout=5.0), policy_options=options,
                 cost_model=kw.pop("cost_model", EvolvingRandomModel(0)), **kw)
 
 
@@ -92,26 +92,14 @@ def test_a_failing_mutation_rule_is_skipped_and_counted(task):
     assert result.skipped.get("mutation", 0) > 0
 
 
-def test_a_failing_registered_mutation_rule_is_skipped(task):
-    rule = register_mutation(BrokenMutation(weight=50.0))
-    try:
-        result = _tune(task)
-    finally:
-        DEFAULT_MUTATIONS.remove(rule)
-    assert result.trials == 8 and result.skipped.get("mutation", 0) > 0
-
-
 def test_a_failing_sketch_rule_is_skipped_and_the_other_rules_still_make_sketches(task):
     plain = generate_sketches(task)
-    rule = register_rule(BrokenRule(), before="always_inline")
-    try:
-        skips = Skips()
-        assert [s.to_json() for s in generate_sketches(task, skips=skips)] == [s.to_json() for s in plain]
-        assert skips.counts["sketch rule"] > 0
-        result = _tune(task)
-    finally:
-        unregister_rule(rule)
-    assert rule not in DEFAULT_RULES
+    rules = with_rule(BrokenRule(), before="always_inline")
+    skips = Skips()
+    assert [s.to_json() for s in generate_sketches(task, rules, skips=skips)] == [s.to_json() for s in plain]
+    assert skips.counts["sketch rule"] > 0
+    result = _tune(task, policy_options={"rules": rules})
+    assert not any(isinstance(r, BrokenRule) for r in DEFAULT_RULES)
     assert result.trials == 8 and result.skipped.get("sketch rule", 0) > 0
 
 
@@ -165,8 +153,9 @@ class ExitInWorker(Mutation):
 
 def _evolution(workers: int, mutations=None, skips=None) -> EvolutionarySearch:
     t = gmm()
-    return EvolutionarySearch(t, EvolvingRandomModel(0), population=96, generations=2, workers=workers,
-                              rng=np.random.default_rng(7), mutations=mutations, skips=skips)
+    return EvolutionarySearch(t, EvolvingRandomModel(0), rng=np.random.default_rng(7),
+                              config=EvolutionConfig(population=96, generations=2), workers=workers,
+                              mutations=mutations, skips=skips)
 
 
 def _init(evo: EvolutionarySearch):

@@ -11,6 +11,7 @@ from search_tasks import c2d_relu, gmm, make_task, nrm
 
 from tensorgen import te
 from tensorgen.build import build
+from tensorgen.costmodel.base import RandomModel
 from tensorgen.errors import LoweringError
 from tensorgen.schedule.lower import lower
 from tensorgen.schedule.packing import PackLayoutStep
@@ -18,16 +19,16 @@ from tensorgen.schedule.state import State
 from tensorgen.schedule.steps import CacheWriteStep, ComputeAtStep, ComputeInlineStep, RfactorStep, SplitStep
 from tensorgen.search.annotate import AnnotationPolicy, sample_initial_population, starves_cores
 from tensorgen.search.rules import (
-    DEFAULT_RULES,
     Cond,
     SketchRule,
     has_data_reuse,
     is_tiled,
     multi_level_tiling,
-    register_rule,
-    unregister_rule,
+    with_rule,
+    without_rule,
 )
 from tensorgen.search.sketch import generate_sketches
+from tensorgen.search.sketch_policy import SketchConfig, SketchPolicy
 from tensorgen.task import SearchTask
 
 
@@ -95,8 +96,7 @@ class TwoLevelTiling(SketchRule):
 def test_custom_rule_changes_sketches():
     task = gmm()
     before = generate_sketches(task)
-    rules = list(DEFAULT_RULES)
-    register_rule(TwoLevelTiling(), before="add_cache_write", rules=rules)
+    rules = with_rule(TwoLevelTiling(), before="add_cache_write")
     custom = generate_sketches(task, rules)
     assert len(custom) == 2 and custom != before  # and B packed in its tile layout
     for sketch in custom:
@@ -105,11 +105,8 @@ def test_custom_rule_changes_sketches():
     pop = sample_initial_population(task, custom, 3, np.random.default_rng(0))
     assert len(pop) == 3
 
-    register_rule(TwoLevelTiling(), before="add_cache_write")  # the global table
-    try:
-        assert generate_sketches(task) == custom
-    finally:
-        unregister_rule("two_level_tiling")
+    assert SketchPolicy(task, RandomModel(0), rules=rules, config=SketchConfig.of(workers=1)).sketches == custom
+    assert generate_sketches(task, without_rule("two_level_tiling", rules)) == before  # the default table is as it was
     assert generate_sketches(task) == before
 
 

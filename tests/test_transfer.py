@@ -77,7 +77,7 @@ def test_offered_programs_are_measured_first_and_once():
     donor, target = c2d_relu(8, 16, 32), c2d_relu(14, 8, 24)
     states = sample_initial_population(donor, generate_sketches(donor), 6, np.random.default_rng(3))
     offered = [a for a in (adapt(s, target.dag) for s in states) if a is not None][:3]
-    policy = SketchPolicy(target, seed=0, population=32, generations=1, init_population=16, workers=1)
+    policy = SketchPolicy.from_options(target, seed=0, population=32, generations=1, init_population=16, workers=1)
     policy.offer(offered + offered[:1])
     batch = policy.next_batch(8)
     keys = [s.to_json() for s in batch]
@@ -89,7 +89,7 @@ def test_offered_programs_are_measured_first_and_once():
 def test_scheduler_offers_the_best_program_of_a_similar_task():
     from test_scheduler import FakeTuner
 
-    from tensorgen.tuning.scheduler import TaskScheduler
+    from tensorgen.tuning.scheduler import SchedulerConfig, TaskScheduler
 
     tasks = [c2d_relu(8, 16, 32), c2d_relu(14, 8, 24), make_task(*ops.make_gmm(16, 16, 16))]
     best = sample_initial_population(tasks[0], generate_sketches(tasks[0]), 1, np.random.default_rng(4))[0]
@@ -106,7 +106,8 @@ def test_scheduler_offers_the_best_program_of_a_similar_task():
     for transfer in (True, False):
         for t in tuners[1:]:
             t.offers.clear()
-        TaskScheduler(tasks, round_trials=4, transfer=transfer, strategy="round-robin").run(tuners, 12)
+        config = SchedulerConfig(round_trials=4, transfer=transfer, strategy="round-robin")
+        TaskScheduler(tasks, config=config).run(tuners, 12)
         if transfer:
             (first, *rest) = tuners[1].offers
             assert [s.to_json() for s in first] == [adapt(best, tasks[1].dag).to_json()]

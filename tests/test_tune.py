@@ -18,9 +18,9 @@ from tensorgen.records import SQLiteDatabase
 from tensorgen.records.record import program_cost
 from tensorgen.search.random_policy import RandomPolicy
 from tensorgen.te.ops.suite import make_gmm
-from tensorgen.tuning.tune import TuneError, TuneProgress, make_task, tune
+from tensorgen.tuning.tune import MeasureConfig, TuneError, TuneProgress, make_task, tune
 
-FAST = dict(policy="random", batch_size=8, build_timeout=20.0, run_timeout=5.0)
+FAST = dict(policy="random", batch_size=8, measure=MeasureConfig(build_timeout=20.0, run_timeout=5.0))
 
 
 def gmm_dag(n: int = 64) -> ComputeDAG:
@@ -93,8 +93,8 @@ def test_policy_instance_and_interrupt_keep_records(tmp_path, task):
             raise KeyboardInterrupt
 
     with LocalBuilder(timeout=20.0) as builder:
-        result = tune(task, trials=12, db=path, policy=RandomPolicy(task, seed=3), batch_size=4, builder=builder,
-                      runner=LocalRunner(timeout=5.0, number=1, repeat=1), callbacks=[stop])
+        result = tune(task, trials=12, db=path, policy=RandomPolicy(task, seed=3), batch_size=4,
+                      measure=MeasureConfig(builder, LocalRunner(timeout=5.0, number=1, repeat=1)), callbacks=[stop])
     assert result.interrupted and result.trials == 4 and seen == [0, 4]
     assert distinct_steps(path) == (4 + result.retimed, 4)
 
@@ -112,7 +112,7 @@ def test_policy_that_repeats_itself_costs_nothing(task):
         def update(self, inputs, results):
             pass
 
-    result = tune(task, trials=8, policy=Stuck(), batch_size=4, run_timeout=5.0)
+    result = tune(task, trials=8, policy=Stuck(), batch_size=4, measure=MeasureConfig(run_timeout=5.0))
     assert result.trials == 1 and result.total_trials == 1
 
 
@@ -246,7 +246,7 @@ def test_one_lucky_measurement_does_not_make_the_best(task, tmp_path):
     runner = LuckyOnce(lucky=3)
     with LocalBuilder(timeout=20.0) as builder:
         result = tune(task, trials=8, db=tmp_path / "l.db", policy=RandomPolicy(task, seed=5), batch_size=8,
-                      builder=builder, runner=runner)
+                      measure=MeasureConfig(builder, runner))
     assert runner.lucky_cost is not None and result.retimed >= 2
     with SQLiteDatabase(tmp_path / "l.db") as db:
         best = db.best(task.workload_key, "cpu")

@@ -49,15 +49,17 @@ def tune_model(args: argparse.Namespace) -> int:
     from tensorgen.graph.backend.tasks import extract_tasks
     from tensorgen.graph.load import load_graph
     from tensorgen.target import Target
-    from tensorgen.tuning.scheduler import ProgressTable, TaskScheduler
+    from tensorgen.tuning.progress import ProgressTable
+    from tensorgen.tuning.scheduler import SchedulerConfig, TaskScheduler
 
     graph = load_graph(args.model if hasattr(args, "model") else args.op, batch=args.batch)
     tasks = extract_tasks(graph, Target.parse(args.target))
     print(f"{graph.summary()}\n{len(tasks)} tasks; tuning {args.trials} trials into {args.db}")
     table = ProgressTable()
     scheduler = TaskScheduler.from_models(
-        {graph.name: tasks}, strategy=args.strategy, seed=args.seed, round_trials=args.batch_size or 16,
-        early_stopping=args.early_stopping, transfer=args.transfer, callbacks=[table])
+        {graph.name: tasks}, seed=args.seed, callbacks=[table], config=SchedulerConfig(
+            strategy=args.strategy, round_trials=args.batch_size or 16, early_stopping=args.early_stopping,
+            transfer=args.transfer))
     try:
         prefilter = getattr(args, "prefilter", None)
         result = scheduler.tune(args.trials, db=args.db, policy=args.policy, cost_model=args.cost_model,

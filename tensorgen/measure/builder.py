@@ -43,7 +43,12 @@ SourceHook = Callable[[MeasureInput, str], str]
 
 
 class Builder(Protocol):
+    """Builds candidates into something a Runner can time; `close` (optional) stops what the builder started."""
+
     def build(self, inputs: list[MeasureInput]) -> list[BuildResult]: ...
+
+    def close(self) -> None:
+        return None
 
 
 def build_candidate(inp: MeasureInput, timeout: float, source_hook: SourceHook | None = None) -> BuildResult:
@@ -79,7 +84,7 @@ def build_candidate(inp: MeasureInput, timeout: float, source_hook: SourceHook |
 
 
 @dataclass
-class LocalBuilder:
+class LocalBuilder(Builder):
     """Builds candidates in `n_parallel` worker processes (default: one per CPU), `timeout` s each.
 
     Results come back in input order. Use as a context manager, or call `close()`, to stop the workers.

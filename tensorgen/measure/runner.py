@@ -42,7 +42,17 @@ _STDERR_TAIL = 2000
 
 
 class Runner(Protocol):
+    """Times built candidates. `note_fastest` (optional) hears the best cost known from elsewhere (a resumed
+    database), for runners that give up on or kill candidates much slower than the fastest; `close` (optional)
+    stops what the runner started."""
+
     def run(self, inputs: list[MeasureInput], build_results: list[BuildResult]) -> list[MeasureResult]: ...
+
+    def note_fastest(self, task: SearchTask, cost: float) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
 
 
 def classify_run(run: HarnessRun, timeout: float, repeat: int) -> tuple[ErrorKind, str] | None:
@@ -131,7 +141,7 @@ def reference_state(dag: ComputeDAG) -> State:
 
 
 @dataclass
-class LocalRunner:
+class LocalRunner(Runner):
     """Times candidates on this machine with `hw.cores` threads; see HarnessConfig for the timing knobs.
 
     `check_correctness` compares each candidate's outputs with the naive program's on the same inputs.

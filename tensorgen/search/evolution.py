@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tensorgen.errors import TuneError
 from tensorgen.features.extractor import FeatureExtractor
 from tensorgen.schedule.state import State
 from tensorgen.schedule.steps import Step
@@ -51,29 +52,43 @@ class GenerationStats:
     seconds: float = 0.0
 
 
-class EvolutionarySearch:
-    """Evolve a population under `cost_model` and return the best predicted programs.
+@dataclass(frozen=True)
+class EvolutionConfig:
+    """The knobs of the evolution (Ansor's defaults).
 
     A child is a crossover with `crossover_prob` (a mutation if the parents do not cross), else a
     mutation with `mutation_prob`, else a copy of its parent (as in Ansor); `crossover_prob=0` turns
-    crossover off so its value can be measured.
-    `elite_fraction` of each population's best are carried over unchanged (0 = Ansor: the best-k
-    set alone keeps them). Crossover needs the task's `sketches` to know which parents are compatible.
+    crossover off so its value can be measured. `elite_fraction` of each population's best are carried
+    over unchanged (0 = Ansor: the best-k set alone keeps them). A child whose mutation or crossover fails
+    is retried up to `max_tries` times.
     """
 
+    population: int = 2048
+    generations: int = 4
+    mutation_prob: float = 0.85
+    crossover_prob: float = 0.05
+    elite_fraction: float = 0.0
+    max_tries: int = 4
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.mutation_prob <= 1 and 0 <= self.crossover_prob <= 1 and 0 <= self.elite_fraction <= 1):
+            raise TuneError("mutation_prob, crossover_prob and elite_fraction are probabilities in [0, 1]")
+        if self.population < 1 or self.generations < 0 or self.max_tries < 1:
+            raise TuneError(f"need population >= 1, generations >= 0 and max_tries >= 1; got {self}")
+
+
+class EvolutionarySearch:
+    """Evolve a population under `cost_model` and return the best predicted programs (`config`: the
+    knobs). Crossover needs the task's `sketches` to know which parents are compatible; `workers`
+    processes make the children (1: this process)."""
+
     def __init__(self, task: SearchTask, cost_model, extractor: FeatureExtractor | None = None,
-                 rng: np.random.Generator | None = None, population: int = 2048, generations: int = 4,
-                 mutation_prob: float = 0.85, crossover_prob: float = 0.05, elite_fraction: float = 0.0,
+                 rng: np.random.Generator | None = None, config: EvolutionConfig = EvolutionConfig(), *,
                  sketches: Sequence[State] | None = None, mutations: Sequence[Mutation] | None = None,
-                 annotation: AnnotationPolicy | None = None, max_tries: int = 4, workers: int = 1,
-                 skips: Skips | None = None):
-        if not (0 <= mutation_prob <= 1 and 0 <= crossover_prob <= 1):
-            raise ValueError("mutation_prob and crossover_prob are probabilities in [0, 1]")
-        self.task, self.cost_model = task, cost_model
+                 annotation: AnnotationPolicy | None = None, workers: int = 1, skips: Skips | None = None):
+        self.task, self.cost_model, self.config = task, cost_model, config
         self.extractor = extractor if extractor is not None else FeatureExtractor(task.hw)
         self.rng = rng if rng is not None else np.random.default_rng(0)
-        self.population, self.generations = population, generations
-        self.mutation_prob, self.crossover_prob, self.elite_fraction = mutation_prob, crossover_prob, elite_fraction
         if mutations is None and annotation is not None:  # the default table, under this policy's knobs
             mutations = [copy.copy(r) for r in DEFAULT_MUTATIONS]
             for r in mutations:
@@ -81,7 +96,7 @@ class EvolutionarySearch:
         if sketches is None:
             sketches = generate_sketches(task, skips=skips)
         self.maker = ChildMaker(task, self.extractor, sketches,
-                                mutations, max_tries, annotation=annotation, skips=skips)
+                                mutations, config.max_tries, annotation=annotation, skips=skips)
         self.workers = workers
         self._pool: ChildWorkers | None = None
         self.history: list[GenerationStats] = []
@@ -141,15 +156,15 @@ class EvolutionarySearch:
         floor = 1e-3 * float(np.ptp(scores[valid])) + 1e-12
         fit = np.where(valid, scores - scores[valid].min() + floor, 0.0) if valid.any() else np.ones(len(pop))
         probs = fit / fit.sum()
-        n_elite = int(self.elite_fraction * self.population)
+        n_elite = int(self.config.elite_fraction * self.config.population)
         elites = [pop[int(i)] for i in np.argsort(-scores, kind="stable")[:n_elite] if valid[i]]
-        n = self.population - len(elites)
+        n = self.config.population - len(elites)
         for s in pop:  # the makers' parents: states already built are not replayed
             self.maker.remember(s)
         parents = self.rng.choice(len(pop), size=n, p=probs)
         others = self.rng.choice(len(pop), size=n, p=probs)
-        crossing = self.rng.random(n) < self.crossover_prob
-        mutating = self.rng.random(n) < self.mutation_prob
+        crossing = self.rng.random(n) < self.config.crossover_prob
+        mutating = self.rng.random(n) < self.config.mutation_prob
         seeds = self.rng.integers(2**63, size=n)
         out = [pop[int(i)] for i in parents]  # a slot without a valid child keeps its parent
         slots = [k for k in range(n) if crossing[k] or mutating[k]]
@@ -175,7 +190,7 @@ class EvolutionarySearch:
             return []
         seen: dict[tuple[Step, ...], tuple[float, State]] = {}
         scores = np.empty(0)
-        for gen in range(self.generations + 1):
+        for gen in range(self.config.generations + 1):
             t0 = time.perf_counter()
             stats = GenerationStats(gen, len(pop), 0.0, 0.0, 0.0)
             if gen:

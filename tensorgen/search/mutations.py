@@ -7,8 +7,9 @@ stages. A rule is a small class with a `weight`, a condition (`applicable`) and 
 rule answer None instead of raising. Surviving states are *not* lowered here: the caller validates
 them (the evolution does it through the feature extractor, which lowers every state it scores).
 
-`DEFAULT_MUTATIONS` is the weighted table (Ansor/TVM's weights); `register_mutation` extends it, or
-a caller passes its own list to `mutate`.
+`DEFAULT_MUTATIONS` is the weighted table (Ansor/TVM's weights, a tuple: nobody changes it for everyone);
+a caller passes its own list (`[*DEFAULT_MUTATIONS, Mine(weight=0.1)]`) to `mutate` or to a policy
+(`SketchPolicy(mutations=...)`).
 """
 
 from __future__ import annotations
@@ -344,18 +345,12 @@ class ComputeLocationMutation(Mutation):
         return before
 
 
-DEFAULT_MUTATIONS: list[Mutation] = [
+DEFAULT_MUTATIONS: tuple[Mutation, ...] = (
     TileSizeMutation(),
     ParallelMutation(),
     PragmaMutation(),
     ComputeLocationMutation(),
-]
-
-
-def register_mutation(rule: Mutation, rules: list[Mutation] | None = None) -> Mutation:
-    """Add `rule` to `rules` (default: DEFAULT_MUTATIONS); its weight is relative to the others'."""
-    (DEFAULT_MUTATIONS if rules is None else rules).append(rule)
-    return rule
+)
 
 
 def mutate(task: SearchTask, state: State, rng: np.random.Generator, rules: Sequence[Mutation] | None = None,

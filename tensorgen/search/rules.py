@@ -3,8 +3,9 @@
 A rule looks at the derivation state (S, i) — a State and the index of the stage being worked on —
 and says whether it applies (`Cond`). Its application returns the next derivation states
 [(S', i'), ...] with i' <= i; returning several is how one rule offers alternatives (e.g. two
-fusion levels). The ordered table `DEFAULT_RULES` mirrors Ansor's CPU order; `register_rule` adds
-user rules to it, or a caller passes its own list to `generate_sketches`.
+fusion levels). The ordered table `DEFAULT_RULES` mirrors Ansor's CPU order (a tuple: nobody changes it for
+everyone); `with_rule` / `without_rule` make a new table, which a caller passes to `generate_sketches` or
+to a policy (`SketchPolicy(rules=...)`, `tune(policy_options={"rules": ...})`).
 
 Predicates are evaluated on the *state's* stages, not only on the DAG's, because rules create
 stages (cache_write's `<name>_local`, rfactor's `<name>_rf`) that later rules must see.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
@@ -417,7 +419,7 @@ class SkipStage(SketchRule):
         return [(state, i - 1)]
 
 
-DEFAULT_RULES: list[SketchRule] = [
+DEFAULT_RULES: tuple[SketchRule, ...] = (
     InlineOrMaterializeTranspose(),
     AlwaysInline(),
     SimplifyComputeWithConstTensor(),
@@ -427,28 +429,28 @@ DEFAULT_RULES: list[SketchRule] = [
     MultiLevelTiling(),
     PackOperand(),
     SkipStage(),
-]
+)
 
 
-def _position(rules: list[SketchRule], ref: SketchRule | type | str) -> int:
+def _position(rules: Sequence[SketchRule], ref: SketchRule | type | str) -> int:
     for n, r in enumerate(rules):
         if r is ref or r.name == ref or (isinstance(ref, type) and isinstance(r, ref)):
             return n
     raise KeyError(f"no rule {ref!r} in {[r.name for r in rules]}")
 
 
-def register_rule(rule: SketchRule, before: SketchRule | type | str | None = None,
-                  rules: list[SketchRule] | None = None) -> SketchRule:
-    """Add `rule` to `rules` (default: DEFAULT_RULES) before `before` (a rule, class or name);
-    by default just before SkipStage, so it sees every stage that no APPLY_AND_SKIP_REST rule took."""
-    table = DEFAULT_RULES if rules is None else rules
+def with_rule(rule: SketchRule, before: SketchRule | type | str | None = None,
+              rules: Sequence[SketchRule] = DEFAULT_RULES) -> tuple[SketchRule, ...]:
+    """A new table: `rules` with `rule` before `before` (a rule, class or name); by default just before
+    SkipStage, so it sees every stage that no APPLY_AND_SKIP_REST rule took."""
+    table = list(rules)
     if before is None:
         before = SkipStage if any(isinstance(r, SkipStage) for r in table) else None
     table.insert(len(table) if before is None else _position(table, before), rule)
-    return rule
+    return tuple(table)
 
 
-def unregister_rule(rule: SketchRule | type | str, rules: list[SketchRule] | None = None) -> SketchRule:
-    """Remove a rule (by instance, class or name) from `rules` (default: DEFAULT_RULES)."""
-    table = DEFAULT_RULES if rules is None else rules
-    return table.pop(_position(table, rule))
+def without_rule(rule: SketchRule | type | str, rules: Sequence[SketchRule] = DEFAULT_RULES) -> tuple[SketchRule, ...]:
+    """A new table: `rules` without a rule (named by instance, class or name)."""
+    n = _position(rules, rule)
+    return (*rules[:n], *rules[n + 1:])

@@ -53,7 +53,7 @@ def derive(task: SearchTask, state: State, i: int, rules: Sequence[SketchRule],
 
 def generate_sketches(task: SearchTask, rules: Sequence[SketchRule] | None = None,
                       max_sketches: int = 1000, skips: Skips | None = None) -> list[State]:
-    """All sketches of `task.dag` under `rules` (default: the DEFAULT_RULES table, read at call time),
+    """All sketches of `task.dag` under `rules` (default: the DEFAULT_RULES table),
     deduplicated by their step list and in derivation order.
 
     A rule returning (S, i) with the same i must make progress on its own (like cache_write, which

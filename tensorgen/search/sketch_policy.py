@@ -13,67 +13,119 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import numpy as np
 
 from tensorgen.costmodel.psa import StaticAnalyzer
 from tensorgen.costmodel.xgb import XGBModel
+from tensorgen.errors import TuneError
 from tensorgen.features.extractor import FeatureExtractor
 from tensorgen.measure.types import MeasureInput, MeasureResult
 from tensorgen.schedule.state import State
 from tensorgen.search.annotate import AnnotationPolicy
-from tensorgen.search.evolution import EvolutionarySearch
+from tensorgen.search.evolution import EvolutionarySearch, EvolutionConfig
 from tensorgen.search.gc_relief import fewer_collections
 from tensorgen.search.mutations import Mutation
 from tensorgen.search.policy import SearchPolicy, state_key
+from tensorgen.search.rules import SketchRule
 from tensorgen.search.sketch import generate_sketches
 from tensorgen.search.skips import Skips
 from tensorgen.task import SearchTask
 
 
+@dataclass(frozen=True)
+class SketchConfig:
+    """The knobs of SketchPolicy (Ansor's defaults); `SketchConfig.of(population=512, eps_greedy=0.1)` takes
+    the evolution's knobs (EvolutionConfig) and these in one flat set.
+
+    `init_population` (default min(population, 256)) is how many random programs each batch samples —
+    sampling lowers every candidate, so it is the cost to keep small; the best measured programs join them
+    as seeds (`seed_fraction` of that number) and `eps_greedy` of each batch are plain random samples. A batch
+    stops after `patience` samplings that add nothing new. `workers` processes make the children (default:
+    one per core of the task's machine, at most this machine's; 1 = in this process). `prefilter="psa"`
+    samples `prefilter_pool` times as many programs and keeps Pruner's static analyzer's best of them, with a
+    `prefilter_random` share of the rest.
+    """
+
+    evolution: EvolutionConfig = EvolutionConfig()
+    eps_greedy: float = 0.05
+    seed_fraction: float = 0.2
+    init_population: int | None = None
+    patience: int = 5
+    workers: int | None = None
+    prefilter: str | None = None
+    prefilter_pool: int = 4
+    prefilter_random: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.prefilter not in (None, "psa"):
+            raise TuneError(f"prefilter must be 'psa' or None, not {self.prefilter!r}")
+        if not (0 <= self.eps_greedy <= 1 and 0 <= self.seed_fraction and 0 <= self.prefilter_random <= 1
+                and self.patience >= 1 and self.prefilter_pool >= 1):
+            raise TuneError(f"need 0 <= eps_greedy, prefilter_random <= 1, seed_fraction >= 0, patience >= 1 and "
+                             f"prefilter_pool >= 1; got {self}")
+
+    @classmethod
+    def of(cls, **knobs: Any) -> SketchConfig:
+        """A config from flat knobs: EvolutionConfig's fields go to `evolution`, the rest to this config."""
+        evolution = {k: knobs.pop(k) for k in list(knobs) if k in _EVOLUTION_KNOBS}
+        unknown = sorted(set(knobs) - {f.name for f in fields(cls)} - {"evolution"})
+        if unknown:
+            raise TuneError(f"SketchPolicy has no knob {', '.join(map(repr, unknown))}; its knobs: "
+                             f"{', '.join(_EVOLUTION_KNOBS + _OWN_KNOBS)}")
+        return cls(evolution=replace(knobs.pop("evolution", EvolutionConfig()), **evolution), **knobs)
+
+    @property
+    def samples(self) -> int:
+        """How many random programs each batch samples."""
+        return self.init_population if self.init_population is not None else min(self.evolution.population, 256)
+
+
+_EVOLUTION_KNOBS = tuple(f.name for f in fields(EvolutionConfig))
+_OWN_KNOBS = tuple(f.name for f in fields(SketchConfig) if f.name != "evolution")
+
+
 class SketchPolicy(SearchPolicy):
     """Ansor's sketch policy for `task` (seeded: same seed and measurements, same batches).
 
-    `population`/`generations` size the evolution; `init_population` (default min(population, 256))
-    is how many random programs each batch samples — sampling lowers every candidate, so it is the
-    cost to keep small. `crossover_prob=0` disables crossover. `workers` processes make the children
-    (default: one per core of the task's machine, at most this machine's; 1 = in this process).
-    Operations of the search that raise are skipped and counted in `skips` (tensorgen.search.skips).
+    `config` holds the knobs (SketchConfig); the components — the `sketches` to search (default: those the
+    sketch `rules` derive, default DEFAULT_RULES), the `mutations`, the `annotation` policy, the feature
+    `extractor` — are the policy's parts. Operations of the search that raise are skipped and counted in
+    `skips` (tensorgen.search.skips).
     """
 
-    def __init__(self, task: SearchTask, cost_model=None, seed: int = 0, population: int = 2048,
-                 generations: int = 4, eps_greedy: float = 0.05, seed_fraction: float = 0.2,
-                 extractor: FeatureExtractor | None = None, annotation: AnnotationPolicy | None = None,
-                 init_population: int | None = None, sketches: Sequence[State] | None = None,
-                 mutation_prob: float = 0.85, crossover_prob: float = 0.05,
-                 mutations: Sequence[Mutation] | None = None, patience: int = 5, workers: int | None = None,
-                 prefilter: StaticAnalyzer | str | None = None, prefilter_pool: int = 4,
-                 prefilter_random: float = 0.1, skips: Skips | None = None) -> None:
-        self.task = task
-        self.seed = seed
+    def __init__(self, task: SearchTask, cost_model=None, seed: int = 0, config: SketchConfig = SketchConfig(), *,
+                 sketches: Sequence[State] | None = None, rules: Sequence[SketchRule] | None = None,
+                 mutations: Sequence[Mutation] | None = None, annotation: AnnotationPolicy | None = None,
+                 extractor: FeatureExtractor | None = None, skips: Skips | None = None) -> None:
+        self.task, self.seed, self.config = task, seed, config
         self.rng = np.random.default_rng(seed)
         self.cost_model = cost_model if cost_model is not None else XGBModel(seed=seed)
         self.extractor = extractor if extractor is not None else FeatureExtractor(task.hw)
         self.annotation = annotation or AnnotationPolicy()
         self.skips = skips if skips is not None else Skips()
-        self.sketches = list(sketches) if sketches is not None else generate_sketches(task, skips=self.skips)
-        self.eps_greedy, self.seed_fraction, self.patience = eps_greedy, seed_fraction, patience
-        self.init_population = init_population if init_population is not None else min(population, 256)
-        if prefilter not in (None, "psa") and not isinstance(prefilter, StaticAnalyzer):
-            raise ValueError(f"prefilter must be 'psa', a StaticAnalyzer or None, not {prefilter!r}")
-        self.prefilter = StaticAnalyzer(task.hw) if prefilter == "psa" else prefilter
-        self.prefilter_pool, self.prefilter_random = prefilter_pool, prefilter_random
+        self.sketches = list(sketches) if sketches is not None else generate_sketches(task, rules, skips=self.skips)
+        self.prefilter = StaticAnalyzer(task.hw) if config.prefilter == "psa" else None
+        workers = config.workers if config.workers is not None else min(task.hw.cores, os.cpu_count() or 1)
         self.evolution = EvolutionarySearch(
-            task, self.cost_model, self.extractor, self.rng, population=population, generations=generations,
-            mutation_prob=mutation_prob, crossover_prob=crossover_prob, sketches=self.sketches,
-            mutations=mutations, annotation=self.annotation,
-            workers=workers if workers is not None else min(task.hw.cores, os.cpu_count() or 1), skips=self.skips,
-        )
+            task, self.cost_model, self.extractor, self.rng, config.evolution, sketches=self.sketches,
+            mutations=mutations, annotation=self.annotation, workers=workers, skips=self.skips)
         self.seen: set[str] = set()  # keys of states proposed or measured
         self.measured: dict[str, float] = {}  # key -> mean cost (inf for failures)
         self._good: list[tuple[float, int, State]] = []  # (cost, order, state) of successful measurements
         self._offered: list[State] = []  # programs from other tasks, for the next batch
         self.num_trained = 0
+
+    @classmethod
+    def from_options(cls, task: SearchTask, cost_model=None, seed: int = 0, *, sketches: Sequence[State] | None = None,
+                     rules: Sequence[SketchRule] | None = None, mutations: Sequence[Mutation] | None = None,
+                     annotation: AnnotationPolicy | None = None, extractor: FeatureExtractor | None = None,
+                     skips: Skips | None = None, **knobs: Any) -> SketchPolicy:
+        """The policy with its knobs given flat (SketchConfig.of), as `tune(policy_options=...)` passes them."""
+        return cls(task, cost_model, seed, SketchConfig.of(**knobs), sketches=sketches, rules=rules,
+                   mutations=mutations, annotation=annotation, extractor=extractor, skips=skips)
 
     # ---- proposing --------------------------------------------------------------------------
 
@@ -113,15 +165,15 @@ class SketchPolicy(SearchPolicy):
         offered, self._offered = self._offered, []
         self._fresh(offered, max(n // 2, 1), out, keys)
         idle = 0
-        while len(out) < n and idle < self.patience:
+        while len(out) < n and idle < self.config.patience:
             before = len(out)
             need = n - len(out)
             init = self._sample()
             if not init:
                 idle += 1
                 continue
-            seeds = self.best_measured(int(self.seed_fraction * len(init))) + offered
-            n_random = min(need, int(round(self.eps_greedy * need)))
+            seeds = self.best_measured(int(self.config.seed_fraction * len(init))) + offered
+            n_random = min(need, int(round(self.config.eps_greedy * need)))
             # random scores make evolution a costly shuffle: then the batch is random samples
             best = self.evolution.search(init + seeds, need, exclude=self.seen | keys) \
                 if self.cost_model.trained else []
@@ -138,12 +190,12 @@ class SketchPolicy(SearchPolicy):
         `prefilter_pool` times as many, and a `prefilter_random` share of the rest (the space PSA prunes
         is kept reachable)."""
         if self.prefilter is None:
-            return self.evolution.sample(self.init_population)
-        pool = self.evolution.sample(self.init_population * self.prefilter_pool)
+            return self.evolution.sample(self.config.samples)
+        pool = self.evolution.sample(self.config.samples * self.config.prefilter_pool)
         order = np.argsort(self.prefilter.latencies(pool), kind="stable")
-        n_best = int(round(self.init_population * (1 - self.prefilter_random)))
+        n_best = int(round(self.config.samples * (1 - self.config.prefilter_random)))
         rest = order[n_best:]
-        kept = self.rng.choice(rest, min(rest.size, self.init_population - n_best), replace=False)
+        kept = self.rng.choice(rest, min(rest.size, self.config.samples - n_best), replace=False)
         return [pool[int(i)] for i in (*order[:n_best], *kept)]
 
     # ---- learning ---------------------------------------------------------------------------

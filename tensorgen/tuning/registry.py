@@ -14,6 +14,8 @@ strategies are registered in tuning.scheduler (STRATEGIES), next to the schedule
 
 from __future__ import annotations
 
+from typing import Any
+
 from tensorgen.costmodel.base import CostModel, RandomModel
 from tensorgen.costmodel.xgb import XGBModel
 from tensorgen.errors import TuneError
@@ -25,7 +27,7 @@ from tensorgen.search.random_policy import RandomPolicy
 from tensorgen.search.sketch_policy import SketchPolicy
 
 POLICIES: Registry[SearchPolicy] = Registry("search policy", TuneError)
-POLICIES.register("ansor", SketchPolicy)
+POLICIES.register("ansor", SketchPolicy.from_options)
 POLICIES.register("random", RandomPolicy)
 
 COST_MODELS: Registry[CostModel] = Registry("cost model", TuneError)
@@ -35,5 +37,16 @@ COST_MODELS.register("random", RandomModel)
 BUILDERS: Registry[Builder] = Registry("builder", TuneError)
 BUILDERS.register("local", LocalBuilder)
 
+SLOW_FACTOR = 20.0  # the local runner kills candidates this many times slower than the fastest so far
+GIVE_UP_FACTOR = 4.0  # ... and times those this many times slower by their first call
+
+
+def local_runner(timeout: float = 10.0, **options: Any) -> LocalRunner:
+    """LocalRunner with tuning's settings (see tuning.tune.MeasureConfig); `options` change LocalRunner's fields."""
+    settings = {"number": 1, "repeat": 3, "min_repeat_ms": 10.0, "check_correctness": True,
+                "give_up_factor": GIVE_UP_FACTOR, "timeout_factor": SLOW_FACTOR, **options}
+    return LocalRunner(timeout=timeout, **settings)
+
+
 RUNNERS: Registry[Runner] = Registry("runner", TuneError)
-RUNNERS.register("local", LocalRunner)
+RUNNERS.register("local", local_runner)

@@ -24,17 +24,14 @@ from __future__ import annotations
 import logging
 import math
 import numbers
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import Any, Protocol
 
 import numpy as np
 
-from tensorgen.measure.builder import Builder
-from tensorgen.measure.runner import Runner
 from tensorgen.records.database import Database
 from tensorgen.registry import Registry
 from tensorgen.schedule.state import State
@@ -54,12 +51,16 @@ from tensorgen.tuning.objectives import (
     stalled,
     task_gradient,
 )
-from tensorgen.tuning.tune import MeasureSetup, TaskTuner, default_runner, make_cost_model, make_policy
+from tensorgen.tuning.progress import SchedulerCallback, ScheduleResult, SchedulerProgress, TaskRow
+from tensorgen.tuning.tune import MeasureConfig, MeasureSetup, TaskTuner, make_cost_model, make_policy
 
 LOGGER = logging.getLogger("tensorgen.scheduler")
 
-__all__ = ["ModelTasks", "ProgressTable", "RoundTuner", "ScheduleResult", "SchedulerError", "SchedulerProgress",
-           "TaskRow", "TaskScheduler", "format_table"]
+#: How TaskScheduler.tune measures by default: a model's tasks are timed with their weights evicted.
+MODEL_MEASURE = MeasureConfig(runner_options={"evict_weights": True})
+
+__all__ = ["MODEL_MEASURE", "STRATEGIES", "ModelTasks", "RoundTuner", "SchedulerConfig", "SchedulerError",
+           "TaskScheduler"]
 
 
 class RoundTuner(Protocol):
@@ -100,86 +101,6 @@ class ModelTasks:
     weights: tuple[float, ...]
 
 
-# ---------------------------------------------------------------------------------------------
-# progress and result
-
-
-@dataclass(frozen=True)
-class TaskRow:
-    """One task as the scheduler sees it: latency in seconds (inf until a valid measurement), trials
-    (database records included) and rounds allocated."""
-
-    index: int
-    desc: str
-    flops: float
-    weight: float
-    latency: float
-    trials: int
-    rounds: int
-
-    @property
-    def gflops(self) -> float:
-        return self.flops / self.latency / 1e9 if 0 < self.latency < math.inf else 0.0
-
-
-@dataclass(frozen=True)
-class SchedulerProgress:
-    """What a callback sees after the resume (phase "resume"), after every round (phase "round") and after the
-    tasks' bests were re-timed at the end (phase "confirm").
-
-    `models` is each model's estimated latency (sum of weight x best latency, seconds; None while one of
-    its tasks has no valid measurement); `objective` the objective at the current bests (None likewise).
-    """
-
-    phase: str
-    rounds: int  # rounds run in this call
-    task: int | None  # the task of the last round
-    measured: int  # programs measured in the last round
-    trials_done: int  # measured in this call
-    trials: int  # this call's budget
-    rows: tuple[TaskRow, ...]
-    models: dict[str, float | None]
-    objective: float | None
-    elapsed_s: float
-
-
-@dataclass
-class ScheduleResult:
-    """The outcome of one scheduler run. `stopped`: "budget", "converged" (no task can lower the objective),
-    "exhausted" (every task ran out of new programs or stopped early) or "interrupted"."""
-
-    tasks: list[SearchTask]
-    rows: tuple[TaskRow, ...]
-    best_states: list[State | None]
-    models: dict[str, float | None]
-    trials: int
-    rounds: int
-    stopped: str
-    wall_s: float
-    skipped: dict[str, int] = field(default_factory=dict)  # search operations that raised, per kind (search.skips)
-
-    @property
-    def best_costs(self) -> list[float]:
-        return [r.latency for r in self.rows]
-
-    @property
-    def interrupted(self) -> bool:
-        return self.stopped == "interrupted"
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly summary (each task's best program as its step list JSON)."""
-        def seconds(x: float | None) -> float | None:
-            return x if x is not None and math.isfinite(x) else None
-
-        tasks = [{"workload_key": t.workload_key, "desc": r.desc, "flops": r.flops, "weight": r.weight,
-                  "best_seconds": seconds(r.latency), "gflops": r.gflops, "trials": r.trials, "rounds": r.rounds,
-                  "best_steps": s.to_json() if s is not None else None}
-                 for t, r, s in zip(self.tasks, self.rows, self.best_states)]
-        return {"tasks": tasks, "models": {k: seconds(v) for k, v in self.models.items()}, "trials": self.trials,
-                "rounds": self.rounds, "stopped": self.stopped, "wall_s": self.wall_s, "skipped": dict(self.skipped)}
-
-
-SchedulerCallback = Callable[[SchedulerProgress], None]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,7 +115,7 @@ def _gradient(sched: TaskScheduler, session: _Session, open_tasks: list[int]) ->
     grads = sched.gradients(session.history)[open_tasks]
     if not np.any(grads < 0):  # nothing left to gain under this objective
         return None
-    if session.rng.random() < sched.eps_greedy:
+    if session.rng.random() < sched.config.eps_greedy:
         return int(session.rng.choice(open_tasks))
     ties = [i for i, g in zip(open_tasks, grads) if g == grads.min()]
     return ties[0] if len(ties) == 1 else int(session.rng.choice(ties))
@@ -235,48 +156,67 @@ class _Session:
         return np.array([h[-1] if h else math.inf for h in self.history])
 
 
-class TaskScheduler:
-    """Allocates rounds of `round_trials` measurements to `tasks` so as to minimize `objective`.
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """The knobs of the task scheduler (Ansor's defaults, see the module docstring).
 
-    `weights` are the models: None (one model, every task once), a list of per-task weights (one model),
-    or ModelTasks (several models tuned at once; a task several models share is tuned once for all).
-    `objective` is any `f(latencies, view) -> float` (tensorgen.tuning.objectives; default TotalLatency, f1).
+    `strategy` is a name of STRATEGIES ("gradient", "round-robin"); each round measures `round_trials`
+    programs of one task. `alpha`, `beta`, `backward_window` and `eps_greedy` are the gradient's (Ansor §6.2);
+    tasks of the same stage tags whose FLOPs are within `similarity_factor` are similar, and a task whose best
+    has not improved in `similarity_patience` rounds (None: never) loses its similarity term.
     `early_stopping` (rounds): a task whose best has not improved in that many of its rounds gets no more.
     `transfer`: before a round, the task's policy is offered the best programs of tasks of the same structure
     whose best changed since (tensorgen.search.transfer), adapted to its shapes; False is Ansor as published.
     """
 
+    strategy: str = "gradient"
+    round_trials: int = 64
+    alpha: float = 0.2
+    beta: float = 2.0
+    backward_window: int = 3
+    eps_greedy: float = 0.05
+    similarity_factor: float = 2.0
+    similarity_patience: int | None = 3
+    early_stopping: int | None = None
+    transfer: bool = True
+
+    def __post_init__(self) -> None:
+        STRATEGIES.get(self.strategy)  # an unknown name is an error here, not at the first pick
+        if not (0 <= self.alpha <= 1 and self.beta > 0 and self.backward_window >= 1
+                and 0 <= self.eps_greedy <= 1 and self.round_trials >= 1 and self.similarity_factor >= 1
+                and (self.early_stopping is None or self.early_stopping >= 1)
+                and (self.similarity_patience is None or self.similarity_patience >= 1)):
+            raise SchedulerError(
+                f"need 0 <= alpha <= 1, beta > 0, backward_window >= 1, 0 <= eps_greedy <= 1, round_trials >= 1, "
+                f"similarity_factor >= 1, early_stopping and similarity_patience None or >= 1; got {self}")
+
+
+class TaskScheduler:
+    """Allocates rounds of `config.round_trials` measurements to `tasks` so as to minimize `objective`.
+
+    `weights` are the models: None (one model, every task once), a list of per-task weights (one model),
+    or ModelTasks (several models tuned at once; a task several models share is tuned once for all).
+    `objective` is any `f(latencies, view) -> float` (tensorgen.tuning.objectives; default TotalLatency, f1).
+    `config` holds the knobs (SchedulerConfig); `seed` seeds the picks and the policies the scheduler makes.
+    """
+
     def __init__(self, tasks: Sequence[SearchTask], weights: Sequence[float] | Sequence[ModelTasks] | None = None, *,
-                 objective: Objective | None = None, strategy: str = "gradient", alpha: float = 0.2,
-                 beta: float = 2.0, backward_window: int = 3, eps_greedy: float = 0.05, seed: int = 0,
-                 round_trials: int = 64, early_stopping: int | None = None, similarity_factor: float = 2.0,
-                 similarity_patience: int | None = 3, transfer: bool = True,
+                 objective: Objective | None = None, config: SchedulerConfig = SchedulerConfig(), seed: int = 0,
                  callbacks: Sequence[SchedulerCallback] = ()) -> None:
         self.tasks = list(tasks)
         if not self.tasks:
             raise SchedulerError("TaskScheduler needs at least one task")
         _check_distinct(self.tasks)
-        STRATEGIES.get(strategy)  # an unknown name is an error here, not at the first pick
-        if not (0 <= alpha <= 1 and beta > 0 and backward_window >= 1 and 0 <= eps_greedy <= 1
-                and round_trials >= 1 and similarity_factor >= 1 and (early_stopping is None or early_stopping >= 1)
-                and (similarity_patience is None or similarity_patience >= 1)):
-            raise SchedulerError(
-                f"need 0 <= alpha <= 1, beta > 0, backward_window >= 1, 0 <= eps_greedy <= 1, round_trials >= 1, "
-                f"similarity_factor >= 1, early_stopping and similarity_patience None or >= 1; got alpha={alpha}, "
-                f"beta={beta}, backward_window={backward_window}, eps_greedy={eps_greedy}, "
-                f"round_trials={round_trials}, similarity_factor={similarity_factor}, early_stopping={early_stopping}, "
-                f"similarity_patience={similarity_patience}")
+        self.config, self.seed = config, seed
         self.models = _models(weights, len(self.tasks))
         self.weights = np.zeros((len(self.models), len(self.tasks)))
         for j, m in enumerate(self.models):
             np.add.at(self.weights[j], list(m.task_indices), list(m.weights))
         self.objective: Objective = objective if objective is not None else TotalLatency()
-        self.strategy, self.alpha, self.beta, self.backward_window = strategy, alpha, beta, backward_window
-        self.eps_greedy, self.seed, self.round_trials = eps_greedy, seed, round_trials
-        self.early_stopping, self.similarity_patience, self.transfer = early_stopping, similarity_patience, transfer
         self.callbacks = tuple(callbacks)
         self.flops = np.array([t.dag.flop_count for t in self.tasks], dtype=np.float64)
-        self.similar = similar_tasks([similarity_tag(t.dag) for t in self.tasks], self.flops, similarity_factor)
+        self.similar = similar_tasks([similarity_tag(t.dag) for t in self.tasks], self.flops,
+                                    config.similarity_factor)
         self._check_objective()
 
     @classmethod
@@ -323,11 +263,11 @@ class TaskScheduler:
         for i, h in enumerate(history):
             if not h:
                 continue
-            patience = self.similarity_patience
+            patience = self.config.similarity_patience
             peers = self.similar[i] if math.isfinite(h[-1]) and not (patience and stalled(h, patience)) else ()
             speeds = [self.flops[k] / history[k][-1] for k in peers if 0 < history[k][-1] < math.inf]
             out[i] = task_gradient(df_dg[i], h, view.latencies[i], self.flops[i], max(speeds, default=0.0),
-                                   self.alpha, self.beta, self.backward_window)
+                                   self.config.alpha, self.config.beta, self.config.backward_window)
         return out
 
     def _check_objective(self) -> None:
@@ -345,18 +285,16 @@ class TaskScheduler:
 
     def tune(self, trials: int, *, db: str | Path | Database | None = None,
              policy: str | Callable[[SearchTask], SearchPolicy] = "ansor", cost_model: Any = "xgb",
-             builder: Builder | None = None, runner: Runner | None = None,
-             policy_options: dict[str, Any] | None = None, build_timeout: float = 15.0,
-             run_timeout: float = 10.0) -> ScheduleResult:
+             policy_options: dict[str, Any] | None = None, measure: MeasureConfig | None = None) -> ScheduleResult:
         """Measure up to `trials` new programs over all tasks with one builder, runner and database (see
         tensorgen.tuning.tune.MeasureSetup.open) and return the best program of each task. `policy` is a name
         ("ansor": one SketchPolicy per task, all sharing one `cost_model`, as in Ansor; "random") or a
         function making a fresh SearchPolicy for a task.
 
-        The default runner evicts each candidate's weights before every timed call: in a model they come
-        from memory, since all the other kernels' weights were read in between. Timed hot, ResNet-50's
-        deep convs ran 1.4x slower in the model than measured and the tuner favoured programs that only
-        win hot (1536 trials: 38.5 ms hot-tuned, 36.3 ms evict-tuned, same run)."""
+        The default `measure` (MODEL_MEASURE) evicts each candidate's weights before every timed call: in a
+        model they come from memory, since all the other kernels' weights were read in between. Timed hot,
+        ResNet-50's deep convs ran 1.4x slower in the model than measured and the tuner favoured programs that
+        only win hot."""
         if not isinstance(policy, str) and not callable(policy):
             raise SchedulerError("the scheduler needs one policy per task: pass a policy name or a function "
                                  "task -> SearchPolicy, not a SearchPolicy instance")
@@ -370,8 +308,7 @@ class TaskScheduler:
             return made, time.perf_counter() - t0
 
         policies = [timed(i, task) for i, task in enumerate(self.tasks)]  # before the db: bad options make no file
-        runner = runner if runner is not None else default_runner(run_timeout, evict_weights=True)
-        with MeasureSetup.open(db, builder, runner, build_timeout, run_timeout) as setup:
+        with MeasureSetup.open(db, measure if measure is not None else MODEL_MEASURE) as setup:
             tuners = [TaskTuner(task, p, setup, search_s=s, skips=skips) for task, (p, s) in zip(self.tasks, policies)]
             return self.run(tuners, trials, skips)
 
@@ -386,7 +323,7 @@ class TaskScheduler:
         try:
             for tuner in tuners:
                 tuner.resume()
-            session.history = [_history_of(t.costs, self.round_trials) for t in tuners]
+            session.history = [_history_of(t.costs, self.config.round_trials) for t in tuners]
             for h, t in zip(session.history, tuners):
                 if h:
                     h[-1] = t.best_cost  # over all measurements: a re-timed best may cost more than its first
@@ -396,9 +333,9 @@ class TaskScheduler:
                 if i is None:
                     stopped = "exhausted" if not self._open_tasks(session) else "converged"
                     break
-                if self.transfer:
+                if self.config.transfer:
                     self._offer_transfers(session, i)
-                measured = tuners[i].round(min(self.round_trials, trials - session.done))
+                measured = tuners[i].round(min(self.config.round_trials, trials - session.done))
                 tuners[i].release()  # a model has dozens of tasks: keep only one task's workers alive
                 if not measured:
                     LOGGER.info("%s: no new program to measure; the scheduler drops it", self.tasks[i])
@@ -436,11 +373,11 @@ class TaskScheduler:
                 seen[k] = best
                 donors.append((tuner.best_state, self.flops[k] / best))
         if donors:
-            limit = max(self.round_trials // 2, 1)
+            limit = max(self.config.round_trials // 2, 1)
             session.tuners[i].offer(transfer_candidates(self.tasks[i].dag, donors, limit=limit))
 
     def _open_tasks(self, session: _Session) -> list[int]:
-        stop = self.early_stopping
+        stop = self.config.early_stopping
         return [i for i, h in enumerate(session.history)
                 if i not in session.dead and not (stop is not None and stalled(h, stop))]
 
@@ -450,7 +387,7 @@ class TaskScheduler:
         if not open_tasks:
             return None
         fresh = [i for i in open_tasks if not session.history[i]]
-        return fresh[0] if fresh else STRATEGIES.get(self.strategy)(self, session, open_tasks)
+        return fresh[0] if fresh else STRATEGIES.get(self.config.strategy)(self, session, open_tasks)
 
     # ---- reporting ------------------------------------------------------------------------------
 
@@ -512,81 +449,3 @@ def _check_distinct(tasks: Sequence[SearchTask]) -> None:
             raise SchedulerError(f"tasks {first[t.key]} and {i} ({t}) are the same workload on the same target; "
                                  "give it once (TaskScheduler.from_models merges them)")
         first[t.key] = i
-
-
-# ---------------------------------------------------------------------------------------------
-# the live table
-
-
-def format_table(p: SchedulerProgress, desc_width: int = 32) -> list[str]:
-    """Ansor's progress table ("ID | Task | FLOPs | Weight | Latency (ms) | GFLOP/s | Trials") and the
-    estimated latency of each model."""
-    head = ("ID", "Task", "FLOPs", "Weight", "Latency (ms)", "GFLOP/s", "Trials")
-    rows = [(str(r.index), _clip(r.desc, desc_width), _si(r.flops), f"{r.weight:g}",
-             f"{r.latency * 1e3:.4f}" if math.isfinite(r.latency) else "-",
-             f"{r.gflops:.2f}" if r.gflops > 0 else "-", str(r.trials)) for r in p.rows]
-    widths = [max(len(c) for c in col) for col in zip(head, *rows)]
-    line = lambda cells: "| " + " | ".join(c.ljust(w) if k == 1 else c.rjust(w)
-                                            for k, (c, w) in enumerate(zip(cells, widths))) + " |"
-    out = [line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]
-    models = ", ".join(f"{name} {_ms(s)}" for name, s in p.models.items())
-    out.append(f"Estimated total latency: {models}")
-    out.append(f"Trials: {p.trials_done}/{p.trials} | rounds: {p.rounds}"
-               + (f" | last: task {p.task}" if p.task is not None else "") + f" | {p.elapsed_s:.1f} s")
-    return out
-
-
-@dataclass
-class ProgressTable:
-    """A scheduler callback printing the live table: redrawn in place on a TTY; otherwise the table after
-    the resume, one plain line per round, and the table again at `close()`."""
-
-    stream: TextIO = field(default_factory=lambda: sys.stdout)
-    tty: bool | None = None
-    _drawn: int = field(default=0, init=False)
-    _last: SchedulerProgress | None = field(default=None, init=False)
-
-    def __post_init__(self) -> None:
-        if self.tty is None:
-            self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-
-    def __call__(self, p: SchedulerProgress) -> None:
-        self._last = p
-        if self.tty:
-            lines = format_table(p)
-            clear = f"\x1b[{self._drawn}F\x1b[J" if self._drawn else ""
-            self.stream.write(clear + "\n".join(lines) + "\n")
-            self._drawn = len(lines)
-        elif p.phase == "resume":
-            self.stream.write("\n".join(format_table(p)) + "\n")
-        elif p.phase == "round":
-            r = p.rows[p.task] if p.task is not None else None
-            best = f"{_ms(r.latency)} ({r.gflops:.2f} GFLOP/s)" if r is not None and r.gflops > 0 else "-"
-            models = ", ".join(f"{name} {_ms(s)}" for name, s in p.models.items())
-            self.stream.write(f"[schedule] round {p.rounds}: task {p.task} "
-                              f"({_clip(r.desc if r else '', 32)}) +{p.measured} trials, best {best}; "
-                              f"estimated {models}; {p.trials_done}/{p.trials} trials, {p.elapsed_s:.1f} s\n")
-        self.stream.flush()
-
-    def close(self) -> None:
-        """Print the final table where it was not redrawn live."""
-        if not self.tty and self._last is not None and self._last.phase != "resume":
-            self.stream.write("\n".join(format_table(self._last)) + "\n")
-            self.stream.flush()
-        self._last, self._drawn = None, 0
-
-
-def _ms(seconds: float | None) -> str:
-    return f"{seconds * 1e3:.4f} ms" if seconds is not None and math.isfinite(seconds) else "-"
-
-
-def _si(x: float) -> str:
-    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
-        if x >= scale:
-            return f"{x / scale:.1f}{unit}"
-    return f"{x:g}"
-
-
-def _clip(text: str, width: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"

@@ -14,7 +14,7 @@ import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,8 +38,6 @@ from tensorgen.tuning.registry import BUILDERS, COST_MODELS, POLICIES, RUNNERS
 
 LOGGER = logging.getLogger("tensorgen.tuning.tune")
 
-SLOW_FACTOR = 20.0  # the default runner kills candidates this many times slower than the fastest so far
-GIVE_UP_FACTOR = 4.0  # ... and times those this many times slower by their first call
 RETIMES = 2  # a program that becomes a task's best is measured this many more times; its cost is the median
 
 
@@ -176,11 +174,29 @@ def make_cost_model(cost_model: str | CostModel, seed: int = 0) -> CostModel:
     return COST_MODELS.create(cost_model, seed=seed) if isinstance(cost_model, str) else cost_model
 
 
-def default_runner(run_timeout: float = 10.0, **options: Any) -> Runner:
-    """The runner MeasureSetup.open makes (see there), with LocalRunner `options` changed."""
-    settings = {"timeout": run_timeout, "number": 1, "repeat": 3, "min_repeat_ms": 10.0, "check_correctness": True,
-                "give_up_factor": GIVE_UP_FACTOR, "timeout_factor": SLOW_FACTOR, **options}
-    return RUNNERS.create("local", **settings)
+@dataclass(frozen=True)
+class MeasureConfig:
+    """How candidates are built and timed: a builder and a runner, each a name of tuning.registry's BUILDERS /
+    RUNNERS (made with the timeouts and `runner_options`) or an instance (used as it is, not closed).
+
+    The "local" runner times each candidate in 3 repeats of >= 10 ms, checks its output against the naive
+    program's, times a candidate GIVE_UP_FACTOR times slower than the task's fastest by its first call alone and
+    kills one SLOW_FACTOR times slower (tuning.registry.local_runner); `run_timeout` bounds every call. It times
+    hot unless `runner_options={"evict_weights": True}` (a model's tasks: TaskScheduler.tune's default).
+    """
+
+    builder: str | Builder = "local"
+    runner: str | Runner = "local"
+    build_timeout: float = 15.0  # seconds per candidate
+    run_timeout: float = 10.0
+    runner_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not (self.build_timeout > 0 and self.run_timeout > 0):
+            raise TuneError(f"timeouts must be positive; got build_timeout={self.build_timeout}, "
+                            f"run_timeout={self.run_timeout}")
+        if self.runner_options and not isinstance(self.runner, str):
+            raise TuneError("runner_options apply to a runner named by a string, not to a Runner instance")
 
 
 @dataclass
@@ -194,22 +210,20 @@ class MeasureSetup:
     _owned: list[Any] = field(default_factory=list, repr=False)
 
     @classmethod
-    def open(cls, db: str | Path | Database | None = None, builder: Builder | None = None,
-             runner: Runner | None = None, build_timeout: float = 15.0, run_timeout: float = 10.0) -> MeasureSetup:
-        """`db` is a path, a Database, or None (in memory, gone on close). The default runner times each
-        candidate in 3 repeats of >= 10 ms, checks its output against the naive program's, times a
-        candidate GIVE_UP_FACTOR times slower than the task's fastest by its first call alone and kills
-        one SLOW_FACTOR times slower (`run_timeout`). It times hot: a single operator is timed like its peers
-        time theirs; a model's tasks are timed with their weights evicted (TaskScheduler.tune)."""
+    def open(cls, db: str | Path | Database | None = None, config: MeasureConfig = MeasureConfig()) -> MeasureSetup:
+        """`db` is a path, a Database, or None (in memory, gone on close); `config` names or holds the builder
+        and runner."""
         owned: list[Any] = []
         if db is None or isinstance(db, (str, Path)):
             db = SQLiteDatabase.in_memory() if db is None else SQLiteDatabase(db)
             owned.append(db)
-        if builder is None:
-            builder = BUILDERS.create("local", timeout=build_timeout)
+        builder, runner = config.builder, config.runner
+        if isinstance(builder, str):
+            builder = BUILDERS.create(builder, timeout=config.build_timeout)
             owned.append(builder)
-        if runner is None:
-            runner = default_runner(run_timeout)
+        if isinstance(runner, str):
+            runner = RUNNERS.create(runner, timeout=config.run_timeout, **config.runner_options)
+            owned.append(runner)
         return cls(db, builder, runner, owned)
 
     def close(self) -> None:
@@ -353,9 +367,7 @@ class TaskTuner:
             if inputs:
                 with self.skips.guard("policy update", str(self.task)):
                     self.policy.update(inputs, results)
-            note_fastest = getattr(self.setup.runner, "note_fastest", None)
-            if note_fastest is not None:
-                note_fastest(self.task, tally.best_cost)
+            self.setup.runner.note_fastest(self.task, tally.best_cost)
             tally.policy_s += time.perf_counter() - tally.since  # replaying the db is search time too
             return self._report(tally.progress("resume"))
         finally:
@@ -483,36 +495,34 @@ class TaskTuner:
 
 def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trials: int = 64, *,
          db: str | Path | Database | None = None, policy: str | SearchPolicy = "ansor", cost_model: Any = "xgb",
-         builder: Builder | None = None, runner: Runner | None = None, target: str | Target = "cpu",
-         hw: HardwareParams | None = None, batch_size: int = 64, seed: int = 0, callbacks: Sequence[Callback] = (),
-         build_timeout: float = 15.0, run_timeout: float = 10.0,
-         policy_options: dict[str, Any] | None = None) -> TuneResult:
+         policy_options: dict[str, Any] | None = None, measure: MeasureConfig = MeasureConfig(),
+         target: str | Target = "cpu", batch_size: int = 64, seed: int = 0,
+         callbacks: Sequence[Callback] = ()) -> TuneResult:
     """Measure up to `trials` new programs of one task and return the best program known for it.
 
     `trials` is this call's budget: records already in `db` for this workload + target are replayed
     into the policy first (and counted in `total_trials`, and considered for the best), then `trials`
     more are measured in batches of `batch_size`, fewer only if the policy runs out of new programs or
     the run is interrupted. A state already in the database is measured again only if it failed for the
-    machine's sake (see measure_again). `db` is a path, a
-    Database, or None (in memory, gone after the call). `policy` is "ansor" (SketchPolicy with
-    `cost_model`), "random", or a SearchPolicy instance (give it a fresh one: tune feeds it the
-    database's records); `policy_options` are keyword arguments for the named policy's constructor (e.g.
-    `{"generations": 0}` or `{"sketches": [...]}` for "ansor"; see make_policy and ablation_policy).
-    `target`/`hw` are used only when `task_or_dag` is not a SearchTask; `build_timeout`/`run_timeout`
-    (seconds per candidate) only for the default LocalBuilder/LocalRunner (see MeasureSetup.open).
+    machine's sake (see measure_again). `db` is a path, a Database, or None (in memory, gone after the call).
+    `policy` is a name of tuning.registry.POLICIES ("ansor": SketchPolicy with `cost_model`; "random") or a
+    SearchPolicy instance (give it a fresh one: tune feeds it the database's records); `policy_options` are
+    the named policy's options (e.g. `{"generations": 0}` or `{"sketches": [...]}` for "ansor"; see make_policy
+    and ablation_policy). `measure` says how candidates are built and timed (MeasureConfig). `target` is used
+    only when `task_or_dag` is not a SearchTask (make a SearchTask for other hardware parameters).
     Ctrl-C (KeyboardInterrupt, also from a callback; `tensorgen` turns SIGTERM into one) stops the loop; what
     was measured is kept and returned (`interrupted=True`), and saying so is the caller's business.
     """
     if trials < 0 or batch_size < 1:
         raise TuneError(f"need trials >= 0 and batch_size >= 1, got trials={trials}, batch_size={batch_size}")
-    task = make_task(task_or_dag, target, hw)
+    task = make_task(task_or_dag, target)
     t0 = time.perf_counter()
     # before opening the db: a bad policy (or policy option) creates no file
     skips = Skips()
     search = make_policy(task, policy, cost_model, seed, policy_options, skips)
     search_s = time.perf_counter() - t0
     interrupted = False
-    with MeasureSetup.open(db, builder, runner, build_timeout, run_timeout) as setup:
+    with MeasureSetup.open(db, measure) as setup:
         tuner = TaskTuner(task, search, setup, trials=trials, callbacks=callbacks, search_s=search_s, skips=skips)
         try:
             tuner.resume()

@@ -37,7 +37,7 @@ from tensorgen.schedule.layout_rewrite import rewrite_layout
 from tensorgen.schedule.lower import lower
 from tensorgen.schedule.state import State
 from tensorgen.search.transfer import transfer_candidates
-from tensorgen.target import Target
+from tensorgen.target import HardwareParams, Target
 
 LOGGER = logging.getLogger("tensorgen.graph")
 MANIFEST = "model.json"
@@ -114,21 +114,20 @@ def build_model(model: object, out_dir: str | os.PathLike[str], *, target: str |
     pools: dict[str, tuple[int, list]] = {}  # the builds of one selection share their candidate records
     if candidates > 1 and db is not None and ranks is None:
         def build(ranks: Sequence[int], directory: Path) -> Path:
-            return _build(graph, directory, target, db, ranks, pools, None)
+            return _build(graph, directory, target, hw, db, ranks, pools, None)
 
         ranks = select_in_model(build, len(partition(graph).subgraphs), candidates, threads=hw.cores,
                                 progress=progress).ranks
-    return _build(graph, out_dir, target, db, ranks, pools, progress)
+    return _build(graph, out_dir, target, hw, db, ranks, pools, progress)
 
 
-def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, db: Database | None,
+def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, hw: HardwareParams, db: Database | None,
            ranks: Sequence[int] | None, pools: dict[str, tuple[int, list]],
            progress: Callable[[str], None] | None, failed: dict[int, str] | None = None) -> Path:
     """One build. A kernel whose program cannot be applied, lowered or compiled (a record of an older version,
     a bug the fuzzers have not found yet) gets the default schedule instead, with a warning: `failed` holds
     those kernels and why; a compile error names its kernels by compiling each alone, then the build restarts."""
     failed = {} if failed is None else failed
-    hw = hardware_for(target)
     backend = backend_for(target, hw)
     graph_in = graph
     graph = replace(graph, values=dict(graph.values), constants=dict(graph.constants))  # gains repacked weights
@@ -172,7 +171,7 @@ def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, db: Da
         culprits = {i: err for i, f in enumerate(funcs) if i not in failed and (err := _compile_error(f, backend))}
         if not culprits:
             raise
-        return _build(graph_in, out_dir, target, db, ranks, pools, progress, {**failed, **culprits})
+        return _build(graph_in, out_dir, target, hw, db, ranks, pools, progress, {**failed, **culprits})
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(library, out / "model.so")

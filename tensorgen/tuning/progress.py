@@ -1,0 +1,170 @@
+"""What the task scheduler reports: a row per task, the progress record its callbacks see, the result of a run,
+and the live table (Ansor's "ID | Task | FLOPs | Weight | Latency | GFLOP/s | Trials") that `tensorgen tune`
+prints."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from tensorgen.schedule.state import State
+from tensorgen.task import SearchTask
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """One task as the scheduler sees it: latency in seconds (inf until a valid measurement), trials
+    (database records included) and rounds allocated."""
+
+    index: int
+    desc: str
+    flops: float
+    weight: float
+    latency: float
+    trials: int
+    rounds: int
+
+    @property
+    def gflops(self) -> float:
+        return self.flops / self.latency / 1e9 if 0 < self.latency < math.inf else 0.0
+
+
+@dataclass(frozen=True)
+class SchedulerProgress:
+    """What a callback sees after the resume (phase "resume"), after every round (phase "round") and after the
+    tasks' bests were re-timed at the end (phase "confirm").
+
+    `models` is each model's estimated latency (sum of weight x best latency, seconds; None while one of
+    its tasks has no valid measurement); `objective` the objective at the current bests (None likewise).
+    """
+
+    phase: str
+    rounds: int  # rounds run in this call
+    task: int | None  # the task of the last round
+    measured: int  # programs measured in the last round
+    trials_done: int  # measured in this call
+    trials: int  # this call's budget
+    rows: tuple[TaskRow, ...]
+    models: dict[str, float | None]
+    objective: float | None
+    elapsed_s: float
+
+
+@dataclass
+class ScheduleResult:
+    """The outcome of one scheduler run. `stopped`: "budget", "converged" (no task can lower the objective),
+    "exhausted" (every task ran out of new programs or stopped early) or "interrupted"."""
+
+    tasks: list[SearchTask]
+    rows: tuple[TaskRow, ...]
+    best_states: list[State | None]
+    models: dict[str, float | None]
+    trials: int
+    rounds: int
+    stopped: str
+    wall_s: float
+    skipped: dict[str, int] = field(default_factory=dict)  # search operations that raised, per kind (search.skips)
+
+    @property
+    def best_costs(self) -> list[float]:
+        return [r.latency for r in self.rows]
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stopped == "interrupted"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly summary (each task's best program as its step list JSON)."""
+        def seconds(x: float | None) -> float | None:
+            return x if x is not None and math.isfinite(x) else None
+
+        tasks = [{"workload_key": t.workload_key, "desc": r.desc, "flops": r.flops, "weight": r.weight,
+                  "best_seconds": seconds(r.latency), "gflops": r.gflops, "trials": r.trials, "rounds": r.rounds,
+                  "best_steps": s.to_json() if s is not None else None}
+                 for t, r, s in zip(self.tasks, self.rows, self.best_states)]
+        return {"tasks": tasks, "models": {k: seconds(v) for k, v in self.models.items()}, "trials": self.trials,
+                "rounds": self.rounds, "stopped": self.stopped, "wall_s": self.wall_s, "skipped": dict(self.skipped)}
+
+
+SchedulerCallback = Callable[[SchedulerProgress], None]
+
+
+# ---------------------------------------------------------------------------------------------
+# the live table
+
+
+def format_table(p: SchedulerProgress, desc_width: int = 32) -> list[str]:
+    """Ansor's progress table ("ID | Task | FLOPs | Weight | Latency (ms) | GFLOP/s | Trials") and the
+    estimated latency of each model."""
+    head = ("ID", "Task", "FLOPs", "Weight", "Latency (ms)", "GFLOP/s", "Trials")
+    rows = [(str(r.index), _clip(r.desc, desc_width), _si(r.flops), f"{r.weight:g}",
+             f"{r.latency * 1e3:.4f}" if math.isfinite(r.latency) else "-",
+             f"{r.gflops:.2f}" if r.gflops > 0 else "-", str(r.trials)) for r in p.rows]
+    widths = [max(len(c) for c in col) for col in zip(head, *rows)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w) if k == 1 else c.rjust(w)
+                                            for k, (c, w) in enumerate(zip(cells, widths))) + " |"
+    out = [line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]
+    models = ", ".join(f"{name} {_ms(s)}" for name, s in p.models.items())
+    out.append(f"Estimated total latency: {models}")
+    out.append(f"Trials: {p.trials_done}/{p.trials} | rounds: {p.rounds}"
+               + (f" | last: task {p.task}" if p.task is not None else "") + f" | {p.elapsed_s:.1f} s")
+    return out
+
+
+@dataclass
+class ProgressTable:
+    """A scheduler callback printing the live table: redrawn in place on a TTY; otherwise the table after
+    the resume, one plain line per round, and the table again at `close()`."""
+
+    stream: TextIO = field(default_factory=lambda: sys.stdout)
+    tty: bool | None = None
+    _drawn: int = field(default=0, init=False)
+    _last: SchedulerProgress | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        if self.tty is None:
+            self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+
+    def __call__(self, p: SchedulerProgress) -> None:
+        self._last = p
+        if self.tty:
+            lines = format_table(p)
+            clear = f"\x1b[{self._drawn}F\x1b[J" if self._drawn else ""
+            self.stream.write(clear + "\n".join(lines) + "\n")
+            self._drawn = len(lines)
+        elif p.phase == "resume":
+            self.stream.write("\n".join(format_table(p)) + "\n")
+        elif p.phase == "round":
+            r = p.rows[p.task] if p.task is not None else None
+            best = f"{_ms(r.latency)} ({r.gflops:.2f} GFLOP/s)" if r is not None and r.gflops > 0 else "-"
+            models = ", ".join(f"{name} {_ms(s)}" for name, s in p.models.items())
+            self.stream.write(f"[schedule] round {p.rounds}: task {p.task} "
+                              f"({_clip(r.desc if r else '', 32)}) +{p.measured} trials, best {best}; "
+                              f"estimated {models}; {p.trials_done}/{p.trials} trials, {p.elapsed_s:.1f} s\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """Print the final table where it was not redrawn live."""
+        if not self.tty and self._last is not None and self._last.phase != "resume":
+            self.stream.write("\n".join(format_table(self._last)) + "\n")
+            self.stream.flush()
+        self._last, self._drawn = None, 0
+
+
+def _ms(seconds: float | None) -> str:
+    return f"{seconds * 1e3:.4f} ms" if seconds is not None and math.isfinite(seconds) else "-"
+
+
+def _si(x: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if x >= scale:
+            return f"{x / scale:.1f}{unit}"
+    return f"{x:g}"
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
