@@ -18,8 +18,8 @@ import sys
 
 import numpy as np
 
+from tensorgen.graph.frontend.onnx_inputs import random_inputs
 from tensorgen.graph.load import onnx_model_of
-from tensorgen.graph.zoo import random_inputs
 from tensorgen.runtime.model import CompiledModel
 from tensorgen.timing import add_arguments, compare, competing_load, describe_load, protocol_from
 

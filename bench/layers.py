@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from tensorgen.graph.backend.build import build_model
+from tensorgen.graph.frontend.onnx_inputs import random_inputs
 from tensorgen.graph.load import load_graph, onnx_model_of
-from tensorgen.graph.zoo import random_inputs
 from tensorgen.records.database import SQLiteDatabase
 from tensorgen.runtime.model import CompiledModel
 from tensorgen.timing import Comparison, Protocol, add_arguments, competing_load, describe_load, protocol_from

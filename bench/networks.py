@@ -3,7 +3,7 @@ ONNX Runtime, PyTorch eager and PyTorch under torch.compile (Inductor), in one r
 
     python bench/networks.py [--models resnet50,mobilenet_v2,bert_base,dcgan] [--batches 1]
                              [--trials 512] [--round-trials 16] [--db networks.db] [--threads 2]
-                             [--candidates K] [--option image_size=224] [--no-compile]
+                             [--candidates K] [--option image_size=224] [--no-compile] [--frontend torch]
                              [--rounds 3] [--max-rounds 9] [--bound 0.1] [--repeat 5] [--pause 0.5] [--load]
                              [--json FILE]
 
@@ -14,7 +14,9 @@ The peers run the model as their users do, with `--threads` threads each: ONNX R
 ONNX file (io_binding, inputs and outputs bound once to preallocated buffers), and the zoo model
 written as a PyTorch nn.Module with the same weights (tensorgen/graph/reference/torch_zoo.py) under
 torch.inference_mode (entered once, outside the timed calls), eager and compiled by torch.compile (a
-failed compile is reported in its row).
+failed compile is reported in its row). `--frontend torch` adds `torch.compile(module, backend="tensorgen")`:
+the PyTorch module imported by tensorgen's PyTorch frontend and built from the same database (its tasks are
+the ONNX model's), each kernel with its task's best record.
 tensorgen writes into preallocated outputs too (`CompiledModel.run(..., out=)`); PyTorch allocates its
 outputs each call (a module has no output argument; one allocation per output against milliseconds of work).
 
@@ -50,7 +52,7 @@ from tensorgen.tuning.scheduler import SchedulerConfig, TaskScheduler
 from tensorgen.tuning.tune import MeasureConfig
 
 DEFAULT_MODELS = "resnet50,mobilenet_v2,bert_base,dcgan"
-ENGINES = ("tensorgen", "onnxruntime", "torch", "torch_compile")
+ENGINES = ("tensorgen", "tensorgen_torch", "onnxruntime", "torch", "torch_compile")
 
 
 def tune_model(name: str, batch: int, options: dict[str, int], trials: int, db: str, seed: int, round_trials: int,
@@ -80,13 +82,13 @@ def _one_line(err: BaseException) -> str:
 
 
 def measure(name: str, batch: int, options: dict[str, int], db: str, threads: int, candidates: int,
-            protocol: Protocol, load: bool, with_compile: bool) -> dict:
+            protocol: Protocol, load: bool, with_compile: bool, frontend: str = "onnx") -> dict:
     """Build, check and time one model (in the calling process; see measure_fresh)."""
     import torch
 
     from tensorgen.graph.backend.build import build_model
+    from tensorgen.graph.frontend.onnx_inputs import random_inputs
     from tensorgen.graph.reference.torch_zoo import torch_model
-    from tensorgen.graph.zoo import random_inputs
     from tensorgen.runtime.model import CompiledModel
     from tensorgen.runtime.module import aligned_empty
 
@@ -122,6 +124,13 @@ def measure(name: str, batch: int, options: dict[str, int], db: str, threads: in
                 return [compiled_module(*tensors).numpy()]
 
             runs["torch_compile"] = compiled_torch
+        if frontend == "torch":
+            through_tensorgen = torch.compile(module, backend="tensorgen", options={"db": db})
+
+            def tensorgen_torch() -> list:
+                return [through_tensorgen(*tensors).numpy()]
+
+            runs["tensorgen_torch"] = tensorgen_torch
         with torch.inference_mode():  # entered once, outside the timed calls
             check_and_time(runs, reference, protocol, load, row)
     return row
@@ -218,6 +227,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-compile", dest="compile", action="store_false",
                         help="leave out the torch.compile column (its compile takes a minute or more per model)")
     add_arguments(parser)
+    parser.add_argument("--frontend", choices=("onnx", "torch"), default="onnx",
+                        help="torch: also time torch.compile(module, backend='tensorgen') (default onnx: not)")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
     unknown = [m for m in args.models.split(",") if m not in MODELS]
@@ -242,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             tuning = tune_model(name, batch, options, args.trials, args.db, args.seed, args.round_trials,
                                 args.strategy, args.transfer, args.hot_weights)
             row = measure_fresh(name, batch, options, args.db, args.threads, args.candidates, args.protocol,
-                                args.load, args.compile)
+                                args.load, args.compile, args.frontend)
             row.update(tuning, strategy=args.strategy, transfer=args.transfer, hot_weights=args.hot_weights,
                        candidates=args.candidates)
             rows.append(row)

@@ -20,5 +20,14 @@ from tensorgen.version import __version__
 
 __all__ = [
     "CompileError", "CompiledFunction", "ComputeDAG", "LoweringError", "RuntimeCallError", "ScheduleError",
-    "State", "TensorExprError", "TensorgenError", "TuneResult", "__version__", "build", "tune",
+    "State", "TensorExprError", "TensorgenError", "TuneResult", "__version__", "build", "from_torch", "tune",
 ]
+
+
+def from_torch(module, example_inputs, name=None):  # torch stays an optional import
+    """The graph IR (tensorgen.graph.ir.Graph) of a torch.nn.Module called on `example_inputs`, converted from its
+    torch.export graph (Core ATen) with parameters and buffers as constants; tune, build and run it like an ONNX
+    model (tensorgen.graph.backend.tasks.extract_tasks, tensorgen.graph.backend.build.build_model)."""
+    from tensorgen.graph.frontend.torch_import import import_torch
+
+    return import_torch(module, example_inputs, name)

@@ -47,5 +47,10 @@ class RuntimeCallError(TensorgenError, ValueError):
     """A compiled kernel was called with arrays of the wrong shape, dtype or layout."""
 
 
+class ClusterError(TensorgenError):
+    """A Ray cluster cannot measure: ray is not installed, its address does not answer, or no node of it
+    advertises the target at hand."""
+
+
 class TuneError(TensorgenError, ValueError):
     """Tuning was asked for something it cannot do (an unknown policy or cost model, a negative budget, ...)."""

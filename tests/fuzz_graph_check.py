@@ -46,7 +46,7 @@ class Failure:
 
 
 def feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
-    from tensorgen.graph.zoo import random_inputs
+    from tensorgen.graph.frontend.onnx_inputs import random_inputs
 
     return random_inputs(model, seed)
 

@@ -15,10 +15,11 @@ import onnxruntime as ort
 import pytest
 import torch
 
+from tensorgen.graph.frontend.onnx_inputs import random_inputs
 from tensorgen.graph.ir import GraphError
 from tensorgen.graph.reference.compare import OUTPUT_RTOL, output_error
 from tensorgen.graph.reference.torch_zoo import MODULES, state_dict_of, torch_model
-from tensorgen.graph.zoo import MODELS, build_model, random_inputs
+from tensorgen.graph.zoo import MODELS, build_model
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))

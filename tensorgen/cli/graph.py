@@ -1,4 +1,5 @@
-"""`tensorgen models`, `tensorgen build MODEL`, `tensorgen bench MODEL`: whole models from the command line.
+"""`tensorgen models`, `tensorgen build MODEL`, `tensorgen bench MODEL`, `tensorgen run MODEL`: whole models from
+the command line.
 
 MODEL is a zoo name (see `tensorgen models`) or a path to an .onnx file.
 """
@@ -11,21 +12,27 @@ import os
 import sys
 
 from tensorgen.cli.args import positive_int, thread_count, usable_cpus
+from tensorgen.cli.inputs import add_input_args, model_inputs, parse_input_shapes
 from tensorgen.cli.records import DEFAULT_DB, interrupted_line, open_existing, report_unreadable
+from tensorgen.cli.report import report_hint
+from tensorgen.errors import TensorgenError
 from tensorgen.records.database import SQLiteDatabase
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     subparsers.add_parser("models", help="list the built-in model zoo").set_defaults(fn=_models)
 
-    def model_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    def model_args(p: argparse.ArgumentParser, inputs_required: bool = False,
+                   candidates: int = 4) -> argparse.ArgumentParser:
         p.add_argument("model", metavar="MODEL", help="a zoo name (see `tensorgen models`) or an .onnx file")
         p.add_argument("--db", help=f"tuning records to use, a file that must exist (default: {DEFAULT_DB} if it "
                                     "exists, else none); untuned subgraphs get a default schedule")
         p.add_argument("--batch", type=positive_int, default=1, help="batch size of a zoo model (default 1)")
-        p.add_argument("--candidates", type=positive_int, default=4, metavar="K",
-                       help="pick each kernel's program among its task's K best records by timing the model "
-                            "built with each (in-model selection: K + 1 more builds; default 4; 1: the best alone)")
+        p.add_argument("--candidates", type=positive_int, default=candidates, metavar="K",
+                       help="pick each kernel's program among its task's K best records by timing the model built "
+                            f"with each (in-model selection: K + 1 more builds; default {candidates}; 1: the best "
+                            "alone)")
+        add_input_args(p, required=inputs_required)
         return p
 
     build = model_args(subparsers.add_parser("build", help="compile a model into one shared library"))
@@ -42,6 +49,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--profile", action="store_true",
                        help="also time every kernel inside the model, beside its tuned cost")
     bench.set_defaults(fn=_bench)
+    run = model_args(subparsers.add_parser(
+        "run", help="run a model once on your inputs (.npz in, .npz out); MODEL may also be a `tensorgen build` "
+                    "directory"), inputs_required=True, candidates=1)
+    run.add_argument("-o", "--out", required=True, metavar="FILE.npz", help="where to write the outputs, by name")
+    run.set_defaults(fn=_run)
 
 
 def tune_model(args: argparse.Namespace) -> int:
@@ -50,9 +62,10 @@ def tune_model(args: argparse.Namespace) -> int:
     from tensorgen.graph.load import load_graph
     from tensorgen.target import Target
     from tensorgen.tuning.progress import ProgressTable
-    from tensorgen.tuning.scheduler import SchedulerConfig, TaskScheduler
+    from tensorgen.tuning.scheduler import MODEL_MEASURE, SchedulerConfig, TaskScheduler
 
-    graph = load_graph(args.model if hasattr(args, "model") else args.op, batch=args.batch)
+    shapes = parse_input_shapes([args.shape] if args.shape else [])
+    graph = load_graph(args.model if hasattr(args, "model") else args.op, batch=args.batch, input_shapes=shapes)
     tasks = extract_tasks(graph, Target.parse(args.target))
     print(f"{graph.summary()}\n{len(tasks)} tasks; tuning {args.trials} trials into {args.db}")
     table = ProgressTable()
@@ -63,13 +76,15 @@ def tune_model(args: argparse.Namespace) -> int:
     try:
         prefilter = getattr(args, "prefilter", None)
         result = scheduler.tune(args.trials, db=args.db, policy=args.policy, cost_model=args.cost_model,
-                                policy_options={"prefilter": prefilter} if prefilter else None)
+                                policy_options={"prefilter": prefilter} if prefilter else None,
+                                measure=MODEL_MEASURE.on_ray(args.ray) if args.ray else None)
     finally:
         table.close()
     latency = result.models.get(graph.name)
     print(f"estimated end-to-end latency: {latency * 1e3:.3f} ms" if latency else
           "estimated end-to-end latency: - (some task has no valid program yet)")
     print(f"{result.trials} trials in {result.wall_s:.1f} s ({result.stopped})")
+    print(report_hint(args.db, args.model if hasattr(args, "model") else args.op, args.batch, args.shape))
     if result.skipped:
         print("skipped (search faults): " + ", ".join(f"{n} {k}" for k, n in result.skipped.items()))
     if args.json:
@@ -103,8 +118,9 @@ def _records(path: str | None) -> SQLiteDatabase | None:
 def _build(args: argparse.Namespace) -> int:
     from tensorgen.graph.backend.build import build_model
 
+    graph = model_inputs(args.model, args.batch, args.shape, args.inputs).graph()
     db = _records(args.db)
-    out = build_model(args.model, args.out, db=db, batch=args.batch, candidates=args.candidates, progress=print)
+    out = build_model(graph, args.out, db=db, candidates=args.candidates, progress=print)
     if db is not None:
         report_unreadable(db)
     print(f"wrote {out}/model.so, weights.bin, model.c, model.json")
@@ -119,9 +135,10 @@ def _bench(args: argparse.Namespace) -> int:
     from tensorgen.timing import Protocol
 
     # PyTorch as its users run a model is bench/networks.py's peer; graph/reference/torch_eval.py is an oracle
+    given = model_inputs(args.model, args.batch, args.shape, args.inputs)
     db = _records(args.db)
     rounds = max(2, args.blocks)
-    result = compare(args.model, db=db, threads=args.threads, batch=args.batch,
+    result = compare(given.model, db=db, threads=args.threads, inputs=given.feed, input_shapes=given.shapes,
                      protocol=Protocol(rounds=rounds, max_rounds=max(rounds, Protocol.max_rounds)),
                      profile=args.profile, candidates=args.candidates, with_torch=False)
     if db is not None:
@@ -155,3 +172,32 @@ def _bench(args: argparse.Namespace) -> int:
             json.dump({**result.__dict__, "ratios": ratios, "output_ok": result.output_ok, "output_rtol": OUTPUT_RTOL},
                       f, indent=1)
     return 1 if result.output_ok is False else 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    """`tensorgen run MODEL --inputs in.npz -o out.npz`: the model's outputs on a user's inputs, by output name."""
+    import tempfile
+    from pathlib import Path
+
+    import numpy as np
+
+    from tensorgen.graph.backend.build import MANIFEST, build_model
+    from tensorgen.graph.frontend.onnx_inputs import load_npz
+    from tensorgen.runtime.model import CompiledModel
+
+    with tempfile.TemporaryDirectory() as tmp:
+        if (Path(args.model) / MANIFEST).is_file():  # a `tensorgen build` directory: its shapes are fixed
+            if args.shape or args.batch != 1:
+                raise TensorgenError(f"{args.model} is a built model with fixed shapes; --shape and --batch apply "
+                                     "to zoo models and .onnx files")
+            compiled, feed = CompiledModel(args.model), load_npz(args.inputs)
+        else:
+            given = model_inputs(args.model, args.batch, args.shape, args.inputs)
+            compiled = CompiledModel(build_model(given.graph(), tmp, db=_records(args.db), candidates=args.candidates))
+            feed = given.feed
+        outputs = compiled.run(feed)
+    named = {name: array for (name, _, _), array in zip(compiled.outputs, outputs)}
+    with open(args.out, "wb") as f:
+        np.savez(f, **named)
+    print(f"wrote {args.out}: " + ", ".join(f"{name} {a.dtype.name}{list(a.shape)}" for name, a in named.items()))
+    return 0

@@ -12,9 +12,11 @@ from typing import TextIO
 
 from tensorgen.cli.args import local_target, nonneg_int, positive_int
 from tensorgen.cli.records import DEFAULT_DB, interrupted_line, open_existing
+from tensorgen.cli.report import report_hint
 from tensorgen.dag import ComputeDAG
 from tensorgen.errors import TensorgenError
 from tensorgen.target import Target
+from tensorgen.tuning.progress import eta
 from tensorgen.tuning.registry import COST_MODELS, POLICIES
 from tensorgen.tuning.scheduler import STRATEGIES
 from tensorgen.tuning.tune import ABLATIONS, TuneProgress, TuneResult
@@ -28,7 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     def workload(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         p.add_argument("op", metavar="OP", help="a suite operator (see `tensorgen ops`), e.g. gmm, c2d, nrm; "
                                                 "for tune also a model: a zoo name (see `tensorgen models`) or .onnx")
-        p.add_argument("--shape", help="the operator's shape config, comma separated, e.g. 1024,1024,1024")
+        p.add_argument("--shape", help="the operator's shape config, comma separated, e.g. 1024,1024,1024; for a "
+                                       "model, its inputs' symbolic dimensions, e.g. input_ids=1x64")
         p.add_argument("--batch", type=positive_int, default=1, help="batch size of the operator (default 1)")
         p.add_argument("--db", default=DEFAULT_DB, help=f"the tuning database (default {DEFAULT_DB})")
         p.add_argument("--target", type=local_target, default="cpu",
@@ -57,6 +60,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="models: how rounds are given to tasks (default: Ansor's gradient scheduler)")
     tune.add_argument("--no-transfer", dest="transfer", action="store_false",
                       help="models: do not seed tasks with the best programs of similar tasks (Ansor as published)")
+    tune.add_argument("--ray", metavar="ADDRESS",
+                      help="build and time candidates on a Ray cluster (its head's HOST:PORT), on its nodes "
+                           "started with `tensorgen worker --ray ADDRESS --target` this --target")
     tune.set_defaults(fn=_tune)
     show = workload(subparsers.add_parser("show", help="print the best tuned program of a suite operator"))
     show.set_defaults(fn=_show)
@@ -117,17 +123,21 @@ class ProgressLine:
     stream: TextIO = field(default_factory=lambda: sys.stderr)
     tty: bool | None = None
     _width: int = field(default=0, init=False)
+    _resumed_s: float = field(default=0.0, init=False)  # when the batches began, for the ETA
 
     def __post_init__(self) -> None:
         if self.tty is None:
             self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
 
     def __call__(self, p: TuneProgress) -> None:
+        if p.phase == "resume":
+            self._resumed_s = p.elapsed_s
         best = f"{p.best_gflops:.2f} GFLOP/s" if p.best_gflops > 0 else "-"
         resumed = p.total_trials - p.trials_done
         extra = f" (+{resumed} {RESUMED_NOTE})" if resumed else ""
+        left = eta(p.trials_done, p.trials, p.elapsed_s - self._resumed_s)
         line = (f"[tune {p.task.desc or p.task.workload_key}] {p.trials_done}/{p.trials} trials{extra}  "
-                f"best {best}  errors {p.errors}  {p.elapsed_s:.1f}s")
+                f"best {best}  errors {p.errors}  {p.elapsed_s:.1f}s" + (f"  {left}" if left else ""))
         if self.tty:
             self.stream.write("\r" + line.ljust(self._width))
             self._width = len(line)
@@ -178,9 +188,10 @@ def _is_operator(op: str) -> bool:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from tensorgen.tuning.tune import ablation_policy, make_task, tune
+    from tensorgen.tuning.tune import MeasureConfig, ablation_policy, make_task, tune
 
-    if not _is_operator(args.op) and args.shape is None:  # with --shape it must be an operator
+    # a model takes --shape NAME=DIMS (its inputs' symbolic dimensions); an operator's --shape is a config
+    if not _is_operator(args.op) and (args.shape is None or "=" in args.shape):
         from tensorgen.cli.graph import tune_model
 
         return tune_model(args)
@@ -195,11 +206,13 @@ def _tune(args: argparse.Namespace) -> int:
         options = {**options, "prefilter": args.prefilter}
     progress = ProgressLine()
     try:
+        measure = MeasureConfig().on_ray(args.ray) if args.ray else MeasureConfig()
         result = tune(task, trials=args.trials, db=args.db, policy=policy, cost_model=args.cost_model, seed=args.seed,
-                      batch_size=args.batch_size or 64, callbacks=[progress], policy_options=options)
+                      batch_size=args.batch_size or 64, callbacks=[progress], policy_options=options, measure=measure)
     finally:
         progress.close()
     print(summary_table(result, args.db))
+    print(report_hint(args.db))
     if args.json:
         data = {**result.to_dict(), "op": name, "shape": list(config), "batch": args.batch, "policy": policy,
                 "ablation": getattr(args, "ablation", None), "prefilter": args.prefilter,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -31,12 +32,21 @@ def onnx_model_of(model: object, batch: int = 1):
     return proto
 
 
-def load_graph(model: object, batch: int = 1, optimize: bool = True) -> Graph:
-    """The optimized graph of `model` (zoo models are built at `batch`; files keep their own shapes)."""
+def load_graph(model: object, batch: int = 1, optimize: bool = True,
+               input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+    """The optimized graph of `model` (zoo models are built at `batch`; files keep their own shapes, but for
+    their symbolic dimensions, which `input_shapes` fixes: {"input_ids": (1, 16)})."""
     from tensorgen.graph.frontend.onnx_import import import_onnx
+    from tensorgen.graph.frontend.onnx_inputs import static_shapes
     from tensorgen.graph.passes import optimize as optimize_graph
 
-    graph = model if isinstance(model, Graph) else import_onnx(onnx_model_of(model, batch))
+    if isinstance(model, Graph):
+        if input_shapes:
+            raise GraphError(f"input shapes apply to ONNX models; graph {model.name!r} has static shapes already")
+        graph = model
+    else:
+        proto = onnx_model_of(model, batch)
+        graph = import_onnx(proto, input_shapes=static_shapes(proto, input_shapes))
     check_memory(graph)
     return optimize_graph(graph) if optimize else graph
 

@@ -11,6 +11,7 @@ import math
 import os
 import signal
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -43,10 +44,20 @@ _STDERR_TAIL = 2000
 
 class Runner(Protocol):
     """Times built candidates. `note_fastest` (optional) hears the best cost known from elsewhere (a resumed
-    database), for runners that give up on or kill candidates much slower than the fastest; `close` (optional)
-    stops what the runner started."""
+    database), for runners that give up on or kill candidates much slower than the fastest; `run_each`
+    (optional) hands each result over as soon as it is measured; `close` (optional) stops what the runner
+    started."""
 
     def run(self, inputs: list[MeasureInput], build_results: list[BuildResult]) -> list[MeasureResult]: ...
+
+    def run_each(self, inputs: list[MeasureInput],
+                 build_results: list[BuildResult]) -> Iterator[tuple[int, MeasureResult]]:
+        """(index in `inputs`, result) for every candidate, each as soon as it is measured: a runner that
+        measures several at once (on several machines) yields them in the order they finish. The default
+        measures one at a time, in order."""
+        for i, (inp, br) in enumerate(zip(inputs, build_results)):
+            (res,) = self.run([inp], [br])
+            yield i, res
 
     def note_fastest(self, task: SearchTask, cost: float) -> None:
         return None
@@ -168,20 +179,24 @@ class LocalRunner(Runner):
     _fastest: dict[str, float] = field(default_factory=dict, init=False, repr=False)  # task key -> best cost
 
     def run(self, inputs: list[MeasureInput], build_results: list[BuildResult]) -> list[MeasureResult]:
+        self.check_inputs(inputs, build_results)
+        return [self.observe(i, inp, self.measure(inp, br)) for i, (inp, br) in enumerate(zip(inputs, build_results))]
+
+    def check_inputs(self, inputs: list[MeasureInput], build_results: list[BuildResult]) -> None:
+        """Refuse a batch whose lengths differ or whose tasks' arguments do not fit the memory budget."""
         if len(inputs) != len(build_results):
             raise ValueError(f"{len(inputs)} inputs but {len(build_results)} build results")
         for task in {inp.task.key: inp.task for inp in inputs}.values():
             need = sum(math.prod(t.shape) * np.dtype(t.dtype).itemsize for t in task.dag.args)
             check_memory_budget(need, f"{task.desc or task} needs {format_bytes(need)} for its arguments")
-        results = []
-        for i, (inp, br) in enumerate(zip(inputs, build_results)):
-            res = self.measure(inp, br)
-            if res.ok:
-                self.note_fastest(inp.task, res.median_cost)
-            if self.guard is not None:
-                self.guard.observe(res, f"#{i} of {inp.task}")
-            results.append(res)
-        return results
+
+    def observe(self, i: int, inp: MeasureInput, res: MeasureResult) -> MeasureResult:
+        """Note the `i`-th candidate's result (a new fastest, the error guard) and return it."""
+        if res.ok:
+            self.note_fastest(inp.task, res.median_cost)
+        if self.guard is not None:
+            self.guard.observe(res, f"#{i} of {inp.task}")
+        return res
 
     def note_fastest(self, task: SearchTask, cost: float) -> None:
         """Tell the runner a cost measured elsewhere (e.g. the best record of a resumed database)."""

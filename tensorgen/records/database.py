@@ -9,6 +9,10 @@ A file can be damaged outside tensorgen (a disk error, a hand edit, a newer tens
 reader skips a row it cannot decode with one warning per kind of fault and counts it in `corrupt`, so one
 bad row never hides the good ones. A database opened for writing is probed for writability at once, so a
 read-only file stops a tuning run before anything is measured.
+
+Each tuning call is a run (the `runs` table: when, what was asked, how it ended) and each record carries its run
+and round, for the tuning report's curves. A database made before runs were kept gets the table and the two
+columns (NULL for its old records) when it is opened for writing; the file stays readable by older tensorgens.
 """
 
 from __future__ import annotations
@@ -20,12 +24,15 @@ import os
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from itertools import islice
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
+from tensorgen.dag import ComputeDAG
+from tensorgen.dag_json import dag_from_json
+from tensorgen.records.history import Measurement, Run
 from tensorgen.records.record import (
     RECORD_FORMAT,
     DatabaseWriteError,
@@ -70,7 +77,20 @@ CREATE INDEX IF NOT EXISTS records_by_cost ON records (workload_key, target, cos
 CREATE INDEX IF NOT EXISTS records_by_state ON records (workload_key, target, steps_hash);
 """
 
+# added to a schema-1 database when it is opened for writing (see _add_history)
+_RUNS = """
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    started REAL NOT NULL,
+    finished REAL,
+    info TEXT NOT NULL,
+    outcome TEXT
+)
+"""
+_HISTORY_COLUMNS = ("run", "round")
+
 _COLUMNS = "id, workload_key, target, hw, steps, result, version, format"
+_MEASUREMENT_COLUMNS = "id, workload_key, target, cost, error_kind, steps_hash, created"
 
 
 @runtime_checkable
@@ -92,6 +112,19 @@ class Database(Protocol):
     def error_counts(self, workload_key: str, target: str) -> dict[str, int]: ...
 
     def __len__(self) -> int: ...
+
+    # optional: the tuning history (subclass the protocol to inherit these defaults, which keep none)
+
+    def begin_run(self, info: Mapping[str, Any]) -> int | None:
+        """A tuning run starts (`info`: what it was asked to do); the records committed from now on belong to it.
+        Returns the run's id (None: runs are not kept)."""
+        return None
+
+    def begin_round(self, index: int) -> None:
+        """The records committed from now on were measured in round `index` of the current run."""
+
+    def end_run(self, outcome: Mapping[str, Any]) -> None:
+        """The current run ended (`outcome`: trials, why it stopped)."""
 
 
 def canonical_target(target: str | Target) -> str:
@@ -152,6 +185,9 @@ class SQLiteDatabase:
         self.readonly = readonly
         self.corrupt: dict[int, str] = {}
         self._dags: dict[tuple[str, str], dict | _Fault] = {}  # each workload's DAG, checked once
+        self._run: int | None = None  # the run and round the records committed now belong to
+        self._round: int | None = None
+        self.history = False  # whether the file keeps runs and rounds (see _add_history)
         try:
             self._open(immutable=False)
         except sqlite3.DatabaseError as err:
@@ -183,6 +219,9 @@ class SQLiteDatabase:
                 # NORMAL in WAL mode survives a killed process; only a power cut may lose the last commits.
                 conn.execute("PRAGMA synchronous = NORMAL")
             self._init_schema()
+            if not self.readonly:
+                self._add_history()
+            self.history = self._has_history()
             if not self.readonly:
                 self._probe_write()
         except BaseException:
@@ -227,6 +266,24 @@ class SQLiteDatabase:
                     self._conn.execute(stmt)
             self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
+    def _has_history(self) -> bool:
+        columns = {row[1] for row in self._conn.execute("PRAGMA table_info(records)")}
+        runs = self._conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'runs'").fetchone()
+        return runs is not None and columns.issuperset(_HISTORY_COLUMNS)
+
+    def _add_history(self) -> None:
+        """Give a database made before tuning runs were kept the `runs` table and the records' `run` and `round`
+        columns (NULL for the records it holds). Only additions: the tensorgen that made the file still reads and
+        writes it."""
+        if self._has_history():
+            return
+        with self._transaction():
+            columns = {row[1] for row in self._conn.execute("PRAGMA table_info(records)")}
+            for name in _HISTORY_COLUMNS:  # another process may have added them since the check above
+                if name not in columns:
+                    self._conn.execute(f"ALTER TABLE records ADD COLUMN {name} INTEGER")
+            self._conn.execute(_RUNS)
+
     def _probe_write(self) -> None:
         """Write the header in a transaction that is rolled back: SQLite opens a file it may not write
         read-only without a word, and would say so only at the first commit, after a batch was measured."""
@@ -263,10 +320,12 @@ class SQLiteDatabase:
                 for r in records:
                     self._insert(r)
         except sqlite3.Error as err:
-            why = _unwritable(self.path) if self.path != ":memory:" else None
-            raise DatabaseWriteError(f"cannot store records in tuning database {self.path!r}: {err}"
-                                     + (f" ({why})" if why else "") + "; every record committed before is kept"
-                                     ) from None
+            raise self._write_error("store records in", err) from None
+
+    def _write_error(self, what: str, err: sqlite3.Error) -> DatabaseWriteError:
+        why = _unwritable(self.path) if self.path != ":memory:" else None
+        return DatabaseWriteError(f"cannot {what} tuning database {self.path!r}: {err}" + (f" ({why})" if why else "")
+                                  + "; every record committed before is kept")
 
     def _insert(self, r: Record) -> None:
         if r.format > RECORD_FORMAT:
@@ -285,10 +344,38 @@ class SQLiteDatabase:
         cost = r.cost if r.ok and math.isfinite(r.cost) else None
         self._conn.execute(
             "INSERT INTO records (workload_key, target, cost, error_kind, steps, steps_hash, hw, result, version,"
-            " format, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " format, created, run, round) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (r.workload_key, target, cost, r.error_kind, r.steps_json, r.steps_hash, json.dumps(r.hw),
-             json.dumps(result_to_json(r.result)), r.version, r.format, now),
+             json.dumps(result_to_json(r.result)), r.version, r.format, now, self._run, self._round),
         )
+
+    # ---- tuning runs -------------------------------------------------------------------------
+
+    def begin_run(self, info: Mapping[str, Any]) -> int:
+        """Start a tuning run: the records this connection commits from now on belong to it (see Database)."""
+        try:
+            with self._transaction():
+                cursor = self._conn.execute("INSERT INTO runs (started, info) VALUES (?, ?)",
+                                            (time.time(), json.dumps(dict(info), default=str)))
+        except sqlite3.Error as err:
+            raise self._write_error("record a tuning run in", err) from None
+        self._run, self._round = cursor.lastrowid, None
+        return self._run
+
+    def begin_round(self, index: int) -> None:
+        self._round = index
+
+    def end_run(self, outcome: Mapping[str, Any]) -> None:
+        """Close the current run with its outcome (a run never closed was killed)."""
+        if self._run is None:
+            return
+        try:
+            with self._transaction():
+                self._conn.execute("UPDATE runs SET finished = ?, outcome = ? WHERE id = ?",
+                                   (time.time(), json.dumps(dict(outcome), default=str), self._run))
+        except sqlite3.Error as err:
+            raise self._write_error("close a tuning run in", err) from None
+        self._run = self._round = None
 
     # ---- reading -----------------------------------------------------------------------------
 
@@ -430,6 +517,44 @@ class SQLiteDatabase:
     def __len__(self) -> int:
         return self._conn.execute("SELECT COUNT(*) FROM records").fetchone()[0]
 
+    # ---- the tuning history ------------------------------------------------------------------
+
+    def measurements(self, workload_key: str | None = None) -> list[Measurement]:
+        """Every measurement (of one workload, or all), in commit order, without decoding programs: what the
+        tuning report's curves need. A row with a damaged column is skipped (and counted in `corrupt`)."""
+        columns = _MEASUREMENT_COLUMNS + (", " + ", ".join(_HISTORY_COLUMNS) if self.history else "")
+        where, args = ("WHERE workload_key = ? ", (workload_key,)) if workload_key is not None else ("", ())
+        out = []
+        for row in self._conn.execute(f"SELECT {columns} FROM records {where}ORDER BY id", args).fetchall():
+            rid, key, target, cost, kind, shash, created, *tags = row
+            try:
+                if any(isinstance(v, _Undecodable) for v in (key, target, kind, shash)):
+                    raise _Fault("not UTF-8", "a text column holds bytes that are not UTF-8")
+                if not all(v is None or isinstance(v, (int, float)) for v in (cost, created, *tags)):
+                    raise _Fault("malformed", "a number column holds text")
+                out.append(Measurement(rid, key, target, math.inf if cost is None else float(cost), str(kind),
+                                       str(shash), float(created), *tags))
+            except _Fault as fault:
+                self._skip(rid, fault)
+        return out
+
+    def runs(self) -> list[Run]:
+        """The tuning runs, oldest first (none in a database made before runs were kept)."""
+        if not self.history:
+            return []
+        out = []
+        for rid, started, finished, info, outcome in self._conn.execute(
+                "SELECT id, started, finished, info, outcome FROM runs ORDER BY id").fetchall():
+            if isinstance(started, (int, float)) and (finished is None or isinstance(finished, (int, float))):
+                out.append(Run(rid, float(started), None if finished is None else float(finished),
+                               _json_object(info), _json_object(outcome)))
+        return out
+
+    def workload_dag(self, workload_key: str, target: str) -> ComputeDAG | None:
+        """The workload's DAG as stored with its records (None if it is missing or unreadable)."""
+        found = self._workload_dag(workload_key, canonical_target(target))
+        return None if isinstance(found, _Fault) else dag_from_json(found)
+
     def __iter__(self) -> Iterator[Record]:
         for key, target, _ in self.workloads():
             yield from self.records(key, target)
@@ -447,6 +572,15 @@ class SQLiteDatabase:
 
     def __repr__(self) -> str:
         return f"SQLiteDatabase({self.path!r})"
+
+
+def _json_object(value: object) -> dict[str, Any]:
+    """A JSON object column of the runs table as a dict; {} for NULL or anything damaged (a run is only shown)."""
+    try:
+        data = json.loads(value) if isinstance(value, str) and not isinstance(value, _Undecodable) else None
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _representative(runs: list[tuple[float, int]]) -> tuple[float, int]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from tensorgen.dag import ComputeDAG
 from tensorgen.dag_json import (
@@ -55,7 +55,23 @@ def program_cost(costs: Sequence[float]) -> float:
     return sorted(costs)[len(costs) // 2] if costs else math.inf
 
 
-def first_records(records: Iterable[Record]) -> list[Record]:
+class Measured(Protocol):
+    """What the curves read of a measurement: a Record, or a row of the database's history (`history.Measurement`)."""
+
+    @property
+    def steps_hash(self) -> str: ...
+
+    @property
+    def ok(self) -> bool: ...
+
+    @property
+    def cost(self) -> float: ...
+
+
+M = TypeVar("M", bound=Measured)
+
+
+def first_records(records: Iterable[M]) -> list[M]:
     """Each program's first record, in commit order: one per trial, its re-timings (see `program_cost`) left out."""
     seen: set[str] = set()
     out = []
@@ -66,17 +82,32 @@ def first_records(records: Iterable[Record]) -> list[Record]:
     return out
 
 
-def best_cost_curve(records: Iterable[Record]) -> list[float]:
-    """The best program cost (seconds, inf: none yet) after each trial of `records` (in commit order), every
-    program at `program_cost` of its measurements so far: a re-timing updates the point of the trial it follows."""
+def running_best(records: Iterable[Measured]) -> Iterator[tuple[bool, float]]:
+    """For each of `records` (one workload, in commit order): whether it is its program's first measurement (a
+    trial; later ones are re-timings) and the best program cost after it (seconds, inf: none yet), every program
+    at `program_cost` of its measurements so far."""
     runs: dict[str, list[float]] = {}
-    curve: list[float] = []
+    program: dict[str, float] = {}  # each program's cost so far
+    best_key, best = None, math.inf
     for r in records:
         first = r.steps_hash not in runs
         costs = runs.setdefault(r.steps_hash, [])
         if r.ok and math.isfinite(r.cost):
             costs.append(r.cost)
-        best = min((program_cost(c) for c in runs.values() if c), default=math.inf)
+            program[r.steps_hash] = program_cost(costs)
+            if r.steps_hash == best_key and program[r.steps_hash] > best:  # a re-timing made the best slower
+                best_key = min(program, key=program.__getitem__)
+                best = program[best_key]
+            elif program[r.steps_hash] < best:
+                best_key, best = r.steps_hash, program[r.steps_hash]
+        yield first, best
+
+
+def best_cost_curve(records: Iterable[Measured]) -> list[float]:
+    """The best program cost (seconds, inf: none yet) after each trial of `records` (in commit order), every
+    program at `program_cost` of its measurements so far: a re-timing updates the point of the trial it follows."""
+    curve: list[float] = []
+    for first, best in running_best(records):
         if first:
             curve.append(best)
         else:

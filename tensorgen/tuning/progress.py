@@ -96,9 +96,20 @@ SchedulerCallback = Callable[[SchedulerProgress], None]
 # the live table
 
 
-def format_table(p: SchedulerProgress, desc_width: int = 32) -> list[str]:
+def eta(done: int, total: int, elapsed_s: float) -> str:
+    """"ETA 1m05s": the time the `total - done` trials left take at the rate of the `done` ones in `elapsed_s`
+    ("" before the first trial and after the last)."""
+    if done <= 0 or done >= total or elapsed_s <= 0:
+        return ""
+    left = round((total - done) * elapsed_s / done)
+    hours, rest = divmod(left, 3600)
+    minutes, seconds = divmod(rest, 60)
+    return "ETA " + (f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s")
+
+
+def format_table(p: SchedulerProgress, desc_width: int = 32, resumed_s: float = 0.0) -> list[str]:
     """Ansor's progress table ("ID | Task | FLOPs | Weight | Latency (ms) | GFLOP/s | Trials") and the
-    estimated latency of each model."""
+    estimated latency of each model; the ETA counts the time after `resumed_s` (when the rounds began)."""
     head = ("ID", "Task", "FLOPs", "Weight", "Latency (ms)", "GFLOP/s", "Trials")
     rows = [(str(r.index), _clip(r.desc, desc_width), _si(r.flops), f"{r.weight:g}",
              f"{r.latency * 1e3:.4f}" if math.isfinite(r.latency) else "-",
@@ -109,8 +120,10 @@ def format_table(p: SchedulerProgress, desc_width: int = 32) -> list[str]:
     out = [line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]
     models = ", ".join(f"{name} {_ms(s)}" for name, s in p.models.items())
     out.append(f"Estimated total latency: {models}")
+    left = eta(p.trials_done, p.trials, p.elapsed_s - resumed_s)
     out.append(f"Trials: {p.trials_done}/{p.trials} | rounds: {p.rounds}"
-               + (f" | last: task {p.task}" if p.task is not None else "") + f" | {p.elapsed_s:.1f} s")
+               + (f" | last: task {p.task}" if p.task is not None else "") + f" | {p.elapsed_s:.1f} s"
+               + (f" | {left}" if left else ""))
     return out
 
 
@@ -123,6 +136,7 @@ class ProgressTable:
     tty: bool | None = None
     _drawn: int = field(default=0, init=False)
     _last: SchedulerProgress | None = field(default=None, init=False)
+    _resumed_s: float = field(default=0.0, init=False)  # when the rounds began, for the ETA
 
     def __post_init__(self) -> None:
         if self.tty is None:
@@ -130,8 +144,10 @@ class ProgressTable:
 
     def __call__(self, p: SchedulerProgress) -> None:
         self._last = p
+        if p.phase == "resume":
+            self._resumed_s = p.elapsed_s
         if self.tty:
-            lines = format_table(p)
+            lines = format_table(p, resumed_s=self._resumed_s)
             clear = f"\x1b[{self._drawn}F\x1b[J" if self._drawn else ""
             self.stream.write(clear + "\n".join(lines) + "\n")
             self._drawn = len(lines)
@@ -141,15 +157,17 @@ class ProgressTable:
             r = p.rows[p.task] if p.task is not None else None
             best = f"{_ms(r.latency)} ({r.gflops:.2f} GFLOP/s)" if r is not None and r.gflops > 0 else "-"
             models = ", ".join(f"{name} {_ms(s)}" for name, s in p.models.items())
+            left = eta(p.trials_done, p.trials, p.elapsed_s - self._resumed_s)
             self.stream.write(f"[schedule] round {p.rounds}: task {p.task} "
                               f"({_clip(r.desc if r else '', 32)}) +{p.measured} trials, best {best}; "
-                              f"estimated {models}; {p.trials_done}/{p.trials} trials, {p.elapsed_s:.1f} s\n")
+                              f"estimated {models}; {p.trials_done}/{p.trials} trials, {p.elapsed_s:.1f} s"
+                              + (f", {left}" if left else "") + "\n")
         self.stream.flush()
 
     def close(self) -> None:
         """Print the final table where it was not redrawn live."""
         if not self.tty and self._last is not None and self._last.phase != "resume":
-            self.stream.write("\n".join(format_table(self._last)) + "\n")
+            self.stream.write("\n".join(format_table(self._last, resumed_s=self._resumed_s)) + "\n")
             self.stream.flush()
         self._last, self._drawn = None, 0
 

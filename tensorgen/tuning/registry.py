@@ -20,6 +20,7 @@ from tensorgen.costmodel.base import CostModel, RandomModel
 from tensorgen.costmodel.xgb import XGBModel
 from tensorgen.errors import TuneError
 from tensorgen.measure.builder import Builder, LocalBuilder
+from tensorgen.measure.ray import RayBuilder, RayRunner
 from tensorgen.measure.runner import LocalRunner, Runner
 from tensorgen.registry import Registry
 from tensorgen.search.policy import SearchPolicy
@@ -36,6 +37,7 @@ COST_MODELS.register("random", RandomModel)
 
 BUILDERS: Registry[Builder] = Registry("builder", TuneError)
 BUILDERS.register("local", LocalBuilder)
+BUILDERS.register("ray", RayBuilder)  # on the Ray cluster the ray runner connects to (measure.ray)
 
 SLOW_FACTOR = 20.0  # the local runner kills candidates this many times slower than the fastest so far
 GIVE_UP_FACTOR = 4.0  # ... and times those this many times slower by their first call
@@ -45,8 +47,14 @@ def local_runner(timeout: float = 10.0, **options: Any) -> LocalRunner:
     """LocalRunner with tuning's settings (see tuning.tune.MeasureConfig); `options` change LocalRunner's fields."""
     settings = {"number": 1, "repeat": 3, "min_repeat_ms": 10.0, "check_correctness": True,
                 "give_up_factor": GIVE_UP_FACTOR, "timeout_factor": SLOW_FACTOR, **options}
-    return LocalRunner(timeout=timeout, **settings)
+    return (RayRunner if "address" in options else LocalRunner)(timeout=timeout, **settings)
+
+
+def ray_runner(address: str, timeout: float = 10.0, **options: Any) -> RayRunner:
+    """local_runner's settings, measured on the nodes of the Ray cluster at `address` (measure.ray.RayRunner)."""
+    return local_runner(timeout, address=address, **options)  # type: ignore[return-value]
 
 
 RUNNERS: Registry[Runner] = Registry("runner", TuneError)
 RUNNERS.register("local", local_runner)
+RUNNERS.register("ray", ray_runner)

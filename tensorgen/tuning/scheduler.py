@@ -52,6 +52,7 @@ from tensorgen.tuning.objectives import (
     task_gradient,
 )
 from tensorgen.tuning.progress import SchedulerCallback, ScheduleResult, SchedulerProgress, TaskRow
+from tensorgen.tuning.runinfo import model_run
 from tensorgen.tuning.tune import MeasureConfig, MeasureSetup, TaskTuner, make_cost_model, make_policy
 
 LOGGER = logging.getLogger("tensorgen.scheduler")
@@ -310,7 +311,12 @@ class TaskScheduler:
         policies = [timed(i, task) for i, task in enumerate(self.tasks)]  # before the db: bad options make no file
         with MeasureSetup.open(db, measure if measure is not None else MODEL_MEASURE) as setup:
             tuners = [TaskTuner(task, p, setup, search_s=s, skips=skips) for task, (p, s) in zip(self.tasks, policies)]
-            return self.run(tuners, trials, skips)
+            models = {m.name: [(self.tasks[i].workload_key, w) for i, w in zip(m.task_indices, m.weights)]
+                      for m in self.models}
+            setup.begin_run(model_run(self.tasks, models, trials, policy, self.config.strategy))
+            result = self.run(tuners, trials, skips)
+            setup.end_run({"trials": result.trials, "rounds": result.rounds, "stopped": result.stopped})
+            return result
 
     def run(self, tuners: Sequence[RoundTuner], trials: int, skips: Skips | None = None) -> ScheduleResult:
         """Allocate up to `trials` measurements (this call's budget) to `tuners`, one per task, in order; `skips`

@@ -15,7 +15,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from tensorgen.target import HardwareParams, Target
 from tensorgen.task import SearchTask
 from tensorgen.te.tensor import Tensor
 from tensorgen.tuning.registry import BUILDERS, COST_MODELS, POLICIES, RUNNERS
+from tensorgen.tuning.runinfo import operator_run
 
 LOGGER = logging.getLogger("tensorgen.tuning.tune")
 
@@ -198,6 +199,12 @@ class MeasureConfig:
         if self.runner_options and not isinstance(self.runner, str):
             raise TuneError("runner_options apply to a runner named by a string, not to a Runner instance")
 
+    def on_ray(self, address: str) -> MeasureConfig:
+        """This configuration with candidates built and timed on the Ray cluster at `address` (the head's
+        HOST:PORT; see measure.ray), on its nodes that advertise the task's target."""
+        return replace(self, builder="ray", runner="ray",
+                      runner_options={**self.runner_options, "address": address})
+
 
 @dataclass
 class MeasureSetup:
@@ -208,6 +215,7 @@ class MeasureSetup:
     builder: Builder
     runner: Runner
     _owned: list[Any] = field(default_factory=list, repr=False)
+    rounds: int = 0  # rounds begun in the current run, by every tuner sharing this setup
 
     @classmethod
     def open(cls, db: str | Path | Database | None = None, config: MeasureConfig = MeasureConfig()) -> MeasureSetup:
@@ -225,6 +233,20 @@ class MeasureSetup:
             runner = RUNNERS.create(runner, timeout=config.run_timeout, **config.runner_options)
             owned.append(runner)
         return cls(db, builder, runner, owned)
+
+    def begin_run(self, info: Mapping[str, Any]) -> None:
+        """A tuning run starts (see Database.begin_run; `info` from tensorgen.tuning.runinfo)."""
+        self.db.begin_run(info)
+        self.rounds = 0
+
+    def next_round(self) -> None:
+        """A tuner starts a round: the records it commits are tagged with the round's number in the run."""
+        self.rounds += 1
+        self.db.begin_round(self.rounds)
+
+    def end_run(self, outcome: Mapping[str, Any]) -> None:
+        """The run ended (see Database.end_run): how many trials it measured and why it stopped."""
+        self.db.end_run(outcome)
 
     def close(self) -> None:
         for thing in reversed(self._owned):
@@ -380,6 +402,7 @@ class TaskTuner:
             raise TuneError(f"{self.task}: call resume() before round()")
         tally = self.tally
         tally.since = time.perf_counter()
+        self.setup.next_round()
         try:
             proposed = self._measure_again(n_trials)
             if len(proposed) < n_trials:
@@ -447,13 +470,17 @@ class TaskTuner:
         t0 = time.perf_counter()
         built = self.setup.builder.build(inputs)
         tally.build_s += time.perf_counter() - t0
-        results = []
-        for inp, br in zip(inputs, built):
-            res = self._run(inp, br)
-            results.append(res)
+        results: list[MeasureResult] = [None] * len(inputs)  # type: ignore[list-item]
+        t0 = time.perf_counter()
+        for i, res in self.setup.runner.run_each(inputs, built):  # in the order they finish
+            tally.run_s += time.perf_counter() - t0
+            self._commit(inputs[i], res)
+            results[i] = res
             tally.done += 1
             if res.error_kind != ErrorKind.NONE:
                 tally.errors[ErrorKind(res.error_kind).value] += 1
+            t0 = time.perf_counter()
+        tally.run_s += time.perf_counter() - t0
         self._retime(inputs, built)
         return results
 
@@ -474,6 +501,10 @@ class TaskTuner:
         t0 = time.perf_counter()
         (res,) = self.setup.runner.run([inp], [br])
         self.tally.run_s += time.perf_counter() - t0
+        return self._commit(inp, res)
+
+    def _commit(self, inp: MeasureInput, res: MeasureResult) -> MeasureResult:
+        """Commit one measured program's record and count it."""
         self.setup.db.commit_record(Record.from_measure(self.task, inp.state, res))
         self.tally.observe(inp.state, res)
         return res
@@ -524,6 +555,7 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
     interrupted = False
     with MeasureSetup.open(db, measure) as setup:
         tuner = TaskTuner(task, search, setup, trials=trials, callbacks=callbacks, search_s=search_s, skips=skips)
+        setup.begin_run(operator_run(task, trials, policy))
         try:
             tuner.resume()
             while tuner.trials_done < trials:
@@ -536,4 +568,5 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
             interrupted = True
             LOGGER.info("%s: interrupted after %d trials; every measured record is in the database", task,
                         tuner.trials_done)
+        setup.end_run({"trials": tuner.trials_done, "stopped": "interrupted" if interrupted else "budget"})
     return tuner.result(interrupted)

@@ -15,11 +15,11 @@ from tensorgen.cli import main as cli
 from tensorgen.errors import RuntimeCallError
 from tensorgen.graph.backend.build import build_model
 from tensorgen.graph.backend.tasks import extract_tasks
+from tensorgen.graph.frontend.onnx_inputs import random_inputs
 from tensorgen.graph.load import load_graph
 from tensorgen.graph.passes.fusion import partition
 from tensorgen.graph.reference.compare import Comparison, onnxruntime_runner
 from tensorgen.graph.zoo import build_model as zoo_model
-from tensorgen.graph.zoo import random_inputs
 from tensorgen.records.database import SQLiteDatabase
 from tensorgen.runtime.model import CompiledModel
 

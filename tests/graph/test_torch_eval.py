@@ -19,6 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tensorgen.graph import Graph, GraphError, Node, Value, load, zoo
 from tensorgen.graph.frontend import onnx_import as frontend
+from tensorgen.graph.frontend import onnx_inputs
 from tensorgen.graph.reference.torch_eval import TorchModel, available
 
 if not available():
@@ -393,7 +394,7 @@ def test_model_matches_onnxruntime(build):
 def test_zoo_model_matches_onnxruntime(name, options):
     """The path `tensorgen bench` takes: zoo model, imported and optimized, run next to ONNX Runtime."""
     model = zoo.build_model(name, **options)
-    feeds = zoo.random_inputs(model)
+    feeds = onnx_inputs.random_inputs(model)
     got = TorchModel(load.load_graph(model), threads=2).run(feeds)
     want = run_ort(model, feeds)
     for g, w in zip(got, want):  # deep models accumulate float32 rounding differently

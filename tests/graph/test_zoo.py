@@ -10,8 +10,9 @@ import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
+from tensorgen.graph.frontend.onnx_inputs import random_inputs
 from tensorgen.graph.ir import GraphError
-from tensorgen.graph.zoo import MODELS, build_model, list_models, load_model, random_inputs
+from tensorgen.graph.zoo import MODELS, build_model, list_models, load_model
 
 OUTPUT_SHAPES = {
     "resnet18": (1, 1000),

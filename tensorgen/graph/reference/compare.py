@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,23 +129,26 @@ def onnxruntime_engine(onnx_model: Any, feeds: dict, threads: int) -> tuple[Call
 
 def compare(model: object, db=None, threads: int = 2, batch: int = 1, protocol: Protocol = DEFAULT_PROTOCOL,
             out_dir: str | None = None, seed: int = 0, with_torch: bool = True, profile: bool = False,
-            candidates: int = 1) -> Comparison:
-    """Build `model` (zoo name or .onnx path) with `db`'s records and time it next to its peers
-    (`candidates`: see build_model)."""
+            candidates: int = 1, inputs: Mapping[str, np.ndarray] | None = None,
+            input_shapes: Mapping[str, Sequence[int]] | None = None) -> Comparison:
+    """Build `model` (zoo name, .onnx path or ModelProto) with `db`'s records and time it next to its peers, every
+    engine on `inputs` (arrays by input name; default: onnx_inputs.random_inputs drawn from `seed`, with
+    `input_shapes` fixing symbolic dimensions) (`candidates`: see build_model)."""
     from tensorgen.graph.backend.build import build_model
+    from tensorgen.graph.frontend.onnx_inputs import fixed_inputs, random_inputs
     from tensorgen.graph.load import load_graph, onnx_model_of
-    from tensorgen.graph.zoo import random_inputs
     from tensorgen.runtime.model import CompiledModel
 
     onnx_model = onnx_model_of(model, batch=batch)
-    graph = load_graph(onnx_model)
+    shapes, feeds = fixed_inputs(onnx_model, inputs, input_shapes)
+    graph = load_graph(onnx_model, input_shapes=shapes)  # the memory budget is checked before inputs are drawn
+    feeds = random_inputs(onnx_model, seed, shapes) if feeds is None else feeds
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         directory = build_model(graph, out_dir or tmp, db=db, candidates=candidates)
         build_s = time.perf_counter() - start
         compiled = CompiledModel(directory, threads=threads)
         manifest = compiled.manifest
-        feeds = random_inputs(onnx_model, seed)
         inputs = [feeds[name] for name in graph.inputs]
         outs = compiled.run(inputs)
         engines: dict[str, Callable[[], object]] = {"tensorgen": lambda: compiled.run(inputs, out=outs)}

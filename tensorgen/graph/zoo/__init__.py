@@ -106,30 +106,3 @@ def load_model(name_or_path: str | os.PathLike, batch: int = 1, **options: int) 
     except (DecodeError, OSError) as e:
         raise GraphError(f"cannot read ONNX model {path}: {e}") from None
 
-
-def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
-    """A seeded feed for every graph input: N(0, 1) floats; integer ids in range of the table they Gather from."""
-    graph = model.graph
-    tables = {t.name: tuple(t.dims) for t in graph.initializer}
-    bounds = {
-        node.input[1]: tables[node.input[0]][next((a.i for a in node.attribute if a.name == "axis"), 0)]
-        for node in graph.node
-        if node.op_type == "Gather" and node.input[0] in tables
-    }
-    rng = np.random.default_rng(seed)
-    feed = {}
-    for value in graph.input:
-        if value.name in tables:  # IR < 4 files list initializers among the inputs
-            continue
-        tensor = value.type.tensor_type
-        shape = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim)
-        if -1 in shape:
-            raise GraphError(f"input {value.name!r} has a symbolic dimension {shape}; give the model static shapes")
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)
-        if np.issubdtype(dtype, np.floating):
-            feed[value.name] = rng.standard_normal(shape).astype(dtype)
-        elif value.name in bounds:
-            feed[value.name] = rng.integers(0, bounds[value.name], shape).astype(dtype)
-        else:
-            raise GraphError(f"input {value.name!r} ({dtype}) is not float and no Gather says what range it takes")
-    return feed

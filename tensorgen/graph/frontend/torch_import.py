@@ -1,0 +1,271 @@
+"""Import a PyTorch module as a tensorgen Graph, directly from its exported FX graph (no ONNX file).
+
+`torch.export` traces the module with example inputs; its decompositions lower it to Core ATen. Each ATen
+call becomes graph-IR nodes through the converter table of `torch_ops` (one small function per op, written in
+the ONNX vocabulary of the IR) and then goes through the same per-op normalizers as an imported ONNX node, so
+both frontends meet the one contract of `tensorgen.graph.ir`. Parameters and buffers become constants
+(inference); a call whose inputs are all constants is evaluated by PyTorch itself and becomes a constant (a
+weight's transpose, an `arange`), as the ONNX importer folds constant subgraphs.
+
+An op without a converter is one GraphError naming the op and the line of the module that called it.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+import tensorgen.graph.frontend.normalize_nn  # noqa: F401  (registers Conv, pooling, Resize)
+from tensorgen.graph.frontend.normalize import NORMALIZERS, ImportState, OnnxNode, add_constant
+from tensorgen.graph.frontend.torch_ops import CONVERTERS
+from tensorgen.graph.ir import Graph, GraphError, Node, Value
+
+__all__ = ["TorchImport", "export_module", "import_exported", "import_torch", "op_name", "supported_ops"]
+
+
+def supported_ops() -> tuple[str, ...]:
+    """The ATen ops (overload packets, e.g. "aten.convolution") the frontend converts."""
+    return tuple(sorted(CONVERTERS))
+
+
+def export_module(module: Any, example_inputs: Sequence[Any]) -> Any:
+    """The Core ATen ExportedProgram of `module` in eval mode, traced with `example_inputs` (torch tensors).
+
+    `aten._safe_softmax` (attention's softmax) is kept whole rather than decomposed into a mask computation on
+    the softmax's input; it becomes a plain Softmax (see torch_ops)."""
+    if not isinstance(module, torch.nn.Module):
+        raise GraphError(f"from_torch needs a torch.nn.Module, not {type(module).__name__}")
+    inputs = tuple(example_inputs)
+    for i, x in enumerate(inputs):
+        if not isinstance(x, torch.Tensor):
+            raise GraphError(f"example input {i} is a {type(x).__name__}; pass torch tensors")
+    module = module.eval()
+    try:
+        with torch.no_grad():
+            exported = torch.export.export(module, inputs)
+    except Exception as e:  # noqa: BLE001 - torch.export raises many kinds; the user needs one line
+        raise GraphError(f"torch.export cannot trace {type(module).__name__}: {type(e).__name__}: "
+                         f"{' '.join(str(e).split())[:400]}") from None
+    table = torch.export.default_decompositions()
+    table.pop(torch.ops.aten._safe_softmax.default, None)
+    return exported.run_decompositions(table)
+
+
+def import_torch(module: Any, example_inputs: Sequence[Any], name: str | None = None,
+                 traces: Mapping[str, str] | None = None) -> Graph:
+    """The graph IR of `module` called on `example_inputs` (shapes and dtypes are taken from them). `traces`: the
+    stack traces of the nodes of the FX graph `module` runs, by name, when it runs one (TorchDynamo's): errors
+    then name the user's source line rather than the graph's generated code."""
+    return import_exported(export_module(module, example_inputs), name or type(module).__name__, traces)
+
+
+def import_exported(exported: Any, name: str = "model", traces: Mapping[str, str] | None = None) -> Graph:
+    """The graph IR of a Core ATen ExportedProgram (see export_module and import_torch)."""
+    return TorchImport(exported, name, dict(traces or {})).run()
+
+
+@dataclass
+class _Runtime:
+    """A value computed at run time: the name of its graph Value."""
+
+    name: str
+
+
+@dataclass
+class TorchImport:
+    """One import: walks the exported graph, folding constant calls and converting the others."""
+
+    exported: Any
+    name: str
+    traces: dict[str, str] = field(default_factory=dict)  # source FX node name -> its stack trace
+    state: ImportState = field(default_factory=lambda: ImportState({}, {}))
+    nodes: list[Node] = field(default_factory=list)
+    env: dict[Any, Any] = field(default_factory=dict)  # fx node -> _Runtime | torch.Tensor | python value | tuple
+    taken: set[str] = field(default_factory=set)
+    returned: set[str] = field(default_factory=set)  # values already made graph outputs
+
+    def run(self) -> Graph:
+        signature = self.exported.graph_signature
+        lifted = {**signature.inputs_to_parameters, **signature.inputs_to_buffers,
+                  **signature.inputs_to_lifted_tensor_constants}
+        data = {**self.exported.state_dict, **self.exported.constants}
+        inputs: list[str] = []
+        for node in self.exported.graph.nodes:
+            if node.op == "placeholder":
+                if node.name in lifted:
+                    self.env[node] = data[lifted[node.name]].detach()
+                elif isinstance(node.meta.get("val"), torch.Tensor):
+                    value = self._declare(node.name, node.meta["val"])
+                    inputs.append(value)
+                    self.env[node] = _Runtime(value)
+                else:
+                    raise GraphError(f"input {node.name!r} is not a tensor ({type(node.meta.get('val')).__name__}); "
+                                     "tensorgen compiles tensor inputs only")
+            elif node.op == "call_function":
+                self.env[node] = self._call(node)
+            elif node.op == "output":
+                outputs = [self._output(x, i) for i, x in enumerate(node.args[0])]
+        live = {*inputs, *outputs, *(x for n in self.nodes for x in (*n.inputs, *n.outputs) if x)}
+        graph = Graph(self.name, inputs, outputs, self.nodes,
+                      {k: v for k, v in self.state.values.items() if k in live},
+                      {k: v for k, v in self.state.constants.items() if k in live})
+        graph.validate()
+        return graph
+
+    # ---- values ---------------------------------------------------------------------------------
+
+    def unique(self, base: str) -> str:
+        name, k = base, 0
+        while name in self.taken or name in self.state.values:
+            k += 1
+            name = f"{base}_{k}"
+        self.taken.add(name)
+        return name
+
+    def _declare(self, base: str, meta: Any) -> str:
+        name = self.unique(base)
+        self.state.values[name] = Value(name, tuple(int(d) for d in meta.shape), _dtype(meta.dtype))
+        return name
+
+    def constant(self, array: Any, base: str = "const") -> str:
+        """The name of a new constant holding `array` (a torch tensor, NumPy array or Python scalar)."""
+        return add_constant(self.state.values, self.state.constants, self.unique(base), _numpy(array))
+
+    def tensor(self, x: Any, dtype: str | None = None) -> str:
+        """The value name of a converter argument: a run-time value, or a constant made from a tensor/scalar."""
+        if isinstance(x, _Runtime):
+            return x.name
+        array = _numpy(x)
+        return self.constant(array.astype(dtype) if dtype is not None else array)
+
+    def value(self, name: str) -> Value:
+        return self.state.values[name]
+
+    def is_runtime(self, x: Any) -> bool:
+        return isinstance(x, _Runtime)
+
+    # ---- emitting nodes -------------------------------------------------------------------------
+
+    def emit(self, op: str, inputs: Sequence[str], attrs: dict[str, Any] | None = None, *,
+             shapes: Sequence[tuple[tuple[int, ...], str]], label: str = "") -> list[str]:
+        """Add one IR node, normalized like an imported ONNX node; returns its output names. `shapes` are the
+        (shape, dtype) of its outputs."""
+        name = self.unique(f"{op.lower()}")
+        outputs = []
+        for shape, dtype in shapes:
+            out = self.unique(f"{name}_out")
+            self.state.values[out] = Value(out, tuple(int(d) for d in shape), dtype)
+            outputs.append(out)
+        onnx_node = OnnxNode(name, label or f"node {name!r} ({op})", op, list(inputs), outputs, dict(attrs or {}),
+                             self.state)
+        self.nodes.append(NORMALIZERS[op](onnx_node))
+        return outputs
+
+    # ---- the walk -------------------------------------------------------------------------------
+
+    def _call(self, node: Any) -> Any:
+        args = torch.fx.node.map_arg(node.args, lambda a: self.env[a])
+        kwargs = torch.fx.node.map_arg(node.kwargs, lambda a: self.env[a])
+        if node.target is operator.getitem:
+            return args[0][args[1]]
+        if not _has_runtime((args, kwargs)):
+            return self._fold(node, args, kwargs)
+        key = op_name(node.target)
+        convert = CONVERTERS.get(key)
+        if convert is None:
+            raise GraphError(f"{key} is not supported by tensorgen's PyTorch frontend{self.where(node)} (the "
+                             f"{len(CONVERTERS)} it converts: tensorgen.graph.frontend.torch_import.supported_ops(); "
+                             "torch.compile option fallback=True runs such ops in eager PyTorch)")
+        meta = node.meta.get("val")
+        metas = list(meta) if isinstance(meta, (tuple, list)) else [meta]
+        shapes = [(tuple(int(d) for d in m.shape), _dtype(m.dtype)) if m is not None else None for m in metas]
+        try:
+            result = convert(self, args, kwargs, shapes)
+        except GraphError as e:  # ConvertError included
+            raise GraphError(f"{key}{self.where(node)}: {e}") from None
+        except Exception as e:  # noqa: BLE001 - a call the converter did not expect: one line, not a traceback
+            raise GraphError(f"{key}{self.where(node)}: cannot be converted: {type(e).__name__}: {e}") from None
+        if isinstance(result, (list, tuple)):
+            return tuple(_Runtime(r) if isinstance(r, str) else r for r in result)
+        return _Runtime(result) if isinstance(result, str) else result
+
+    def _fold(self, node: Any, args: Any, kwargs: Any) -> Any:
+        """A call on constants only, evaluated by PyTorch."""
+        try:
+            with torch.no_grad():
+                return node.target(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - any failure of a folded op is the model's
+            raise GraphError(f"{op_name(node.target)}{self.where(node)}: folding it on constants failed: "
+                             f"{type(e).__name__}: {e}") from None
+
+    def where(self, node: Any) -> str:
+        """Where the user's code made `node`: the trace of the node it came from in `traces`, else its own."""
+        for origin in _origins(node.meta.get("from_node")):
+            if self.traces.get(origin):
+                return _where(self.traces[origin])
+        return _where(node.meta.get("stack_trace") or "")
+
+    def _output(self, x: Any, i: int) -> str:
+        """A graph output name. Outputs are computed by nodes, each once: a constant, an input or a value
+        returned twice gets an Identity node."""
+        value = self.env[x]
+        if isinstance(value, _Runtime) and value.name not in self.returned \
+                and any(value.name in n.outputs for n in self.nodes):
+            self.returned.add(value.name)
+            return value.name
+        source = value.name if isinstance(value, _Runtime) else self.tensor(value)
+        v = self.value(source)
+        (out,) = self.emit("Identity", [source], shapes=[(v.shape, v.dtype)], label=f"output {i}")
+        self.returned.add(out)
+        return out
+
+
+def _has_runtime(tree: Any) -> bool:
+    if isinstance(tree, _Runtime):
+        return True
+    if isinstance(tree, (list, tuple)):
+        return any(_has_runtime(t) for t in tree)
+    if isinstance(tree, dict):
+        return any(_has_runtime(t) for t in tree.values())
+    return False
+
+
+def op_name(target: Any) -> str:
+    """"aten.convolution" for torch.ops.aten.convolution.default; a plain function's name otherwise."""
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target.overloadpacket)
+    return f"{target.__module__}.{target.__qualname__}" if callable(target) else str(target)
+
+
+def _origins(sources: Any) -> Iterator[str]:
+    """The names of the nodes an exported node was made from (its `from_node` provenance), nearest first."""
+    for source in sources or ():
+        yield source.name
+        yield from _origins(source.from_node)
+
+
+def _where(trace: str) -> str:
+    """ ' (at "model.py", line 12, in forward: return self.fc(x))' from a stack trace, or ''."""
+    lines = [line.strip() for line in trace.strip().splitlines() if line.strip()]
+    frames = [i for i, line in enumerate(lines) if line.startswith("File ")]
+    if not frames:
+        return ""
+    last = frames[-1]
+    code = lines[last + 1] if last + 1 < len(lines) and not lines[last + 1].startswith("File ") else ""
+    head = lines[last].replace("File ", "", 1)
+    return f" (at {head}{f': {code}' if code else ''})"
+
+
+def _dtype(dtype: Any) -> str:
+    return str(torch.empty((), dtype=dtype).numpy().dtype) if dtype != torch.bfloat16 else "bfloat16"
+
+
+def _numpy(x: Any) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().contiguous().numpy().copy()
+    return np.asarray(x)

@@ -1,0 +1,331 @@
+"""The PyTorch frontend: torch.export graphs imported into the graph IR (tensorgen.graph.frontend.torch_import) and
+the `torch.compile(backend="tensorgen")` backend (tensorgen.dynamo), checked against eager PyTorch."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+
+import tensorgen  # noqa: E402
+from tensorgen.dynamo import CompileOptions, compile_graph, tensorgen_backend  # noqa: E402
+from tensorgen.graph.backend.tasks import extract_tasks  # noqa: E402
+from tensorgen.graph.frontend.onnx_import import import_onnx  # noqa: E402
+from tensorgen.graph.frontend.torch_import import import_torch, supported_ops  # noqa: E402
+from tensorgen.graph.ir import GraphError  # noqa: E402
+from tensorgen.graph.load import load_graph  # noqa: E402
+from tensorgen.graph.reference.interpret import run_nodewise  # noqa: E402
+from tensorgen.graph.reference.torch_zoo import torch_model  # noqa: E402
+from tensorgen.records.database import SQLiteDatabase  # noqa: E402
+
+
+class ResBlock(nn.Module):
+    def __init__(self, c: int = 8) -> None:
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+        self.conv2, self.bn2 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+        self.pool, self.fc = nn.MaxPool2d(2), nn.Linear(c, 10)
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = F.relu(self.bn2(self.conv2(y)) + x)
+        return self.fc(F.adaptive_avg_pool2d(self.pool(y), 1).flatten(1))
+
+
+class GeluMLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(32, 64), nn.Linear(64, 8)
+
+    def forward(self, x):
+        return self.b(F.gelu(self.a(x)))
+
+
+class Depthwise(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dw, self.pw = nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.Conv2d(8, 16, 1)
+
+    def forward(self, x):
+        return F.hardswish(self.pw(F.relu6(self.dw(x))))
+
+
+def encoder_layer() -> nn.Module:
+    return nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+
+
+class Misc(nn.Module):
+    """Shape ops and elementwise ops the models above do not use."""
+
+    def forward(self, x):
+        a, b = torch.split(x, [2, 6], dim=1)
+        y = torch.cat([b, torch.sigmoid(a) * 2.0 - 1.0], dim=1).permute(0, 2, 3, 1)
+        y = F.pad(y + torch.rsqrt(y.abs() + 1) - F.leaky_relu(y, 0.2), (1, 2))
+        z = F.interpolate(x, scale_factor=2.0, mode="nearest")
+        w = F.pad(x, (1, 1, 2, 0), mode="reflect") + F.pad(x, (1, 1, 2, 0), mode="replicate")
+        picked = x[:, torch.tensor([3, 0, 3])]
+        return (y[:, 1:3].sum(dim=-1), torch.clamp(z, -0.5, 0.5).mean(dim=(2, 3), keepdim=True), F.silu(x[:, 0]),
+                w, picked)
+
+
+CASES = {
+    "resblock": (ResBlock, (1, 8, 8, 8)),
+    "gelu_mlp": (GeluMLP, (4, 32)),
+    "depthwise": (Depthwise, (1, 8, 8, 8)),
+    "encoder_layer": (encoder_layer, (2, 6, 32)),
+    "misc": (Misc, (2, 8, 4, 4)),
+}
+
+
+def _module(name: str) -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    make, shape = CASES[name]
+    module = make().eval()
+    for m in module.modules():  # statistics that make batch norm do something
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-1, 1)
+            m.running_var.uniform_(0.5, 2)
+            m.weight.data.uniform_(0.5, 2)
+    return module, torch.randn(shape)
+
+
+def _eager(module: nn.Module, x: torch.Tensor) -> list[np.ndarray]:
+    return _eager_many(module, [x])
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_compiled_module_equals_eager(name):
+    """Imported, optimized, built with default schedules and run: the outputs of eager PyTorch."""
+    module, x = _module(name)
+    graph = tensorgen.from_torch(module, (x,))
+    got = compile_graph(graph).run([x.numpy()])
+    want = _eager(module, x)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2", "bert_tiny", "dcgan"])
+def test_zoo_models_as_torch_modules(name):
+    """The zoo's PyTorch modules imported directly compute what eager PyTorch does (NumPy interpreter)."""
+    module, onnx_model = torch_model(name)
+    inputs = [torch.from_numpy(_feed(v, i)) for i, v in enumerate(onnx_model.graph.input)]
+    graph = import_torch(module, inputs)
+    got = run_nodewise(load_graph(graph), dict(zip(graph.inputs, (x.numpy() for x in inputs))))
+    for out, want in zip(graph.outputs, _eager_many(module, inputs)):
+        np.testing.assert_allclose(got[out], want, rtol=2e-4, atol=2e-4)
+
+
+def _feed(value, seed: int) -> np.ndarray:
+    from onnx import helper
+
+    shape = [d.dim_value for d in value.type.tensor_type.shape.dim]
+    dtype = helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
+    rng = np.random.default_rng(seed)
+    if np.issubdtype(dtype, np.integer):
+        return rng.integers(0, 2 if "type" in value.name or "mask" in value.name else 100, shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def _eager_many(module: nn.Module, inputs: list[torch.Tensor]) -> list[np.ndarray]:
+    with torch.no_grad():
+        out = module(*inputs)
+    return [t.numpy() for t in (out if isinstance(out, tuple) else (out,))]
+
+
+def test_a_zoo_model_has_the_tasks_of_its_onnx_twin():
+    """Imported from PyTorch or from ONNX, a model has the same tuning tasks: one database serves both."""
+    module, onnx_model = torch_model("resnet18")
+    x = torch.from_numpy(_feed(onnx_model.graph.input[0], 0))
+    from_torch = {t.task.workload_key for t in extract_tasks(load_graph(import_torch(module, (x,))))}
+    from_onnx = {t.task.workload_key for t in extract_tasks(load_graph(import_onnx(onnx_model)))}
+    assert from_torch == from_onnx
+
+
+def test_torch_compile_backend_matches_eager_and_caches_by_structure():
+    module, x = _module("resblock")
+    calls = []
+
+    def counting(gm, example_inputs, **kwargs):
+        calls.append(len(example_inputs))
+        return tensorgen_backend(gm, example_inputs, **kwargs)
+
+    compiled = torch.compile(module, backend=counting)
+    with torch.no_grad():
+        np.testing.assert_allclose(compiled(x).numpy(), _eager(module, x)[0], rtol=1e-4, atol=1e-4)
+        y = torch.randn_like(x)
+        np.testing.assert_allclose(compiled(y).numpy(), _eager(module, y)[0], rtol=1e-4, atol=1e-4)
+    assert len(calls) == 1
+
+
+def test_new_sizes_compile_again_for_those_sizes():
+    """TorchDynamo makes a graph dynamic after a call with new sizes; tensorgen compiles each size it sees."""
+    torch._dynamo.reset()
+    module, _ = _module("gelu_mlp")
+    compiled = torch.compile(module, backend="tensorgen")
+    with torch.no_grad():
+        for batch in (2, 3, 5, 3):
+            x = torch.randn(batch, 32)
+            np.testing.assert_allclose(compiled(x).numpy(), _eager(module, x)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_registered_backend_name_resolves():
+    """`backend="tensorgen"` resolves through the torch_dynamo_backends entry point."""
+    from torch._dynamo.backends.registry import lookup_backend
+
+    assert lookup_backend("tensorgen") is tensorgen_backend
+
+
+class Breaks(nn.Module):
+    """Python TorchDynamo cannot trace (a print) breaks the graph in two."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = torch.relu(self.a(x))
+        print("between the graphs")
+        return self.b(y * 2)
+
+
+def test_a_graph_break_gives_graphs_each_compiled():
+    torch.manual_seed(0)
+    module = Breaks().eval()
+    graphs = []
+
+    def counting(gm, example_inputs, **kwargs):
+        graphs.append(gm)
+        return tensorgen_backend(gm, example_inputs, **kwargs)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(module, backend=counting)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        np.testing.assert_allclose(compiled(x).numpy(), _eager(module, x)[0], rtol=1e-5, atol=1e-5)
+    assert len(graphs) >= 2
+
+
+class Unsupported(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(5, 5), nn.Linear(5, 3)
+
+    def forward(self, x):
+        y = torch.cumsum(torch.relu(self.a(x)), dim=1)  # no converter for aten.cumsum
+        return self.b(y), y.sum() > 0  # nor for aten.gt
+
+
+def test_an_unsupported_op_is_named_with_its_source_line():
+    with pytest.raises(GraphError, match=r"aten\.cumsum is not supported.*test_torch_frontend\.py.*cumsum"):
+        import_torch(Unsupported(), (torch.randn(2, 5),))
+
+
+def test_fallback_compiles_the_parts_around_unsupported_ops(caplog, monkeypatch):
+    """With fallback=True the linear layers around the cumsum are compiled by tensorgen, the rest runs eagerly."""
+    import tensorgen.dynamo as dynamo
+
+    built = []
+    monkeypatch.setattr(dynamo, "compile_graph", lambda graph, config: built.append(graph) or compile_graph(graph,
+                                                                                                            config))
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    module, x = Unsupported().eval(), torch.randn(2, 5)
+    compiled = torch.compile(module, backend="tensorgen", options={"fallback": True})
+    with caplog.at_level(logging.WARNING, logger="tensorgen.dynamo"), torch.no_grad():
+        got = compiled(x)
+    want = _eager(module, x)
+    np.testing.assert_allclose(got[0].numpy(), want[0], rtol=1e-5, atol=1e-6)
+    assert bool(got[1]) == bool(want[1])
+    assert "aten.cumsum" in caplog.text
+    assert sum(n.op == "Gemm" for g in built for n in g.nodes) == 2
+
+
+def test_options_are_checked():
+    with pytest.raises(tensorgen.TensorgenError, match="no option 'trails'"):
+        CompileOptions.of({"trails": 4})
+    with pytest.raises(tensorgen.TensorgenError, match="trials must be >= 0"):
+        CompileOptions.of({"trials": -1})
+
+
+def test_trials_tune_into_the_database_once(tmp_path):
+    """trials > 0 tunes the graph's tasks; compiling it again finds the budget spent and tunes nothing."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    module, x = GeluMLP().eval(), torch.randn(4, 32)
+    db = tmp_path / "t.db"
+    compiled = torch.compile(module, backend="tensorgen", options={"db": str(db), "trials": 4})
+    with torch.no_grad():
+        np.testing.assert_allclose(compiled(x).numpy(), _eager(module, x)[0], rtol=1e-4, atol=1e-4)
+
+    def count() -> int:
+        with SQLiteDatabase(db) as d:
+            return sum(n for _, _, n in d.workloads())
+
+    first = count()
+    assert first >= 4
+    torch._dynamo.reset()
+    again = torch.compile(module, backend="tensorgen", options={"db": str(db), "trials": 4})
+    with torch.no_grad():
+        again(x)
+    assert count() == first
+
+
+def test_supported_ops_cover_the_common_layers():
+    ops = set(supported_ops())
+    assert {"aten.convolution", "aten.addmm", "aten.native_layer_norm", "aten._softmax", "aten.embedding"} <= ops
+
+
+class RandomChain(nn.Module):
+    """A seeded random chain of the ops the frontend converts, for generated tests."""
+
+    UNARY = (torch.relu, torch.sigmoid, torch.tanh, torch.exp, F.gelu, F.silu, F.hardswish, F.relu6, torch.abs,
+             lambda t: F.leaky_relu(t, 0.1), lambda t: torch.clamp(t, -1.0, 2.0), lambda t: torch.rsqrt(t.abs() + 1))
+
+    def __init__(self, seed: int, shape: tuple[int, ...]) -> None:
+        super().__init__()
+        self.rng = np.random.default_rng(seed)
+        self.steps = [int(self.rng.integers(0, 8)) for _ in range(6)]
+        self.picks = [int(self.rng.integers(0, 1000)) for _ in range(6)]
+        self.scale = nn.Parameter(torch.randn(shape[-1]))
+
+    def forward(self, x):
+        for step, pick in zip(self.steps, self.picks):
+            rank = x.dim()
+            if step == 0:
+                x = self.UNARY[pick % len(self.UNARY)](x)
+            elif step == 1 and x.shape[-1] == self.scale.shape[0]:
+                x = x * self.scale + 0.5
+            elif step == 2:
+                x = x.permute(*reversed(range(rank)))
+            elif step == 3 and rank >= 2:
+                x = x.reshape(*x.shape[:-2], -1)
+            elif step == 4:
+                x = torch.softmax(x, dim=pick % rank)
+            elif step == 5 and x.shape[-1] > 1:
+                x = torch.cat([x[..., 1:], x[..., :1]], dim=-1)
+            elif step == 6 and rank >= 2:
+                x = x.mean(dim=pick % rank, keepdim=bool(pick % 2))
+            elif step == 7:
+                x = x.unsqueeze(pick % (rank + 1)).transpose(0, -1)
+        return x
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_generated_chains_equal_eager(seed):
+    """Imported chains interpreted by NumPy, and the first few compiled to C, compute what eager PyTorch does."""
+    rng = np.random.default_rng(seed)
+    shape = tuple(int(d) for d in rng.integers(1, 6, size=int(rng.integers(2, 5))))
+    torch.manual_seed(seed)
+    module, x = RandomChain(seed, shape).eval(), torch.randn(shape)
+    graph = import_torch(module, (x,))
+    want = _eager(module, x)[0]
+    got = run_nodewise(load_graph(graph), {graph.inputs[0]: x.numpy()})
+    np.testing.assert_allclose(got[graph.outputs[0]], want, rtol=1e-5, atol=1e-5)
+    if seed < 3:
+        np.testing.assert_allclose(compile_graph(graph).run([x.numpy()])[0], want, rtol=1e-4, atol=1e-5)
