@@ -15,6 +15,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -255,10 +256,14 @@ def _where(trace: str) -> str:
     frames = [i for i, line in enumerate(lines) if line.startswith("File ")]
     if not frames:
         return ""
-    last = frames[-1]
+    yours = [i for i in frames if _TORCH_DIR not in lines[i]]  # the user's line, not nn.Module internals
+    last = (yours or frames)[-1]
     code = lines[last + 1] if last + 1 < len(lines) and not lines[last + 1].startswith("File ") else ""
     head = lines[last].replace("File ", "", 1)
     return f" (at {head}{f': {code}' if code else ''})"
+
+
+_TORCH_DIR = str(Path(torch.__file__).parent)
 
 
 def _dtype(dtype: Any) -> str:
