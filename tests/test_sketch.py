@@ -12,7 +12,7 @@ from search_tasks import c2d_relu, gmm, make_task, nrm
 from tensorgen import te
 from tensorgen.build import build
 from tensorgen.costmodel.base import RandomModel
-from tensorgen.errors import LoweringError
+from tensorgen.errors import LoweringError, TuneError
 from tensorgen.schedule.lower import lower
 from tensorgen.schedule.packing import PackLayoutStep
 from tensorgen.schedule.state import State
@@ -334,3 +334,22 @@ def test_long_elementwise_loops_are_vectorized_and_call_vector_math():
     a = np.random.default_rng(1).standard_normal((4, 3072)).astype(np.float32)
     want = a * (np.vectorize(math.erf)(a * 0.7071) + 1.0) * 0.5
     np.testing.assert_allclose(f.run(a)[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_search_spaces_are_registered_and_named_by_policies():
+    """The "sketch" space is Ansor's; "limited" its template-like ablation; a user's own space is named like them."""
+    from tensorgen.search.random_policy import RandomPolicy
+    from tensorgen.search.sketch import SPACES, generate_sketches
+    from tensorgen.search.sketch_policy import SketchConfig, SketchPolicy
+
+    task = gmm()
+    full, limited = SPACES.create("sketch", task), SPACES.create("limited", task)
+    assert [s.to_json() for s in full] == [s.to_json() for s in generate_sketches(task)]
+    assert len(limited) == 1 < len(full) and "cache_write" not in limited[0].to_json()
+    SPACES.register("first_only", lambda task, rules=None, skips=None: generate_sketches(task, rules, skips=skips)[:1],
+                    replace=True)
+    policy = SketchPolicy(task, RandomModel(0), config=SketchConfig.of(space="first_only", workers=1))
+    assert [s.to_json() for s in policy.sketches] == [full[0].to_json()]
+    assert len(RandomPolicy(task, space="limited").sketches) == 1
+    with pytest.raises(TuneError, match="unknown search space 'nowhere'"):
+        SketchConfig.of(space="nowhere")

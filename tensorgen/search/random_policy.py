@@ -16,7 +16,7 @@ from tensorgen.measure.types import MeasureInput, MeasureResult
 from tensorgen.schedule.state import State
 from tensorgen.search.annotate import AnnotationPolicy, sample_initial_population
 from tensorgen.search.policy import SearchPolicy, state_key
-from tensorgen.search.sketch import generate_sketches
+from tensorgen.search.sketch import SPACES
 from tensorgen.search.skips import Skips
 from tensorgen.task import SearchTask
 
@@ -31,12 +31,12 @@ class RandomPolicy(SearchPolicy):
 
     def __init__(self, task: SearchTask, seed: int = 0, sketches: Sequence[State] | None = None,
                  annotation: AnnotationPolicy | None = None, patience: int = 5, skips: Skips | None = None,
-                 cost_model: CostModel | None = None) -> None:
+                 cost_model: CostModel | None = None, space: str = "sketch") -> None:
         self.task = task
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.skips = skips if skips is not None else Skips()
-        self.sketches = list(sketches) if sketches is not None else generate_sketches(task, skips=self.skips)
+        self.sketches = list(sketches) if sketches is not None else SPACES.create(space, task, skips=self.skips)
         self.annotation = annotation or AnnotationPolicy()
         self.patience = patience
         self.seen: set[str] = set()  # keys of states proposed or measured

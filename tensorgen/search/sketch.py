@@ -12,9 +12,18 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
-from tensorgen.errors import ScheduleError
+from tensorgen.errors import ScheduleError, TuneError
+from tensorgen.registry import Registry
 from tensorgen.schedule.state import State
-from tensorgen.search.rules import DEFAULT_RULES, Cond, Derivation, SketchRule
+from tensorgen.search.rules import (
+    DEFAULT_RULES,
+    AlwaysInline,
+    Cond,
+    Derivation,
+    MultiLevelTiling,
+    SketchRule,
+    SkipStage,
+)
 from tensorgen.search.skips import Skips
 from tensorgen.task import SearchTask
 
@@ -75,6 +84,28 @@ def generate_sketches(task: SearchTask, rules: Sequence[SketchRule] | None = Non
             raise RuntimeError(f"sketch derivation did not terminate within {max_sketches} sketches; check the rules")
         queue.extend(derive(task, state, i, rules, skips))
     return list(sketches.values())
+
+
+def sketch_space(task: SearchTask, rules: Sequence[SketchRule] | None = None,
+                 skips: Skips | None = None) -> list[State]:
+    """Ansor's search space: every sketch the rules derive (default: DEFAULT_RULES)."""
+    return generate_sketches(task, rules, skips=skips)
+
+
+def limited_space(task: SearchTask, rules: Sequence[SketchRule] | None = None,
+                  skips: Skips | None = None) -> list[State]:
+    """A template-like space (the "limited space" of Ansor's Figure 7): the plain multi-level tiling sketch alone
+    (AlwaysInline, MultiLevelTiling, SkipStage: no cache write, fusion or rfactor)."""
+    if rules is not None:
+        raise TuneError("the 'limited' space has its own rules; give rules to the 'sketch' space")
+    return generate_sketches(task, (AlwaysInline(), MultiLevelTiling(), SkipStage()), skips=skips)
+
+
+#: Search spaces by name: space(task, rules=None, skips=None) -> the sketches a policy samples and evolves.
+#: Register your own (`SPACES.register("mine", fn)`) and name it: `policy_options={"space": "mine"}`.
+SPACES: Registry[list[State]] = Registry("search space", TuneError)
+SPACES.register("sketch", sketch_space)
+SPACES.register("limited", limited_space)
 
 
 def print_sketches(sketches: Sequence[State]) -> str:

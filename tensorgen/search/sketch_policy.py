@@ -30,7 +30,7 @@ from tensorgen.search.gc_relief import fewer_collections
 from tensorgen.search.mutations import Mutation
 from tensorgen.search.policy import SearchPolicy, state_key
 from tensorgen.search.rules import SketchRule
-from tensorgen.search.sketch import generate_sketches
+from tensorgen.search.sketch import SPACES
 from tensorgen.search.skips import Skips
 from tensorgen.task import SearchTask
 
@@ -58,8 +58,10 @@ class SketchConfig:
     prefilter: str | None = None
     prefilter_pool: int = 4
     prefilter_random: float = 0.1
+    space: str = "sketch"  # a name of search.sketch.SPACES
 
     def __post_init__(self) -> None:
+        SPACES.get(self.space)  # an unknown space is an error here
         if self.prefilter not in (None, "psa"):
             raise TuneError(f"prefilter must be 'psa' or None, not {self.prefilter!r}")
         if not (0 <= self.eps_greedy <= 1 and 0 <= self.seed_fraction and 0 <= self.prefilter_random <= 1
@@ -106,7 +108,8 @@ class SketchPolicy(SearchPolicy):
         self.extractor = extractor if extractor is not None else FeatureExtractor(task.hw)
         self.annotation = annotation or AnnotationPolicy()
         self.skips = skips if skips is not None else Skips()
-        self.sketches = list(sketches) if sketches is not None else generate_sketches(task, rules, skips=self.skips)
+        self.sketches = list(sketches) if sketches is not None \
+            else SPACES.create(config.space, task, rules, skips=self.skips)
         self.prefilter = StaticAnalyzer(task.hw) if config.prefilter == "psa" else None
         workers = config.workers if config.workers is not None else min(task.hw.cores, os.cpu_count() or 1)
         self.evolution = EvolutionarySearch(

@@ -9,7 +9,8 @@ command accept resolves here. Add your own without touching this module:
 
 A policy factory is called with the task, the session's cost model (policies that learn nothing ignore it), a
 seed and the Skips counter of failed search operations, then the user's `policy_options`. The task-scheduling
-strategies are registered in tuning.scheduler (STRATEGIES), next to the scheduler they drive.
+strategies are registered in tuning.scheduler (STRATEGIES), next to the scheduler they drive, and the search
+spaces in search.sketch (SPACES), next to the sketch generation.
 """
 
 from __future__ import annotations

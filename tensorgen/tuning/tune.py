@@ -156,11 +156,9 @@ def ablation_policy(name: str, task: SearchTask) -> tuple[str, dict[str, Any]]:
     if key == "no-fine-tuning":
         return "ansor", {"generations": 0}
     if key == "limited-space":
-        from tensorgen.search.rules import AlwaysInline, MultiLevelTiling, SkipStage
-        from tensorgen.search.sketch import generate_sketches
+        from tensorgen.search.sketch import SPACES
 
-        sketches = generate_sketches(task, rules=[AlwaysInline(), MultiLevelTiling(), SkipStage()])
-        return "ansor", {"sketches": sketches}
+        return "ansor", {"sketches": SPACES.create("limited", task)}
     if key == "uniform-tiles":
         from tensorgen.search.annotate import AnnotationPolicy
 
