@@ -57,7 +57,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def tune_model(args: argparse.Namespace) -> int:
-    """`tensorgen tune MODEL`: all tasks of the model under the task scheduler, into the database."""
+    """`tensorgen tune MODEL` (the tune command's arguments, its OP a model): all tasks of the model under the task
+    scheduler, into the database."""
     from tensorgen.graph.backend.tasks import extract_tasks
     from tensorgen.graph.load import load_graph
     from tensorgen.target import Target
@@ -65,7 +66,7 @@ def tune_model(args: argparse.Namespace) -> int:
     from tensorgen.tuning.scheduler import MODEL_MEASURE, SchedulerConfig, TaskScheduler
 
     shapes = parse_input_shapes([args.shape] if args.shape else [])
-    graph = load_graph(args.model if hasattr(args, "model") else args.op, batch=args.batch, input_shapes=shapes)
+    graph = load_graph(args.op, batch=args.batch, input_shapes=shapes)
     tasks = extract_tasks(graph, Target.parse(args.target))
     print(f"{graph.summary()}\n{len(tasks)} tasks; tuning {args.trials} trials into {args.db}")
     table = ProgressTable()
@@ -74,9 +75,8 @@ def tune_model(args: argparse.Namespace) -> int:
             strategy=args.strategy, round_trials=args.batch_size or 16, early_stopping=args.early_stopping,
             transfer=args.transfer))
     try:
-        prefilter = getattr(args, "prefilter", None)
         result = scheduler.tune(args.trials, db=args.db, policy=args.policy, cost_model=args.cost_model,
-                                policy_options={"prefilter": prefilter} if prefilter else None,
+                                policy_options={"prefilter": args.prefilter} if args.prefilter else None,
                                 measure=MODEL_MEASURE.on_ray(args.ray) if args.ray else None)
     finally:
         table.close()
@@ -84,7 +84,7 @@ def tune_model(args: argparse.Namespace) -> int:
     print(f"estimated end-to-end latency: {latency * 1e3:.3f} ms" if latency else
           "estimated end-to-end latency: - (some task has no valid program yet)")
     print(f"{result.trials} trials in {result.wall_s:.1f} s ({result.stopped})")
-    print(report_hint(args.db, args.model if hasattr(args, "model") else args.op, args.batch, args.shape))
+    print(report_hint(args.db, args.op, args.batch, args.shape))
     if result.skipped:
         print("skipped (search faults): " + ", ".join(f"{n} {k}" for k, n in result.skipped.items()))
     if args.json:

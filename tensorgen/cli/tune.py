@@ -198,7 +198,7 @@ def _tune(args: argparse.Namespace) -> int:
     name, config, dag = parse_workload(args.op, args.shape, args.batch)
     task = make_task(dag, Target.parse(args.target), desc=_desc(name, config, args.batch))
     policy, options = args.policy, {}
-    if getattr(args, "ablation", None):
+    if args.ablation:
         policy, options = ablation_policy(args.ablation, task)
     if args.prefilter:
         if policy != "ansor":
@@ -215,7 +215,7 @@ def _tune(args: argparse.Namespace) -> int:
     print(report_hint(args.db))
     if args.json:
         data = {**result.to_dict(), "op": name, "shape": list(config), "batch": args.batch, "policy": policy,
-                "ablation": getattr(args, "ablation", None), "prefilter": args.prefilter,
+                "ablation": args.ablation, "prefilter": args.prefilter,
                 "seed": args.seed, "db": args.db}
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=2)
