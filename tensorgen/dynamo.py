@@ -114,7 +114,7 @@ def _specialize(gm: Any, args: Sequence[Any], state: set[int], config: CompileOp
             raise
         LOGGER.warning("tensorgen compiles what it can of this graph and runs the rest in eager PyTorch: %s", e)
         run = _split(bound, tensors, config, _traces(gm))
-    return lambda *call: run(*(a for i, a in enumerate(call) if i not in fixed))
+    return _Rebound(run, sorted(fixed), len(args))
 
 
 class _Compiled(torch.nn.Module):
@@ -163,11 +163,13 @@ def _split(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], conf
 
 
 class _Rebound(torch.nn.Module):
-    """Drops the arguments at `constants` (module state, bound into the compiled graph) before calling `inner`."""
+    """Drops the arguments at `constants` (module state or sizes, bound into the compiled graph) before calling
+    `inner`."""
 
-    def __init__(self, inner: torch.nn.Module, constants: Sequence[int], n: int) -> None:
+    def __init__(self, inner: Callable, constants: Sequence[int], n: int) -> None:
         super().__init__()
-        self.inner, self.keep = inner, [i for i in range(n) if i not in set(constants)]
+        dropped = set(constants)
+        self.inner, self.keep = inner, [i for i in range(n) if i not in dropped]
 
     def forward(self, *args: torch.Tensor) -> Any:
         return self.inner(*(args[i] for i in self.keep))
