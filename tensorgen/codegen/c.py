@@ -20,7 +20,7 @@ from tensorgen.loopir.simplify import Ranges, bound
 from tensorgen.te.expr import BinOp, Call, Cast, Cmp, Const, Expr, Logic, Select, Var, infix, is_float
 
 CTYPES = {"float32": "float", "float64": "double", "int32": "int32_t", "int64": "int64_t",
-          "float16": "_Float16", "bool": "int"}
+          "float16": "_Float16", "bool": "uint8_t"}  # bool: one byte, as NumPy and DTYPE_BYTES hold it
 # bytes; larger local buffers go to the heap. GCC keeps a register tile's accumulators in registers
 # only in a stack array: in a heap buffer (a pointer) it loads and stores them around every FMA (a
 # 4x64 GMM tile with a 128 KB accumulator buffer ran at 92 GFLOP/s), so the limit is generous; threads

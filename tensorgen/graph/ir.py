@@ -87,6 +87,22 @@ class Graph:
                     users.setdefault(name, []).append(n)
         return users
 
+    def live_nodes(self) -> list[Node]:
+        """The nodes some of whose outputs reach a graph output, in order."""
+        needed, kept = set(self.outputs), []
+        for node in reversed(self.nodes):
+            if needed.intersection(node.outputs):
+                kept.append(node)
+                needed.update(x for x in node.inputs if x)
+        return kept[::-1]
+
+    def prune(self) -> Graph:
+        """Drop (in place) the values and constants that nothing refers to any more; returns self."""
+        live = {*self.inputs, *self.outputs, *(x for n in self.nodes for x in (*n.inputs, *n.outputs) if x)}
+        self.values = {k: v for k, v in self.values.items() if k in live}
+        self.constants = {k: v for k, v in self.constants.items() if k in live}
+        return self
+
     def is_constant(self, name: str) -> bool:
         return name in self.constants
 

@@ -35,7 +35,7 @@ HARNESS_FAILED = 3  # the harness's exit status when it fails itself (die(): dlo
 #: dtype -> (harness kind letter, numpy dtype of the bytes it writes)
 KINDS: dict[str, tuple[str, str]] = {
     "float32": ("f", "float32"), "float64": ("d", "float64"), "int32": ("i", "int32"),
-    "int64": ("l", "int64"), "float16": ("h", "float16"), "bool": ("i", "int32"),
+    "int64": ("l", "int64"), "float16": ("h", "float16"), "bool": ("b", "bool"),
 }
 
 #: Rewrites a model task's input before each timed call the way the kernel before it leaves it in a model:
@@ -98,7 +98,7 @@ static uint16_t to_half(float f) { /* normal numbers only; |f| < 2^-14 flushes t
   int e = (int)((x >> 23) & 0xff) - 127 + 15;
   return e <= 0 ? sign : (uint16_t)(sign | (e << 10) | ((x >> 13) & 0x3ff));
 }
-static size_t elem_size(char k) { return k == 'd' || k == 'l' ? 8 : k == 'h' ? 2 : 4; }
+static size_t elem_size(char k) { return k == 'd' || k == 'l' ? 8 : k == 'h' ? 2 : k == 'b' ? 1 : 4; }
 static void fill(void *p, char k, long n, uint64_t seed) {
   uint64_t s = seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
   for (long i = 0; i < n; i++) {
@@ -112,6 +112,7 @@ static void fill(void *p, char k, long n, uint64_t seed) {
          naive program does not, so every candidate of the task failed the correctness check */
       case 'l': ((int64_t *)p)[i] = 0; (void)u; break;
       case 'h': ((uint16_t *)p)[i] = to_half((float)u); break;
+      case 'b': ((uint8_t *)p)[i] = u > 0.0; break;
       default: die("unknown element kind", NULL);
     }
   }

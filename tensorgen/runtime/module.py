@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import RuntimeCallError
 
 #: Element types generated code may use (float16 is stored as uint16 on the C side).
-DTYPES: frozenset[str] = frozenset({"float32", "float64", "int32", "int64", "float16"})
+DTYPES: frozenset[str] = frozenset({"float32", "float64", "int32", "int64", "float16", "bool"})
 
 
 #: Alignment of the buffers kernels are tuned with (the measurement harness allocates them so, as

@@ -171,6 +171,31 @@ def test_tuned_records_are_used(tmp_path):
                for p, k in zip(profile, manifest["kernels"]))
 
 
+def test_a_boolean_mask_input_is_read_as_bytes(tmp_path):
+    """A bool graph input (an attention mask) crosses into kernels as NumPy holds it, one byte an element, both
+    when measured in tuning and in the built model; the output matches ONNX Runtime's."""
+    from tensorgen.tuning.tune import tune
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 8])
+    mask = helper.make_tensor_value_info("mask", TensorProto.BOOL, [2, 1, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 8])
+    minus_inf = helper.make_tensor("minus_inf", TensorProto.FLOAT, [], [-np.inf])
+    nodes = [helper.make_node("Where", ["mask", "x", "minus_inf"], ["scores"]),
+             helper.make_node("Softmax", ["scores"], ["y"], axis=-1)]
+    graph = helper.make_graph(nodes, "masked", [x, mask], [y], [minus_inf])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    db = SQLiteDatabase(tmp_path / "t.db")
+    for t in extract_tasks(load_graph(proto)):
+        result = tune(t.task, trials=3, db=db, policy="random", seed=1)
+        assert result.best_state is not None  # measured correct through the harness
+    feeds = random_inputs(proto)
+    feeds["mask"][..., 0] = True  # every row attends somewhere
+    model = CompiledModel(build_model(proto, tmp_path / "out", db=db), threads=2)
+    ours = model.run([feeds["x"], feeds["mask"]])[0]
+    ref = onnxruntime_runner(proto, load_graph(proto), 2)([feeds["x"], feeds["mask"]])[0]
+    np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-6)
+
+
 def test_tuned_conv_weights_are_repacked_at_build_time(tmp_path):
     """Records measured with a rewritten weight layout build with the weight repacked (Ansor §4.2)."""
     from tensorgen.schedule.layout_rewrite import plan_layout_rewrites

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tensorgen.codegen.c import CTYPES
-from tensorgen.graph.passes.fusion import Partition, kernel_dtype, kernel_nbytes, overwritable_input
+from tensorgen.graph.passes.fusion import Partition, overwritable_input
 
 ALIGN = 64
 
@@ -70,9 +70,9 @@ def plan_memory(part: Partition, in_place: set[str]) -> MemoryPlan:
         for name in sub.outputs:
             if name in in_place:
                 continue
-            size = _aligned(kernel_nbytes(graph, name))
+            size = _aligned(graph.value(name).nbytes)
             naive += size
-            if old is not None and size == _aligned(kernel_nbytes(graph, old)):
+            if old is not None and size == _aligned(graph.value(old).nbytes):
                 offsets[name] = offsets[old]
                 overwritten[k] = victim
                 handed.add(old)
@@ -86,7 +86,7 @@ def plan_memory(part: Partition, in_place: set[str]) -> MemoryPlan:
                 offsets[name], top = top, top + size
         for name in {root(n, n) for n in sub.inputs} | set(sub.outputs):
             if name in offsets and name not in handed and last_use.get(name, k) <= k:
-                free.append((offsets[name], _aligned(kernel_nbytes(graph, name))))
+                free.append((offsets[name], _aligned(graph.value(name).nbytes)))
                 free = _coalesce(free)
     return MemoryPlan(offsets, top, naive, overwritten)
 
@@ -111,7 +111,7 @@ def pack_weights(part: Partition) -> tuple[bytes, dict[str, int]]:
     read += [part.aliases.get(name, name) for name in graph.outputs]
     for name in read:
         if graph.is_constant(name) and name not in offsets:
-            data = np.ascontiguousarray(graph.constants[name], dtype=kernel_dtype(graph.value(name).dtype)).tobytes()
+            data = np.ascontiguousarray(graph.constants[name], dtype=graph.value(name).dtype).tobytes()
             offsets[name] = size
             chunks.append(data + bytes(_aligned(len(data)) - len(data)))
             size += _aligned(len(data))
@@ -128,7 +128,7 @@ def executor_source(part: Partition, kernel_names: list[str], weight_offsets: di
     where: dict[str, str] = {}  # root value -> C expression of its pointer
 
     def declare(name: str, expr: str, const: bool) -> None:
-        ctype = CTYPES[kernel_dtype(graph.value(name).dtype)]
+        ctype = CTYPES[graph.value(name).dtype]
         var = ident(name)
         lines.append(f"  {'const ' if const else ''}{ctype}* {var} = ({'const ' if const else ''}{ctype}*)({expr});")
         where[name] = var

@@ -216,7 +216,8 @@ def index_bounds(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) 
 def random_inputs(model: onnx.ModelProto, seed: int = 0,
                   input_shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, np.ndarray]:
     """A seeded feed for every input (`input_shapes` fixes symbolic dimensions): N(0, 1) floats, integers in
-    [0, bound) of what they index (index_bounds); GraphError saying how to pass real inputs for any other."""
+    [0, bound) of what they index (index_bounds), bools (masks) true or false alike; GraphError saying how to
+    pass real inputs for any other."""
     shapes = static_shapes(model, input_shapes)
     bounds = index_bounds(model, shapes)
     rng = np.random.default_rng(seed)
@@ -225,6 +226,8 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0,
         shape = shapes[spec.name]
         if np.issubdtype(spec.dtype, np.floating):
             feed[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
+        elif spec.dtype == np.bool_:
+            feed[spec.name] = rng.random(shape) < 0.5
         elif np.issubdtype(spec.dtype, np.integer) and spec.name in bounds:
             feed[spec.name] = rng.integers(0, bounds[spec.name], shape).astype(spec.dtype)
         else:

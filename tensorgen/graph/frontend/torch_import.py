@@ -38,7 +38,8 @@ def export_module(module: Any, example_inputs: Sequence[Any]) -> Any:
     """The Core ATen ExportedProgram of `module` in eval mode, traced with `example_inputs` (torch tensors).
 
     `aten._safe_softmax` (attention's softmax) is kept whole rather than decomposed into a mask computation on
-    the softmax's input; it becomes a plain Softmax (see torch_ops)."""
+    the softmax's input; it becomes a plain Softmax (see torch_ops). So is `scaled_dot_product_attention`,
+    whose decomposition scales q and k by sqrt(scale) each: converted whole, it is the ONNX exporters' graph."""
     if not isinstance(module, torch.nn.Module):
         raise GraphError(f"from_torch needs a torch.nn.Module, not {type(module).__name__}")
     inputs = tuple(example_inputs)
@@ -53,7 +54,8 @@ def export_module(module: Any, example_inputs: Sequence[Any]) -> Any:
         raise GraphError(f"torch.export cannot trace {type(module).__name__}: {type(e).__name__}: "
                          f"{' '.join(str(e).split())[:400]}") from None
     table = torch.export.default_decompositions()
-    table.pop(torch.ops.aten._safe_softmax.default, None)
+    for op in (torch.ops.aten._safe_softmax.default, torch.ops.aten.scaled_dot_product_attention.default):
+        table.pop(op, None)
     return exported.run_decompositions(table)
 
 
@@ -155,14 +157,15 @@ class TorchImport:
     def emit(self, op: str, inputs: Sequence[str], attrs: dict[str, Any] | None = None, *,
              shapes: Sequence[tuple[tuple[int, ...], str]], label: str = "") -> list[str]:
         """Add one IR node, normalized like an imported ONNX node; returns its output names. `shapes` are the
-        (shape, dtype) of its outputs."""
+        (shape, dtype) of its outputs. Float attributes are rounded to float32, as ONNX stores them."""
         name = self.unique(f"{op.lower()}")
+        attrs = {k: _as_onnx_attribute(v) for k, v in (attrs or {}).items()}
         outputs = []
         for shape, dtype in shapes:
             out = self.unique(f"{name}_out")
             self.state.values[out] = Value(out, tuple(int(d) for d in shape), dtype)
             outputs.append(out)
-        onnx_node = OnnxNode(name, label or f"node {name!r} ({op})", op, list(inputs), outputs, dict(attrs or {}),
+        onnx_node = OnnxNode(name, label or f"node {name!r} ({op})", op, list(inputs), outputs, attrs,
                              self.state)
         self.nodes.append(NORMALIZERS[op](onnx_node))
         return outputs
@@ -274,3 +277,12 @@ def _numpy(x: Any) -> np.ndarray:
     if isinstance(x, torch.Tensor):
         return x.detach().cpu().contiguous().numpy().copy()
     return np.asarray(x)
+
+
+def _as_onnx_attribute(value: Any) -> Any:
+    """A Python float as ONNX holds an attribute (float32), so both frontends compile the same constants."""
+    if isinstance(value, float):
+        return float(np.float32(value))
+    if isinstance(value, (list, tuple)) and any(isinstance(v, float) for v in value):
+        return type(value)(_as_onnx_attribute(v) for v in value)
+    return value

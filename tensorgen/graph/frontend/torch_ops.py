@@ -251,6 +251,52 @@ def _layer_norm(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> 
     return (out, *(None,) * (len(shapes) - 1))
 
 
+@converts("aten.scaled_dot_product_attention")
+def _attention(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
+    """softmax(q @ k^T * scale + mask) @ v, written as ONNX exporters write BERT's attention: the default scale
+    as a division by sqrt(head size). A boolean mask (or is_causal) adds -inf where attention is not allowed."""
+    shape, dtype = _single(shapes)
+    q, k, v = (operand(cx, x, dtype) for x in args[:3])
+    mask, dropout = arg(args, kwargs, 3, "attn_mask"), float(arg(args, kwargs, 4, "dropout_p", 0.0))
+    causal, scale = bool(arg(args, kwargs, 5, "is_causal", False)), arg(args, kwargs, 6, "scale")
+    q_shape, k_shape = cx.value(q).shape, cx.value(k).shape
+    if dropout or kwargs.get("enable_gqa") or q_shape[:-2] != k_shape[:-2]:
+        raise ConvertError("attention with dropout or grouped query heads is not supported")
+    rank, (length, size), keys = len(q_shape), q_shape[-2:], k_shape[-2]
+    scores_shape = (*q_shape[:-2], length, keys)
+    (k_t,) = cx.emit("Transpose", [k], {"perm": [*range(rank - 2), rank - 1, rank - 2]},
+                     shapes=[((*k_shape[:-2], size, keys), dtype)])
+    (scores,) = cx.emit("MatMul", [q, k_t], shapes=[(scores_shape, dtype)])
+    if scale is None:
+        (scores,) = cx.emit("Div", [scores, cx.tensor(np.array(np.sqrt(size), dtype))], shapes=[(scores_shape, dtype)])
+    else:
+        (scores,) = cx.emit("Mul", [scores, cx.tensor(np.array(scale, dtype))], shapes=[(scores_shape, dtype)])
+    bias = _attention_bias(cx, mask, causal, length, keys, dtype)
+    if bias is not None:
+        (scores,) = cx.emit("Add", [scores, bias], shapes=[(scores_shape, dtype)])
+    (probs,) = cx.emit("Softmax", [scores], {"axis": -1}, shapes=[(scores_shape, dtype)])
+    return cx.emit("MatMul", [probs, v], shapes=[(shape, dtype)])[0]
+
+
+def _attention_bias(cx: Emitter, mask: Any, causal: bool, length: int, keys: int, dtype: str) -> str | None:
+    """What attention adds to its scores: a float mask itself; a boolean one (True: may attend) as 0 / -inf."""
+    if causal:
+        if mask is not None:
+            raise ConvertError("attention with both attn_mask and is_causal is not supported")
+        allowed = np.tril(np.ones((length, keys), bool))
+        return cx.tensor(np.where(allowed, 0.0, -np.inf).astype(dtype))
+    if mask is None:
+        return None
+    if not cx.is_runtime(mask) and np.asarray(mask).dtype == np.bool_:
+        return cx.tensor(np.where(np.asarray(mask), 0.0, -np.inf).astype(dtype))
+    if cx.is_runtime(mask) and cx.value(cx.tensor(mask)).dtype == "bool":
+        name = cx.tensor(mask)
+        shape = cx.value(name).shape
+        zero, minus_inf = cx.tensor(np.array(0.0, dtype)), cx.tensor(np.array(-np.inf, dtype))
+        return cx.emit("Where", [name, zero, minus_inf], shapes=[(shape, dtype)])[0]
+    return operand(cx, mask, dtype)
+
+
 @converts("aten._softmax", "aten._safe_softmax")
 def _softmax(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
     """`_safe_softmax` becomes a plain Softmax. They differ only on a row whose every input is -inf (a query that

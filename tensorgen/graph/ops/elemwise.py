@@ -143,7 +143,7 @@ def _pow(node: Node, args: Args) -> list[Tensor]:
 
 @lowering("Where", kind="elemwise")
 def _where(node: Node, args: Args) -> list[Tensor]:
-    """The condition may be bool, or int (non-zero is true) where an executor carries bools as ints."""
+    """The condition may be bool, or an integer (non-zero is true)."""
     dtype = args.out(0).dtype
     cond, x, y = args.tensor(0), operand(args, 1, dtype), operand(args, 2, dtype)
 

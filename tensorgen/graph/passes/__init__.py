@@ -16,18 +16,11 @@ import numpy as np
 from tensorgen.graph.frontend.normalize import add_constant
 from tensorgen.graph.frontend.onnx_export import evaluate_node
 from tensorgen.graph.ir import Graph, GraphError, Node
+from tensorgen.graph.passes.canonical import canonicalize
 
 IDENTITY_OPS = frozenset({"Identity", "Dropout"})
 # ops whose output is their input's data, row-major, under another shape
 RESHAPE_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
-
-
-def _pruned(g: Graph) -> Graph:
-    """`g` without the values and constants that nothing refers to any more."""
-    live = {*g.inputs, *g.outputs, *(x for n in g.nodes for x in (*n.inputs, *n.outputs) if x)}
-    g.values = {k: v for k, v in g.values.items() if k in live}
-    g.constants = {k: v for k, v in g.constants.items() if k in live}
-    return g
 
 
 def fold_constants(graph: Graph) -> Graph:
@@ -44,7 +37,7 @@ def fold_constants(graph: Graph) -> Graph:
                 raise GraphError(f"{node}: folding gave output {name!r} shape {array.shape}, expected {value.shape}")
             g.constants[name] = array.astype(value.dtype, copy=False)
     g.nodes = kept
-    return _pruned(g)
+    return g.prune()
 
 
 def remove_identities(graph: Graph) -> Graph:
@@ -73,7 +66,7 @@ def remove_identities(graph: Graph) -> Graph:
                 continue
         kept.append(node)
     g.nodes = [_renamed(n, find) for n in kept]
-    return _pruned(g)
+    return g.prune()
 
 
 def _renamed(node: Node, find: Callable[[str], str]) -> Node:
@@ -84,13 +77,8 @@ def _renamed(node: Node, find: Callable[[str], str]) -> Node:
 def eliminate_dead_code(graph: Graph) -> Graph:
     """Drop nodes none of whose outputs reach a graph output."""
     g = graph.copy()
-    needed, kept = set(g.outputs), []
-    for node in reversed(g.nodes):
-        if needed.intersection(node.outputs):
-            kept.append(node)
-            needed.update(x for x in node.inputs if x)
-    g.nodes = kept[::-1]
-    return _pruned(g)
+    g.nodes = g.live_nodes()
+    return g.prune()
 
 
 # --------------------------------------------------------------------------------- batch norm folding
@@ -201,7 +189,7 @@ def fold_batch_norm(graph: Graph) -> Graph:
         replacements = folder(g, producer, scale, beta - mean * scale, bn) if folder else None
         if replacements is not None:
             g.nodes = [r for n in g.nodes if n is not bn for r in replacements.get(n.name, [n])]
-    return _pruned(g)
+    return g.prune()
 
 
 # ------------------------------------------------------------------------- no-ops, reshape / transpose chains
@@ -247,11 +235,12 @@ def simplify_reshapes(graph: Graph) -> Graph:
         nodes.append(node)
         producer.update(dict.fromkeys(node.outputs, node))
     g.nodes = nodes
-    return _pruned(g)
+    return g.prune()
 
 
 PASSES: tuple[Callable[[Graph], Graph], ...] = (
-    fold_constants, remove_identities, fold_batch_norm, simplify_reshapes, remove_noops, eliminate_dead_code)
+    fold_constants, remove_identities, fold_batch_norm, simplify_reshapes, remove_noops, canonicalize,
+    simplify_reshapes, remove_noops, eliminate_dead_code)
 
 
 def optimize(graph: Graph, passes: Sequence[Callable[[Graph], Graph]] = PASSES) -> Graph:

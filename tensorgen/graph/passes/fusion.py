@@ -17,8 +17,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from tensorgen.dag import ComputeDAG, topological
 from tensorgen.graph.ir import Graph, GraphError, Node
 from tensorgen.graph.ops import lower_node, op_kind
@@ -30,17 +28,6 @@ from tensorgen.te.tensor import Tensor, placeholder
 ALIAS_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 # which group kinds a node of each kind may join (the group's kind is its first node's)
 JOINS = {"elemwise": {"compute", "elemwise", "injective", "reduce"}, "injective": {"elemwise", "injective"}}
-
-
-def kernel_dtype(dtype: str) -> str:
-    """How a value is passed to kernels: bool (masks) as int32, since C has no 1-byte bool arrays here."""
-    return "int32" if dtype == "bool" else dtype
-
-
-def kernel_nbytes(graph: Graph, name: str) -> int:
-    """Bytes of a value as kernels hold it (a bool mask takes 4 per element, see kernel_dtype)."""
-    value = graph.value(name)
-    return value.size * np.dtype(kernel_dtype(value.dtype)).itemsize
 
 
 @dataclass
@@ -139,7 +126,7 @@ def _finish(group: Subgraph, graph: Graph, users: dict[str, list[Node]], outputs
     def tensor_of(name: str) -> Tensor:
         if name not in tensors:
             value = graph.value(name)
-            dtype = kernel_dtype(value.dtype)
+            dtype = value.dtype
             if dtype not in KERNEL_DTYPES:
                 raise GraphError(f"{_reader(group, name)} reads {name!r} of type {value.dtype}; values passed "
                                  f"between kernels must be one of {', '.join(sorted(KERNEL_DTYPES))}")
@@ -185,7 +172,7 @@ def overwritable_input(group: Subgraph, graph: Graph) -> str | None:
             break
         tail.add(id(node))
     for name in group.inputs:
-        same = graph.value(name).shape == out.shape and kernel_nbytes(graph, name) == kernel_nbytes(graph, out.name)
+        same = graph.value(name).shape == out.shape and graph.value(name).nbytes == out.nbytes
         if same and not graph.is_constant(name) and all(id(n) in tail for n in group.nodes if name in n.inputs):
             return name
     return None

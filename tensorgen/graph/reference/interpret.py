@@ -16,10 +16,6 @@ from tensorgen.te.tensor import Tensor, placeholder
 # every constant a lowering specialized on, so nodes that lower to the same program compile once.
 _COMPILED: dict[str, CompiledFunction] = {}
 
-# The kernel ABI has no bool arrays: bools cross it as int32 (lowerings accept either as a condition).
-_CARRIER = {"bool": "int32"}
-
-
 def run_nodewise(graph: Graph, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The graph outputs for `inputs` (by graph input name), executing one compiled kernel per node."""
     graph.validate()
@@ -54,8 +50,7 @@ def _run_node(node: Node, graph: Graph, env: dict[str, np.ndarray]) -> dict[str,
     def tensor_of(name: str) -> Tensor:
         if name not in tensors:
             value = graph.value(name)
-            dtype = _CARRIER.get(value.dtype, value.dtype)
-            tensors[name] = placeholder(te_shape(value.shape), dtype, f"input{len(feeds)}")
+            tensors[name] = placeholder(te_shape(value.shape), value.dtype, f"input{len(feeds)}")
             feeds.append(name)
         return tensors[name]
 
