@@ -175,7 +175,7 @@ class LocalRunner(Runner):
     timeout_factor: float = 0.0  # > 0: candidates this many times slower than the fastest are killed (run_timeout)
     guard: ErrorGuard | None = field(default_factory=ErrorGuard)
     _exe: Path | None = field(default=None, init=False, repr=False)
-    _references: dict[str, list[np.ndarray] | str] = field(default_factory=dict, init=False, repr=False)
+    _references: dict[tuple[str, str], list[np.ndarray] | str] = field(default_factory=dict, init=False, repr=False)
     _fastest: dict[str, float] = field(default_factory=dict, init=False, repr=False)  # task key -> best cost
 
     def run(self, inputs: list[MeasureInput], build_results: list[BuildResult]) -> list[MeasureResult]:
@@ -237,7 +237,7 @@ class LocalRunner(Runner):
         if br.path is None:
             return MeasureResult((), ErrorKind.UNKNOWN, "build reported success but no shared object",
                                  br.build_seconds)
-        dag = inp.task.dag
+        dag = inp.state.dag  # the task's, or its laid-out form (schedule.layout): the arguments in their layouts
         with tempfile.TemporaryDirectory(prefix="tensorgen-run-") as tmp:
             out_path = os.path.join(tmp, "outputs.bin") if self.check_correctness else None
             timeout = self.timeout_for(inp.task)
@@ -248,7 +248,7 @@ class LocalRunner(Runner):
             if error is not None:
                 return MeasureResult((), error[0], error[1], all_cost)
             if out_path is not None:
-                refs = self.reference(inp.task)
+                refs = self.reference(inp.task, dag)
                 if isinstance(refs, str):
                     return MeasureResult((), ErrorKind.UNKNOWN, f"cannot check correctness: {refs}", all_cost)
                 names = [t.name for t in dag.outputs]
@@ -262,25 +262,28 @@ class LocalRunner(Runner):
             self._exe = harness_executable()
         return self._exe
 
-    def reference(self, task: SearchTask) -> list[np.ndarray] | str:
-        """Outputs of the naive program on the harness inputs (cached per task), or why there are none."""
-        if task.key not in self._references:
-            self._references[task.key] = self._compute_reference(task)
-        return self._references[task.key]
+    def reference(self, task: SearchTask, dag: ComputeDAG | None = None) -> list[np.ndarray] | str:
+        """Outputs of the naive program of `dag` (the task's own by default) on the harness inputs (cached per
+        task and DAG), or why there are none."""
+        dag = dag if dag is not None else task.dag
+        key = (task.key, dag.workload_key)
+        if key not in self._references:
+            self._references[key] = self._compute_reference(task, dag)
+        return self._references[key]
 
-    def _compute_reference(self, task: SearchTask) -> list[np.ndarray] | str:
+    def _compute_reference(self, task: SearchTask, dag: ComputeDAG) -> list[np.ndarray] | str:
         try:
-            so = compile_state(reference_state(task.dag), backend_for(task.target, task.hw), KERNEL_NAME).path
+            so = compile_state(reference_state(dag), backend_for(task.target, task.hw), KERNEL_NAME).path
         except ToolchainError:
             raise  # the environment, not this task: the run stops with it
         except CompileError as err:
             return f"the naive reference program does not compile: {err.first_error()}"
         with tempfile.TemporaryDirectory(prefix="tensorgen-ref-") as tmp:
             out_path = os.path.join(tmp, "outputs.bin")
-            timeout = max(self.reference_timeout, task.dag.flop_count / REFERENCE_FLOPS)
-            run = run_harness(self.executable(), str(so), KERNEL_NAME, arg_specs(task.dag),
+            timeout = max(self.reference_timeout, dag.flop_count / REFERENCE_FLOPS)
+            run = run_harness(self.executable(), str(so), KERNEL_NAME, arg_specs(dag),
                               self.config(task, number=1, repeat=1), timeout, out_path)
             error = classify_run(run, timeout, 1)
             if error is not None:
                 return f"the naive reference program failed ({error[0].value}): {error[1]}"
-            return [a.copy() for a in read_outputs(task.dag, out_path)]
+            return [a.copy() for a in read_outputs(dag, out_path)]

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from tensorgen.dag import ComputeDAG
 from tensorgen.errors import ScheduleError
+from tensorgen.schedule.layout import LayoutPrimitive, TransformLayoutStep
 from tensorgen.schedule.packing import PackLayoutStep
 from tensorgen.schedule.stage import Stage, make_stage, producers_of
 from tensorgen.schedule.steps import (
@@ -41,19 +42,21 @@ class State:
 
     def __init__(self, dag: ComputeDAG | Tensor | Sequence[Tensor]):
         self.dag = dag if isinstance(dag, ComputeDAG) else ComputeDAG(dag)
+        self.source = self.dag  # what the steps replay from: `dag` differs after a layout step (schedule.layout)
         self.stages: tuple[Stage, ...] = tuple(make_stage(t) for t in self.dag.tensors)
         self.steps: tuple[Step, ...] = ()
 
     # ---- core ----------------------------------------------------------------------------
 
     def apply(self, step: Step) -> State:
-        self.stages = step.apply(self)
+        stages, dag = step.apply(self), step.new_dag(self)
+        self.stages, self.dag = stages, dag if dag is not None else self.dag
         self.steps = self.steps + (step,)
         return self
 
     def copy(self) -> State:
         new = State.__new__(State)
-        new.dag, new.stages, new.steps = self.dag, self.stages, self.steps
+        new.dag, new.source, new.stages, new.steps = self.dag, self.source, self.stages, self.steps
         return new
 
     @classmethod
@@ -82,7 +85,7 @@ class State:
         return hash((self.dag.workload_key, self.steps))
 
     def __str__(self) -> str:
-        lines, replay = [], State(self.dag)
+        lines, replay = [], State(self.source)
         for step in self.steps:
             lines.append(step.to_python(replay))
             replay.apply(step)
@@ -192,6 +195,10 @@ class State:
 
     def cache_write(self, stage: StageRef, scope: str = "local"):
         return self.apply(CacheWriteStep(self.stage_id(stage), scope))
+
+    def transform_layout(self, stage: StageRef, primitives: Sequence[LayoutPrimitive]):
+        """Store tensor `stage` in the layout `primitives` make (schedule.layout): before any loop step."""
+        return self.apply(TransformLayoutStep(self.stage_id(stage), tuple(p.to_json() for p in primitives)))
 
     def pack_layout(self, stage: StageRef, reader: StageRef):
         return self.apply(PackLayoutStep(self.stage_id(stage), self.stage_id(reader)))

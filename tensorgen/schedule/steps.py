@@ -18,6 +18,7 @@ from tensorgen.te.expr import Load, Reduce, Var, all_of, substitute, transform
 from tensorgen.te.tensor import Tensor
 
 if TYPE_CHECKING:
+    from tensorgen.dag import ComputeDAG
     from tensorgen.schedule.state import State
 
 STEP_TYPES: dict[str, type[Step]] = {}
@@ -38,6 +39,10 @@ class Step:
     def apply(self, state: State) -> tuple[Stage, ...]:
         """The stages after this step; must not modify `state`."""
         raise NotImplementedError
+
+    def new_dag(self, state: State) -> ComputeDAG | None:
+        """The DAG the state computes after this step, when the step changes it (a tensor's layout); else None."""
+        return None
 
     def to_json(self) -> list:
         return [self.code, *(list(v) if isinstance(v, tuple) else v for v in astuple(self))]

@@ -89,7 +89,7 @@ class LazyState(State):
 
 def _plain_state(dag, steps: Steps, stages) -> State:
     state = State.__new__(State)
-    state.dag, state.steps, state.stages = dag, steps, stages
+    state.dag, state.source, state.steps, state.stages = dag, dag, steps, stages  # a search state: no layout step
     return state
 
 

@@ -1,0 +1,506 @@
+"""Data layouts as compositions of layout primitives (ALT §4.1): split, reorder, fuse, unfold, pad and their
+inverses (fuse, reorder, split, fold, unpad).
+
+A primitive transforms a tensor's layout, not a loop nest. A `Layout` is what a sequence of primitives makes of a
+tensor of `shape`: its new dimensions, outer to inner, each a mixed-radix number whose digits (`Part`s) are
+`(original dim // place) % extent`. Split, reorder and fuse regroup digits (a bijection: every element once);
+pad lengthens a digit past its dimension (the extra elements read as zero); unfold makes two overlapping digits
+of one dimension, tile index `t` and offset `b` with `i = t * stride + b` (an element in several tiles: the
+sliding-window input of a convolution cut into tiles that overlap by the window).
+
+`source_index` maps a new-layout index back to the element it holds (with `in_bounds`, false on padding):
+how a stage computes a tensor in its new layout. `index` maps an element to its new-layout place: how a reader
+reads it (an unfolded dimension needs the reader's tile, `tiles={dim: tile index}`). `pack` and `unpack` do the
+same to NumPy arrays (constants at build time, test oracles).
+
+Primitives are small registered dataclasses (`LAYOUT_PRIMITIVES`), replayable from JSON and printed as Python,
+like the loop steps: `split(1, [4, 16])`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import astuple, dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+from tensorgen.dag import ComputeDAG
+from tensorgen.errors import ScheduleError
+from tensorgen.schedule.stage import Stage, make_stage
+from tensorgen.schedule.steps import Step, call_line, register_step, stage_at
+from tensorgen.te.expr import Expr, ExprLike, Load, Var, all_of, as_expr, cmp, const, substitute, transform
+from tensorgen.te.tensor import Tensor
+
+if TYPE_CHECKING:
+    from tensorgen.schedule.state import State
+
+
+@dataclass(frozen=True)
+class Part:
+    """One digit of a new dimension: `(i[dim] // place) % extent` of original index `i`. An unfold's tile
+    digit has `window` > 0, the tile size: its dimension's other digit is the offset in the tile."""
+
+    dim: int
+    place: int
+    extent: int
+    window: int = 0
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A tensor of `shape` laid out as `dims`: new dimensions outer to inner, each its digits outer to inner."""
+
+    shape: tuple[int, ...]
+    dims: tuple[tuple[Part, ...], ...]
+
+    @classmethod
+    def identity(cls, shape: Sequence[int]) -> Layout:
+        shape = tuple(int(n) for n in shape)
+        return cls(shape, tuple((Part(d, 1, n),) if n > 1 else () for d, n in enumerate(shape)))
+
+    @classmethod
+    def of(cls, shape: Sequence[int], primitives: Sequence[LayoutPrimitive]) -> Layout:
+        layout = cls.identity(shape)
+        for p in primitives:
+            layout = p.apply(layout)
+        return layout
+
+    @property
+    def new_shape(self) -> tuple[int, ...]:
+        return tuple(math.prod(p.extent for p in parts) for parts in self.dims)
+
+    @property
+    def is_identity(self) -> bool:
+        return self.new_shape == self.shape and self.dims == Layout.identity(self.shape).dims
+
+    @property
+    def is_padded(self) -> bool:
+        """Whether some new-layout places hold no element (padding, or an unfold's last tile past the end)."""
+        return any(self._reach(d) > n for d, n in enumerate(self.shape))
+
+    @property
+    def overlaps(self) -> bool:
+        """Whether an element has several places (an unfold)."""
+        return any(p.window for parts in self.dims for p in parts)
+
+    def _digits(self, d: int) -> list[tuple[int, int, Part]]:
+        """Dimension d's digits as (new dimension, position in it, part)."""
+        return [(g, k, p) for g, parts in enumerate(self.dims) for k, p in enumerate(parts) if p.dim == d]
+
+    def _reach(self, d: int) -> int:
+        """One past the largest index of dimension d that a new-layout place points to."""
+        return sum((p.extent - 1) * p.place for _, _, p in self._digits(d)) + 1
+
+    # ---- index maps -------------------------------------------------------------------------------------
+
+    def source_index(self, axes: Sequence[ExprLike]) -> tuple[Expr, ...]:
+        """The original index of the element at new-layout index `axes`."""
+        terms: list[Expr] = [const(0)] * len(self.shape)
+        for parts, axis in zip(self.dims, axes, strict=True):
+            axis, inner = as_expr(axis), math.prod(p.extent for p in parts)
+            for k, p in enumerate(parts):
+                inner //= p.extent
+                digit = axis // inner if inner > 1 else axis
+                digit = digit % p.extent if k > 0 else digit  # the outermost digit is below its extent already
+                terms[p.dim] = terms[p.dim] + (digit * p.place if p.place != 1 else digit)
+        return tuple(terms)
+
+    def in_bounds(self, axes: Sequence[ExprLike]) -> Expr | None:
+        """The condition that new-layout index `axes` holds an element (None: every place does)."""
+        src = self.source_index(axes)
+        conds = [cmp("lt", src[d], n) for d, n in enumerate(self.shape) if self._reach(d) > n]
+        return all_of(*conds) if conds else None
+
+    def index(self, indices: Sequence[ExprLike], tiles: Mapping[int, ExprLike] | None = None) -> tuple[Expr, ...]:
+        """The new-layout index of the element at original `indices`. For an unfolded dimension d the reader
+        names its tile, `tiles[d]` (the element is in several)."""
+        indices = [as_expr(i) for i in indices]
+        if len(indices) != len(self.shape):
+            raise ScheduleError(f"layout of a {len(self.shape)}-d tensor indexed with {len(indices)} indices")
+        digit: dict[tuple[int, int], Expr] = {}
+        for d in range(len(self.shape)):
+            digits = self._digits(d)
+            tile = next(((g, k, p) for g, k, p in digits if p.window), None)
+            if tile is not None:
+                if not tiles or d not in tiles:
+                    raise ScheduleError(f"dimension {d} is unfolded: reading it needs the reader's tile")
+                (g, k, p), t = tile, as_expr(tiles[d])
+                digit[g, k] = t
+                digit.update({(g2, k2): indices[d] - t * p.place for g2, k2, _ in digits if (g2, k2) != (g, k)})
+                continue
+            outermost = max(digits, key=lambda x: x[2].place, default=None)
+            for g, k, p in digits:
+                e = indices[d] // p.place if p.place != 1 else indices[d]
+                digit[g, k] = e if (g, k, p) == outermost else e % p.extent
+        out = []
+        for g, parts in enumerate(self.dims):
+            value: Expr = const(0)
+            inner = 1
+            for k in reversed(range(len(parts))):
+                value = digit[g, k] * inner + value if inner != 1 else digit[g, k] + value
+                inner *= parts[k].extent
+            out.append(value)
+        return tuple(out)
+
+    # ---- arrays -----------------------------------------------------------------------------------------
+
+    def _sources(self) -> tuple[np.ndarray, np.ndarray]:
+        """For every new-layout place (row-major), its original flat index and whether it holds an element."""
+        grid = np.indices(self.new_shape, dtype=np.int64).reshape(len(self.new_shape), -1)
+        src = [np.zeros(grid.shape[1], np.int64) for _ in self.shape]
+        for parts, axis in zip(self.dims, grid):
+            inner = math.prod(p.extent for p in parts)
+            for p in parts:
+                inner //= p.extent
+                src[p.dim] += (axis // inner) % p.extent * p.place
+        valid = np.ones(grid.shape[1], bool)
+        for d, n in enumerate(self.shape):
+            valid &= src[d] < n
+        flat = np.ravel_multi_index([np.minimum(s, n - 1) for s, n in zip(src, self.shape)], self.shape) \
+            if self.shape else np.zeros(grid.shape[1], np.int64)
+        return flat, valid
+
+    def pack(self, array: np.ndarray) -> np.ndarray:
+        """`array` (its own layout) in this layout; padding places hold 0."""
+        if tuple(array.shape) != self.shape:
+            raise ScheduleError(f"layout for shape {list(self.shape)} applied to an array of {list(array.shape)}")
+        flat, valid = self._sources()
+        return np.where(valid, array.reshape(-1)[flat], 0).astype(array.dtype).reshape(self.new_shape)
+
+    def unpack(self, packed: np.ndarray) -> np.ndarray:
+        """The array in its own layout from `packed` (this layout): the inverse of pack."""
+        if tuple(packed.shape) != self.new_shape:
+            raise ScheduleError(f"layout of shape {list(self.new_shape)} unpacks an array of {list(packed.shape)}")
+        flat, valid = self._sources()
+        out = np.zeros(math.prod(self.shape), packed.dtype)
+        out[flat[valid]] = packed.reshape(-1)[valid]
+        return out.reshape(self.shape)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# primitives
+
+LAYOUT_PRIMITIVES: dict[str, type[LayoutPrimitive]] = {}
+
+
+def layout_primitive(cls: type[LayoutPrimitive]) -> type[LayoutPrimitive]:
+    """Register a primitive by its `name` (JSON records and printed programs name it)."""
+    LAYOUT_PRIMITIVES[cls.name] = cls
+    return cls
+
+
+@dataclass(frozen=True)
+class LayoutPrimitive:
+    name: ClassVar[str] = ""
+
+    def apply(self, layout: Layout) -> Layout:
+        raise NotImplementedError
+
+    def inverse(self, before: Layout) -> LayoutPrimitive:
+        """The primitive that takes `self.apply(before)` back to `before`'s shape."""
+        raise NotImplementedError
+
+    def to_json(self) -> list:
+        return [self.name, *(list(v) if isinstance(v, tuple) else v for v in astuple(self))]
+
+    @staticmethod
+    def from_json(record: Sequence) -> LayoutPrimitive:
+        name, *fields = record
+        if name not in LAYOUT_PRIMITIVES:
+            raise ScheduleError(f"unknown layout primitive {name!r}; known: {sorted(LAYOUT_PRIMITIVES)}")
+        return LAYOUT_PRIMITIVES[name](*(tuple(f) if isinstance(f, list) else f for f in fields))
+
+    def to_python(self) -> str:
+        return f"{self.name}({', '.join(repr(list(v) if isinstance(v, tuple) else v) for v in astuple(self))})"
+
+
+def _dim(layout: Layout, dim: int, what: str) -> tuple[Part, ...]:
+    if not 0 <= dim < len(layout.dims):
+        raise ScheduleError(f"{what}: dimension {dim} of a {len(layout.dims)}-d layout")
+    return layout.dims[dim]
+
+
+def _replace(layout: Layout, start: int, stop: int, new: Sequence[tuple[Part, ...]]) -> Layout:
+    return Layout(layout.shape, layout.dims[:start] + tuple(new) + layout.dims[stop:])
+
+
+@layout_primitive
+@dataclass(frozen=True)
+class Split(LayoutPrimitive):
+    """Dimension `dim` into dimensions of `factors` (outer to inner; their product is its extent)."""
+
+    name: ClassVar[str] = "split"
+    dim: int
+    factors: tuple[int, ...]
+
+    def apply(self, layout: Layout) -> Layout:
+        parts = list(_dim(layout, self.dim, "split"))
+        extent = math.prod(p.extent for p in parts)
+        if not self.factors or any(f < 1 for f in self.factors) or math.prod(self.factors) != extent:
+            raise ScheduleError(f"split of dimension {self.dim} ({extent}) into {list(self.factors)}: "
+                                f"the factors must multiply to {extent}")
+        groups: list[tuple[Part, ...]] = []
+        for f in reversed(self.factors):
+            taken: list[Part] = []
+            while f > 1:
+                p = parts.pop()
+                if f % p.extent == 0:
+                    taken.insert(0, p)
+                    f //= p.extent
+                elif p.extent % f == 0 and not _unfolded(layout, p.dim):
+                    parts.append(Part(p.dim, p.place * f, p.extent // f))
+                    taken.insert(0, Part(p.dim, p.place, f))
+                    f = 1
+                else:
+                    raise ScheduleError(f"split of dimension {self.dim} into {list(self.factors)} cuts a digit of "
+                                        f"extent {p.extent} by {f}: split it so that one divides the other "
+                                        f"(and an unfolded dimension's tiles not at all)")
+            groups.insert(0, tuple(taken))
+        groups[0] = (*parts, *groups[0])  # digits of extent 1 left over stay (an unfold's single tile)
+        return _replace(layout, self.dim, self.dim + 1, groups)
+
+    def inverse(self, before: Layout) -> LayoutPrimitive:
+        return Fuse(self.dim, self.dim + len(self.factors) - 1)
+
+
+@layout_primitive
+@dataclass(frozen=True)
+class Reorder(LayoutPrimitive):
+    """New dimension k is old dimension perm[k]."""
+
+    name: ClassVar[str] = "reorder"
+    perm: tuple[int, ...]
+
+    def apply(self, layout: Layout) -> Layout:
+        if sorted(self.perm) != list(range(len(layout.dims))):
+            raise ScheduleError(f"reorder {list(self.perm)} is no permutation of {len(layout.dims)} dimensions")
+        return Layout(layout.shape, tuple(layout.dims[p] for p in self.perm))
+
+    def inverse(self, before: Layout) -> LayoutPrimitive:
+        return Reorder(tuple(int(i) for i in np.argsort(self.perm)))
+
+
+@layout_primitive
+@dataclass(frozen=True)
+class Fuse(LayoutPrimitive):
+    """Dimensions first..last (adjacent, inclusive) into one."""
+
+    name: ClassVar[str] = "fuse"
+    first: int
+    last: int
+
+    def apply(self, layout: Layout) -> Layout:
+        if not 0 <= self.first <= self.last < len(layout.dims):
+            raise ScheduleError(f"fuse {self.first}..{self.last} of a {len(layout.dims)}-d layout")
+        merged: list[Part] = []
+        for p in (p for parts in layout.dims[self.first:self.last + 1] for p in parts):
+            outer = merged[-1] if merged else None
+            if outer and outer.dim == p.dim and not outer.window and outer.place == p.place * p.extent:
+                merged[-1] = Part(p.dim, p.place, p.extent * outer.extent)  # adjacent digits: one again
+            else:
+                merged.append(p)
+        return _replace(layout, self.first, self.last + 1, [tuple(merged)])
+
+    def inverse(self, before: Layout) -> LayoutPrimitive:
+        return Split(self.first, before.new_shape[self.first:self.last + 1])
+
+
+def _unfolded(layout: Layout, d: int) -> bool:
+    return any(p.window and p.dim == d for parts in layout.dims for p in parts)
+
+
+def _whole(layout: Layout, dim: int, what: str) -> Part:
+    """Dimension `dim` when it is one digit holding its original dimension from place 1 (unsplit, unfused)."""
+    parts = _dim(layout, dim, what)
+    if len(parts) != 1 or len(layout._digits(parts[0].dim)) != 1:
+        raise ScheduleError(f"{what} applies to a dimension that is not split, fused or unfolded; "
+                            f"dimension {dim} is")
+    return parts[0]
+
+
+@layout_primitive
+@dataclass(frozen=True)
+class Unfold(LayoutPrimitive):
+    """Dimension `dim` (D) into overlapping tiles: (ceil((D - tile) / stride) + 1, tile), tile t holding elements
+    t * stride .. t * stride + tile - 1 (ALT's overlapped tiling of a convolution's input)."""
+
+    name: ClassVar[str] = "unfold"
+    dim: int
+    tile: int
+    stride: int
+
+    def apply(self, layout: Layout) -> Layout:
+        p = _whole(layout, self.dim, "unfold")
+        if not 1 <= self.stride < self.tile <= p.extent:
+            raise ScheduleError(f"unfold of dimension {self.dim} ({p.extent}): need 1 <= stride ({self.stride}) "
+                                f"< tile ({self.tile}) <= {p.extent} (tiles that do not overlap are a split)")
+        tiles = -(-(p.extent - self.tile) // self.stride) + 1
+        return _replace(layout, self.dim, self.dim + 1,
+                        [(Part(p.dim, self.stride, tiles, self.tile),), (Part(p.dim, 1, self.tile),)])
+
+    def inverse(self, before: Layout) -> LayoutPrimitive:
+        return Fold(self.dim, before.new_shape[self.dim])
+
+
+@layout_primitive
+@dataclass(frozen=True)
+class Fold(LayoutPrimitive):
+    """The inverse of unfold: dimensions dim (tiles) and dim + 1 (offsets) back into one of `extent`."""
+
+    name: ClassVar[str] = "fold"
+    dim: int
+    extent: int
+
+    def apply(self, layout: Layout) -> Layout:
+        tiles, offsets = _dim(layout, self.dim, "fold"), _dim(layout, self.dim + 1, "fold")
+        if len(tiles) != 1 or len(offsets) != 1 or not tiles[0].window or tiles[0].dim != offsets[0].dim:
+            raise ScheduleError(f"fold of dimensions {self.dim}, {self.dim + 1}: they are no unfolded pair")
+        return _replace(layout, self.dim, self.dim + 2, [(Part(tiles[0].dim, 1, self.extent),)])
+
+    def inverse(self, before: Layout) -> LayoutPrimitive:
+        tiles, offsets = before.dims[self.dim], before.dims[self.dim + 1]
+        return Unfold(self.dim, offsets[0].extent, tiles[0].place)
+
+
+@layout_primitive
+@dataclass(frozen=True)
+class Pad(LayoutPrimitive):
+    """Dimension `dim` lengthened by `amount` places at its end, which hold zeros (alignment)."""
+
+    name: ClassVar[str] = "pad"
+    dim: int
+    amount: int
+
+    def apply(self, layout: Layout) -> Layout:
+        p = _whole(layout, self.dim, "pad")
+        if self.amount < 0:
+            raise ScheduleError(f"pad of dimension {self.dim} by {self.amount}")
+        return _replace(layout, self.dim, self.dim + 1, [(Part(p.dim, 1, p.extent + self.amount),)])
+
+    def inverse(self, before: Layout) -> LayoutPrimitive:
+        return Unpad(self.dim, self.amount)
+
+
+@layout_primitive
+@dataclass(frozen=True)
+class Unpad(LayoutPrimitive):
+    """The inverse of pad: dimension `dim` shortened by `amount` places (which must be padding)."""
+
+    name: ClassVar[str] = "unpad"
+    dim: int
+    amount: int
+
+    def apply(self, layout: Layout) -> Layout:
+        p = _whole(layout, self.dim, "unpad")
+        if not 0 <= self.amount <= p.extent - layout.shape[p.dim]:
+            raise ScheduleError(f"unpad of dimension {self.dim} by {self.amount}: it has "
+                                f"{p.extent - layout.shape[p.dim]} places of padding")
+        return _replace(layout, self.dim, self.dim + 1, [(Part(p.dim, 1, p.extent - self.amount),)])
+
+    def inverse(self, before: Layout) -> LayoutPrimitive:
+        return Pad(self.dim, self.amount)
+
+
+def inverse_primitives(shape: Sequence[int], primitives: Sequence[LayoutPrimitive]) -> list[LayoutPrimitive]:
+    """The primitives that take `Layout.of(shape, primitives)` back to `shape`'s own layout."""
+    layouts = [Layout.identity(shape)]
+    for p in primitives:
+        layouts.append(p.apply(layouts[-1]))
+    return [p.inverse(before) for p, before in zip(reversed(primitives), reversed(layouts[:-1]))]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# a DAG whose tensors are laid out
+
+
+def lay_out(dag: ComputeDAG, layouts: Mapping[str, Sequence[LayoutPrimitive]]) -> ComputeDAG:
+    """`dag` with each tensor named in `layouts` stored in its layout (ALT §4, §6): an input or output then takes
+    that shape as an argument, a computed tensor is computed over the new layout's index space (its body reads
+    the element each place holds, source_index), and every read of it goes through `Layout.index`. An input may
+    be padded (pack writes the zeros); a computed tensor's layout must hold each element once."""
+    plans = {name: Layout.of(dag.by_name[name].shape, prims) for name, prims in layouts.items() if name in dag.by_name}
+    unknown = sorted(set(layouts) - set(plans))
+    if unknown:
+        raise ScheduleError(f"lay_out: no tensor {unknown} in the DAG (its tensors: {sorted(dag.by_name)})")
+    new_of: dict[int, Tensor] = {}
+
+    def read(n: Expr) -> Expr | None:
+        if not isinstance(n, Load):
+            return None
+        new = new_of[id(n.tensor)]
+        layout = plans.get(n.tensor.name)
+        if layout is not None:
+            return Load(new, layout.index(n.indices), n.dtype)
+        return Load(new, n.indices, n.dtype) if new is not n.tensor else None
+
+    order = []
+    for t in dag.tensors:
+        body = transform(t.body, read) if t.body is not None else None
+        layout = plans.get(t.name)
+        if layout is not None:
+            new = _laid_out(t, body, layout, [p.to_json() for p in layouts[t.name]])
+        elif body is t.body:
+            new = t
+        else:
+            new = Tensor(t.shape, t.dtype, t.name, t.axes, body, t.tag, t.attrs)
+        new_of[id(t)] = new
+        order.append(new)
+    return ComputeDAG.from_parts(order, [new_of[id(t)] for t in dag.inputs], [new_of[id(t)] for t in dag.outputs])
+
+
+def _laid_out(t: Tensor, body: Expr | None, layout: Layout, records: list) -> Tensor:
+    attrs = {**t.attrs, "layout": records}
+    if t.is_placeholder:
+        if layout.overlaps:
+            raise ScheduleError(f"{t.name}: an unfolded input needs its reader's tiles (a layout template)")
+        return Tensor(layout.new_shape, t.dtype, t.name, attrs=attrs)
+    if layout.is_padded or layout.overlaps:
+        raise ScheduleError(f"{t.name}: a computed tensor's layout must hold each element once (no pad or unfold)")
+    axes = tuple(Var(_axis_name(t, parts, g), "int32", n) for g, (parts, n) in enumerate(zip(layout.dims,
+                                                                                             layout.new_shape)))
+    source = layout.source_index(axes)
+    return Tensor(layout.new_shape, t.dtype, t.name, axes, substitute(body, dict(zip(t.axes, source))), t.tag, attrs)
+
+
+def _axis_name(t: Tensor, parts: tuple[Part, ...], g: int) -> str:
+    """A new dimension's loop name from the axes it holds: `i` whole, `i4` its digit from place 4, `i_j` fused."""
+    if not parts:
+        return f"ax{g}"
+    return "_".join(t.axes[p.dim].name + ("" if p.place == 1 and p.extent == t.shape[p.dim] else f"{p.place}")
+                    for p in parts)
+
+
+def _frozen(value):
+    return tuple(_frozen(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+@register_step
+@dataclass(frozen=True)
+class TransformLayoutStep(Step):
+    """Store tensor `stage_id` in the layout its `primitives` (JSON records) make: the state's DAG becomes
+    `lay_out(dag, ...)` and every stage starts afresh. Layout steps come before any loop step (ALT's joint
+    stage picks a layout, then tunes loops over the nest it makes)."""
+
+    code: ClassVar[str] = "TL"
+    primitives: tuple
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "primitives", _frozen(self.primitives))
+
+    def layout_primitives(self) -> list[LayoutPrimitive]:
+        return [LayoutPrimitive.from_json(r) for r in self.primitives]
+
+    def new_dag(self, state: State) -> ComputeDAG:
+        if any(not isinstance(s, TransformLayoutStep) for s in state.steps):
+            raise ScheduleError("transform_layout: layouts are set before any loop step")
+        name = stage_at(state, self.stage_id).name
+        return lay_out(state.dag, {name: self.layout_primitives()})
+
+    def apply(self, state: State) -> tuple[Stage, ...]:
+        return tuple(make_stage(t) for t in self.new_dag(state).tensors)
+
+    def to_python(self, state: State) -> str:
+        prims = ", ".join(p.to_python() for p in self.layout_primitives())
+        return f"{call_line('transform_layout', state.stages[self.stage_id].name)[:-1]}, [{prims}])"
