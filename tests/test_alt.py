@@ -10,10 +10,12 @@ from tensorgen.build import build
 from tensorgen.records.database import SQLiteDatabase
 from tensorgen.schedule.layout import Layout, lay_out
 from tensorgen.schedule.state import State
+from tensorgen.search.annotate import sample_initial_population
 from tensorgen.search.layouts import LAYOUT_TEMPLATES, TilingTemplate, tiled
+from tensorgen.search.sketch import generate_sketches
 from tensorgen.te import ops
 from tensorgen.te.tensor import placeholder
-from tensorgen.tuning.alt import AltConfig, layout_candidates, tune_alt
+from tensorgen.tuning.alt import AltConfig, exploration_rungs, layout_candidates, tune_alt
 
 
 def gmm_relu(m=32, n=48, k=40):
@@ -74,7 +76,94 @@ def test_joint_then_loop_only_tuning_gives_a_replayable_state_of_the_task(tmp_pa
 def test_bad_alt_configs_are_refused():
     from tensorgen.errors import TuneError
 
-    for bad in ({"layouts": 0}, {"joint_fraction": 0}, {"template": "nope"}):
+    for bad in ({"layouts": 0}, {"joint_fraction": 0}, {"template": "nope"}, {"exploration": "ppo"}):
         with pytest.raises(TuneError):
             AltConfig(**bad)
     assert isinstance(LAYOUT_TEMPLATES["tiling"], TilingTemplate)
+
+
+def test_tune_alt_records_the_task_itself_with_its_layout_steps(tmp_path):
+    task = gmm_relu()
+    db = SQLiteDatabase(tmp_path / "alt.db")
+    result = tune_alt(task, 16, db=db, config=AltConfig(layouts=3, joint_fraction=1.0), seed=2)
+    record = db.best(task.workload_key, str(task.target))
+    if result.layouts:  # a tiled layout won: the task's own record replays it from the task's DAG
+        assert record is not None and record.sets_layouts
+        assert record.state(task.dag).dag.workload_key == result.best_state.dag.workload_key
+    else:
+        assert record is None or not record.sets_layouts
+
+
+def test_a_model_build_passes_over_records_that_lay_out_arguments(tmp_path):
+    """Until a model's layouts follow a kernel's (ALT's propagation), a record whose program takes its arguments
+    in other layouts must not be built into the model, however fast."""
+    from onnx import TensorProto, helper
+
+    from tensorgen.graph.backend.build import build_model
+    from tensorgen.graph.backend.tasks import extract_tasks
+    from tensorgen.graph.frontend.onnx_inputs import random_inputs
+    from tensorgen.graph.load import load_graph
+    from tensorgen.graph.reference.compare import onnxruntime_runner
+    from tensorgen.measure.types import MeasureResult
+    from tensorgen.records.record import Record
+    from tensorgen.runtime.model import CompiledModel
+    from tensorgen.schedule.layout import Reorder
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 12])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [16, 12], np.linspace(-1, 1, 192).astype(np.float32))
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
+                              "mm", [x], [y], [w])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    db = SQLiteDatabase(tmp_path / "m.db")
+    (model_task,) = [t.task for t in extract_tasks(load_graph(proto))]
+    state = State(model_task.dag)
+    state.transform_layout(model_task.dag.outputs[0].name, [Reorder((1, 0))])
+    db.commit_record(Record.from_measure(model_task, state, MeasureResult((1e-9,))))  # "fastest", laid out
+    assert db.best(model_task.workload_key, str(model_task.target)).sets_layouts
+    model = CompiledModel(build_model(proto, tmp_path / "out", db=db), threads=1)
+    feeds = random_inputs(proto)
+    np.testing.assert_allclose(model.run([feeds["x"]])[0],
+                               onnxruntime_runner(proto, load_graph(proto), 1)([feeds["x"]])[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 7, 8])
+def test_successive_halving_spends_the_joint_budget_on_the_layouts_that_last(count):
+    rungs = exploration_rungs(count, 64, "halving")
+    alive, spent = count, 0
+    for share in rungs:
+        spent += alive * share
+        alive = max(1, alive // 2)
+    assert spent <= 64 and rungs == sorted(rungs)  # the survivors get more trials each rung
+    assert exploration_rungs(count, 64, "uniform") == [64 // count]
+
+
+@pytest.mark.parametrize(("conv", "tiles"), [
+    ((8, 8, 16, 16, 3, 1, 1), {"h": 4, "w": 4, "co": 8, "rc": 8}),   # 3x3, padded input unfolded by 4 + 2 rows
+    ((17, 17, 8, 16, 3, 2, 1), {"h": 3, "w": 1, "co": 8, "rc": 4}),  # stride 2: tiles of 3 outputs read 7 rows
+    ((6, 6, 8, 8, 1, 1, 0), {"h": 3, "w": 2, "co": 4, "rc": 1}),     # 1x1: no overlap, nothing unfolded
+])
+def test_the_conv_template_unfolds_the_input_and_computes_the_same(conv, tiles):
+    """ALT §5.1's convolution template: output N(H/ht)(W/wt)(O/ot) ht wt ot, input unfolded into the
+    overlapping (ht + KH - 1) x (wt + KW - 1) windows its output tiles read, weight tiled."""
+    from tensorgen.te.ops.suite import make_c2d
+
+    inputs, (out,) = make_c2d(*conv)
+    task = make_task(inputs, [ops.relu(out)], cores=2)
+    template = LAYOUT_TEMPLATES["tiling"]
+    layouts = template.layouts(task.dag, tiles)  # the conv's axes: n, h, w, co; rh, rw, rc
+    rng = np.random.default_rng(0)
+    arrays = [rng.uniform(-1, 1, t.shape).astype("float32") for t in task.dag.inputs]
+    (want,) = build(State(task.dag)).run(*arrays)
+    dag = lay_out(task.dag, layouts)
+    packed = [Layout.of(x.shape, layouts[t.name]).pack(x) if t.name in layouts else x
+              for t, x in zip(task.dag.inputs, arrays)]
+    laid_task = make_task(dag.inputs, dag.outputs, cores=2)
+    states = [State(dag), *sample_initial_population(laid_task, generate_sketches(laid_task), 3,
+                                                     np.random.default_rng(1))]
+    out_name = task.dag.outputs[0].name
+    for s in states:
+        (got,) = build(s).run(*packed)
+        if out_name in layouts:
+            got = Layout.of(want.shape, layouts[out_name]).unpack(got)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -23,6 +23,7 @@ LAYOUTS = {
     "B packed by column panels": {"B": PANELS},
     "B padded then split": {"B": [Pad(2, 16), Split(2, (4, 16)), Reorder((0, 2, 1, 3))]},
     "intermediate blocked": {"batch_matmul": BLOCKED},
+    "intermediate padded": {"batch_matmul": [Pad(2, 16), Split(2, (4, 16)), Reorder((0, 2, 1, 3))]},
     "output blocked": {"relu": BLOCKED},
     "all three": {"B": PANELS, "batch_matmul": BLOCKED, "relu": [Fuse(1, 2), Split(1, (M * N // 96, 96))]},
 }
@@ -76,8 +77,7 @@ def test_a_blocked_output_is_computed_over_its_new_loops():
 
 @pytest.mark.parametrize(("layouts", "message"), [
     ({"X": [Split(0, (2, 16))]}, "no tensor"),
-    ({"batch_matmul": [Pad(1, 2)]}, "each element once"),
-    ({"B": [Unfold(1, 4, 2)]}, "reader's tiles"),
+    ({"B": [Unfold(1, 4, 2)]}, "not an output axis times a stride"),  # B's k is the reduction's
     ({"B": [Split(1, (3, 3))]}, "multiply to"),
 ])
 def test_layouts_lowering_cannot_do_say_why(layouts, message):
@@ -120,3 +120,24 @@ def test_a_laid_out_candidate_is_measured_against_its_own_reference():
     batch = [MeasureInput(task, s), MeasureInput(task, State(task.dag))]
     results = LocalRunner(number=1, repeat=1).run(batch, LocalBuilder().build(batch))
     assert all(r.ok for r in results), [r.error_msg for r in results]
+
+
+def test_loop_steps_after_layout_steps_renumber_what_they_follow(operands):
+    """A state tuned on the laid-out DAG becomes a state of the task itself: its layout steps first, then the loop
+    steps, those that name an earlier split (follow_split) renumbered."""
+    from tensorgen.schedule.steps import FollowSplitStep
+    from tensorgen.tuning.alt import laid_out_task
+
+    a, b = operands
+    inputs, out = gmm_relu()
+    task = make_task(inputs, [out], cores=2)
+    layouts = {"B": PANELS}
+    variant = laid_out_task(task, layouts)  # its stages in the task's order, as tune_alt tunes it
+    states = sample_initial_population(variant, generate_sketches(variant), 8, np.random.default_rng(0))
+    tuned = next(s for s in states if any(isinstance(step, FollowSplitStep) for step in s.steps))
+    composed = State(task.dag)
+    composed.transform_layout("B", PANELS)
+    for step in tuned.steps:
+        composed.apply(step.shifted(1))
+    assert State.from_json(task.dag, composed.to_json()) == composed
+    np.testing.assert_allclose(_run(composed, layouts, a, b), _run(tuned, layouts, a, b), rtol=1e-6, atol=1e-6)

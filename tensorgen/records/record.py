@@ -160,9 +160,9 @@ class Record:
 
     @classmethod
     def from_measure(cls, task: SearchTask, state: State, result: MeasureResult) -> Record:
-        if state.dag.workload_key != task.workload_key:
+        if state.source.workload_key != task.workload_key:
             raise RecordsError(
-                f"state is for workload {state.dag.workload_key}, but the task is workload {task.workload_key}"
+                f"state is for workload {state.source.workload_key}, but the task is workload {task.workload_key}"
             )
         return cls(task.workload_key, str(task.target), dag_to_json(task.dag), task.hw.to_dict(),
                    json.loads(state.to_json()), result)
@@ -181,6 +181,12 @@ class Record:
     @property
     def error_kind(self) -> str:
         return ErrorKind(self.result.error_kind).value
+
+    @property
+    def sets_layouts(self) -> bool:
+        """Whether the program stores tensors in layouts of its own (ALT's layout steps): its arguments then
+        differ from the task's, and a model build cannot use it until the model's layouts follow it."""
+        return any(step and step[0] == "TL" for step in self.steps)
 
     @property
     def steps_json(self) -> str:

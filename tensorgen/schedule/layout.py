@@ -28,9 +28,22 @@ import numpy as np
 
 from tensorgen.dag import ComputeDAG
 from tensorgen.errors import ScheduleError
+from tensorgen.loopir.simplify import linear
 from tensorgen.schedule.stage import Stage, make_stage
 from tensorgen.schedule.steps import Step, call_line, register_step, stage_at
-from tensorgen.te.expr import Expr, ExprLike, Load, Var, all_of, as_expr, cmp, const, substitute, transform
+from tensorgen.te.expr import (
+    Expr,
+    ExprLike,
+    Load,
+    Var,
+    all_of,
+    as_expr,
+    cmp,
+    const,
+    min_expr,
+    substitute,
+    transform,
+)
 from tensorgen.te.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -418,26 +431,30 @@ def inverse_primitives(shape: Sequence[int], primitives: Sequence[LayoutPrimitiv
 def lay_out(dag: ComputeDAG, layouts: Mapping[str, Sequence[LayoutPrimitive]]) -> ComputeDAG:
     """`dag` with each tensor named in `layouts` stored in its layout (ALT §4, §6): an input or output then takes
     that shape as an argument, a computed tensor is computed over the new layout's index space (its body reads
-    the element each place holds, source_index), and every read of it goes through `Layout.index`. An input may
-    be padded (pack writes the zeros); a computed tensor's layout must hold each element once."""
+    the element each place holds, source_index; a place past the end computes the last element again), and
+    every read of it goes through `Layout.index`. A read of an unfolded dimension at `a * V + r` (a reader's
+    output axis `a`, a window `r` of reduce axes: a convolution's input row) takes the tile `a // (stride / V)`,
+    which must hold the whole window."""
     plans = {name: Layout.of(dag.by_name[name].shape, prims) for name, prims in layouts.items() if name in dag.by_name}
     unknown = sorted(set(layouts) - set(plans))
     if unknown:
         raise ScheduleError(f"lay_out: no tensor {unknown} in the DAG (its tensors: {sorted(dag.by_name)})")
     new_of: dict[int, Tensor] = {}
 
-    def read(n: Expr) -> Expr | None:
-        if not isinstance(n, Load):
-            return None
-        new = new_of[id(n.tensor)]
-        layout = plans.get(n.tensor.name)
-        if layout is not None:
-            return Load(new, layout.index(n.indices), n.dtype)
-        return Load(new, n.indices, n.dtype) if new is not n.tensor else None
+    def reads_in(reader: Tensor):
+        def read(n: Expr) -> Expr | None:
+            if not isinstance(n, Load):
+                return None
+            new = new_of[id(n.tensor)]
+            layout = plans.get(n.tensor.name)
+            if layout is not None:
+                return Load(new, layout.index(n.indices, _tiles(layout, n, reader)), n.dtype)
+            return Load(new, n.indices, n.dtype) if new is not n.tensor else None
+        return read
 
     order = []
     for t in dag.tensors:
-        body = transform(t.body, read) if t.body is not None else None
+        body = transform(t.body, reads_in(t)) if t.body is not None else None
         layout = plans.get(t.name)
         if layout is not None:
             new = _laid_out(t, body, layout, [p.to_json() for p in layouts[t.name]])
@@ -450,17 +467,39 @@ def lay_out(dag: ComputeDAG, layouts: Mapping[str, Sequence[LayoutPrimitive]]) -
     return ComputeDAG.from_parts(order, [new_of[id(t)] for t in dag.inputs], [new_of[id(t)] for t in dag.outputs])
 
 
+def _tiles(layout: Layout, load: Load, reader: Tensor) -> dict[int, Expr] | None:
+    """The tile of each unfolded dimension that `reader`'s `load` reads (see lay_out)."""
+    if not layout.overlaps:
+        return None
+    tiles = {}
+    for d in range(len(layout.shape)):
+        tile = next((p for parts in layout.dims for p in parts if p.dim == d and p.window), None)
+        if tile is None:
+            continue
+        terms, offset = linear(load.indices[d])
+        spatial = [(v, c) for v, c in terms.items() if any(v is a for a in reader.axes)]
+        window = [(v, c) for v, c in terms.items() if not any(v is a for a in reader.axes)]
+        if len(spatial) != 1 or spatial[0][1] <= 0 or tile.place % spatial[0][1] \
+                or any(not isinstance(v, Var) or not v.extent or c < 0 for v, c in window) or offset < 0:
+            raise ScheduleError(f"{reader.name} reads unfolded dimension {d} of {load.tensor.name} at "
+                                f"{load.indices[d]}: not an output axis times a stride plus a window")
+        (a, stride), per_tile = spatial[0], tile.place // spatial[0][1]
+        reach = stride * (per_tile - 1) + offset + sum(c * (v.extent - 1) for v, c in window) + 1
+        if reach > tile.window:
+            raise ScheduleError(f"{reader.name} reads {reach} elements of dimension {d} of {load.tensor.name} per "
+                                f"tile of {per_tile} outputs; the unfold's tiles hold {tile.window}")
+        tiles[d] = a // per_tile if per_tile > 1 else a
+    return tiles
+
+
 def _laid_out(t: Tensor, body: Expr | None, layout: Layout, records: list) -> Tensor:
     attrs = {**t.attrs, "layout": records}
     if t.is_placeholder:
-        if layout.overlaps:
-            raise ScheduleError(f"{t.name}: an unfolded input needs its reader's tiles (a layout template)")
         return Tensor(layout.new_shape, t.dtype, t.name, attrs=attrs)
-    if layout.is_padded or layout.overlaps:
-        raise ScheduleError(f"{t.name}: a computed tensor's layout must hold each element once (no pad or unfold)")
     axes = tuple(Var(_axis_name(t, parts, g), "int32", n) for g, (parts, n) in enumerate(zip(layout.dims,
                                                                                              layout.new_shape)))
-    source = layout.source_index(axes)
+    source = [e if layout._reach(d) <= n else min_expr(e, n - 1)  # past the end: the last element again
+              for d, (e, n) in enumerate(zip(layout.source_index(axes), t.shape))]
     return Tensor(layout.new_shape, t.dtype, t.name, axes, substitute(body, dict(zip(t.axes, source))), t.tag, attrs)
 
 

@@ -7,7 +7,7 @@ the DAG; printing resolves indices to names, so the printed program is runnable 
 from __future__ import annotations
 
 import math
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
 from tensorgen.errors import ScheduleError
@@ -39,6 +39,10 @@ class Step:
     def apply(self, state: State) -> tuple[Stage, ...]:
         """The stages after this step; must not modify `state`."""
         raise NotImplementedError
+
+    def shifted(self, offset: int) -> Step:
+        """This step after `offset` more steps come before it (a step naming earlier steps by index renumbers)."""
+        return self
 
     def new_dag(self, state: State) -> ComputeDAG | None:
         """The DAG the state computes after this step, when the step changes it (a tensor's layout); else None."""
@@ -176,6 +180,9 @@ class FollowSplitStep(Step):
         lengths = _follow_lengths(state, self.src_step_id, self.n_split)
         return _do_split(state.stages, self.stage_id, st, st.iter_index(self.iter_id), lengths, True)
 
+    def shifted(self, offset: int) -> Step:
+        return replace(self, src_step_id=self.src_step_id + offset)
+
     def to_python(self, state: State) -> str:
         return call_line("follow_split", *_names(state, self.stage_id, self.iter_id), self.src_step_id, self.n_split)
 
@@ -190,6 +197,9 @@ class FollowFusedSplitStep(Step):
     src_step_ids: tuple[int, ...]
     level: int
     factor_or_nparts: bool
+
+    def shifted(self, offset: int) -> Step:
+        return replace(self, src_step_ids=tuple(i + offset for i in self.src_step_ids))
 
     def apply(self, state: State) -> tuple[Stage, ...]:
         st = compute_stage(state, self.stage_id, "follow_fused_split")

@@ -70,6 +70,7 @@ class LazyState(State):
 
     def __init__(self, replayer: PrefixReplayer, steps: Steps):
         self.dag, self.steps, self._stages, self._replayer = replayer.dag, tuple(steps), None, replayer
+        self.source = self.dag  # the search's states have no layout step
 
     @property  # type: ignore[override]
     def stages(self):

@@ -3,9 +3,9 @@
 ALT tiles the layout of every tensor a complex operator (conv, GEMM) touches, with the tiled dimensions last:
 a GEMM's C becomes (M/mt, N/nt, mt, nt), A (M/mt, K/kt, mt, kt), B (K/kt, N/nt, kt, nt) — one tile size per loop
 axis, shared by every tensor that axis indexes. `TilingTemplate` is that template for any stage with data reuse
-(GEMM, dense, batch matmul, convolution's output and weight): a tensor dimension indexed by a plain loop axis is
-split by that axis' tile; a dimension indexed by an expression (a convolution's input row `h * stride + rh`)
-stays whole (overlapped tiling with unfold is the convolution template still to come). The layout of the
+(GEMM, dense, batch matmul, convolutions): a tensor dimension indexed by a plain loop axis is split by that axis'
+tile; one indexed by `a * stride + window` (a convolution's input row `h * stride + rh`) is unfolded into the
+overlapping tiles that a tile of `a` reads (ALT's h_t + KH - 1 rows); any other stays whole. The layout of the
 stage's output is propagated along the element-wise stages after it (ALT §4.2: same shape, element-wise).
 
 A template is a registered rule (`LAYOUT_TEMPLATES`) with a condition (`space`: the tile parameters it offers
@@ -20,8 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorgen.dag import ComputeDAG
-from tensorgen.schedule.layout import LayoutPrimitive, Reorder, Split
-from tensorgen.te.expr import Load, Var, walk
+from tensorgen.loopir.simplify import linear
+from tensorgen.schedule.layout import LayoutPrimitive, Reorder, Split, Unfold
+from tensorgen.te.expr import Expr, Load, Var, walk
 from tensorgen.te.tensor import Tensor
 
 Layouts = dict[str, list[LayoutPrimitive]]
@@ -65,28 +66,53 @@ class TilingTemplate:
     def layouts(self, dag: ComputeDAG, tiles: Mapping[str, int]) -> Layouts:
         anchor = dag.by_name[self.space(dag).anchor]
         out: Layouts = {}
-        for t, axes in _tensors_of(dag, anchor):
+        for t, indices in _tensors_of(dag, anchor):
             if self.constants_only and not t.attrs.get("constant"):
                 continue
-            prims = tiled(t.shape, [tiles.get(a.name, 1) if a is not None else 1 for a in axes])
+            prims = tiled(t.shape, [_tile_of(index, anchor, tiles) for index in indices])
             if prims:
                 out[t.name] = prims
         return out
 
 
-def tiled(shape: Sequence[int], tiles: Sequence[int]) -> list[LayoutPrimitive]:
-    """Split each dimension of `shape` by its tile (1: untouched) and move the tiles innermost, in order."""
+Tile = tuple[int, int] | int  # a split's tile size, or an unfold's (tile, stride)
+
+
+def _tile_of(index: Expr, anchor: Tensor, tiles: Mapping[str, int]) -> Tile:
+    """How a dimension read at `index` is tiled: by its axis' tile when `index` is a plain loop axis; unfolded
+    into overlapping tiles when it is `a * V + window` (a convolution's input row: the rows a tile of `tiles[a]`
+    outputs reads, ALT's h_t + KH - 1); else not at all (1)."""
+    if isinstance(index, Var):
+        return tiles.get(index.name, 1)
+    terms, offset = linear(index)
+    spatial = [(v, c) for v, c in terms.items() if any(v is a for a in anchor.axes)]
+    window = [(v, c) for v, c in terms.items() if not any(v is a for a in anchor.axes)]
+    if len(spatial) != 1 or offset < 0 or any(not isinstance(v, Var) or not v.extent or c < 0 for v, c in window):
+        return 1
+    (a, stride), per_tile = spatial[0], tiles.get(spatial[0][0].name, 1)
+    if not 1 < per_tile < (a.extent or 0):
+        return 1
+    span = stride * (per_tile - 1) + offset + sum(c * (v.extent - 1) for v, c in window) + 1
+    return (span, stride * per_tile) if span > stride * per_tile else 1
+
+
+def tiled(shape: Sequence[int], tiles: Sequence[Tile]) -> list[LayoutPrimitive]:
+    """Tile each dimension of `shape` (a split by a tile size, 1: untouched; an unfold by (tile, stride)) and move
+    the tiles innermost, in order: ALT's N (H/ht) (W/wt) (I/it) (ht+KH-1) (wt+KW-1) it."""
     prims: list[LayoutPrimitive] = []
     outer, inner, dim = [], [], 0
     for n, t in zip(shape, tiles):
-        if 1 < t < n and n % t == 0:
+        if isinstance(t, tuple) and t[1] < t[0] <= n:
+            prims.append(Unfold(dim, *t))
+        elif isinstance(t, int) and 1 < t < n and n % t == 0:
             prims.append(Split(dim, (n // t, t)))
-            outer.append(dim)
-            inner.append(dim + 1)
-            dim += 2
         else:
             outer.append(dim)
             dim += 1
+            continue
+        outer.append(dim)
+        inner.append(dim + 1)
+        dim += 2
     if not inner:
         return []
     return [*prims, Reorder(tuple(outer + inner))]
@@ -105,15 +131,14 @@ def _reads(t: Tensor) -> list[Load]:
     return [n for n in walk(t.body) if isinstance(n, Load)]
 
 
-def _tensors_of(dag: ComputeDAG, anchor: Tensor) -> list[tuple[Tensor, list[Var | None]]]:
-    """The tensors the template lays out, each with the anchor's loop axis indexing each of its dimensions
-    (None where an index is no plain axis): the anchor's operands, itself, and the element-wise chain after it
-    with every same-shaped tensor that chain reads."""
-    out: dict[str, tuple[Tensor, list[Var | None]]] = {}
+def _tensors_of(dag: ComputeDAG, anchor: Tensor) -> list[tuple[Tensor, list[Expr]]]:
+    """The tensors the template lays out, each with the index the anchor reads each of its dimensions at: the
+    anchor's operands, itself, and the element-wise chain after it with every same-shaped tensor that chain
+    reads (at the anchor's own axes)."""
+    out: dict[str, tuple[Tensor, list[Expr]]] = {}
     for load in _reads(anchor):
-        axes = [i if isinstance(i, Var) else None for i in load.indices]
-        if load.tensor.name not in out and any(a is not None for a in axes):
-            out[load.tensor.name] = (load.tensor, axes)
+        if load.tensor.name not in out:
+            out[load.tensor.name] = (load.tensor, list(load.indices))
     chain = [anchor]
     while True:
         readers = [t for t in dag.tensors if not t.is_placeholder and not t.reduce_axes

@@ -67,8 +67,9 @@ def schedule_subgraphs(subs: Sequence[Subgraph], target: Target, db: Database | 
     def record(sub: Subgraph, rank: int):
         if db is None:
             return None
-        if rank == 0:
-            return db.best(sub.workload_key, str(target))
+        if rank == 0:  # records that lay out the kernel's arguments (ALT) do not fit the model's buffers yet
+            return next((r for r in db.top_k(sub.workload_key, str(target), CANDIDATE_POOL) if not r.sets_layouts),
+                        None)
         asked, pool = pools.get(sub.workload_key, (0, []))
         if asked <= rank:  # one query and replay per task for all the ranks of a selection
             asked = max(rank + 1, CANDIDATE_POOL)

@@ -49,7 +49,7 @@ def candidate_records(db: Database, workload_key: str, target: str, k: int, pool
     """A task's `k` candidates, best first: among its `pool` fastest records, the fastest of each thread
     partition, then the others by speed. The next-best records mostly share the best one's partition, and a
     partition that matches the neighbours' is what a kernel most often lacks inside the model."""
-    top = db.top_k(workload_key, target, max(k, pool))
+    top = [r for r in db.top_k(workload_key, target, max(k, pool)) if not r.sets_layouts]  # see build.py
     fresh: list[Record] = []
     again: list[Record] = []
     seen: set[tuple] = set()
