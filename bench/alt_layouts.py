@@ -17,15 +17,9 @@ are packed outside the timed calls.
 
 from __future__ import annotations
 
-import os
-import sys
+import thread_env  # noqa: F401  (first: fixes the BLAS threads before NumPy and torch are imported)
 
-_THREADS = "2"
-for _i, _arg in enumerate(sys.argv[:-1]):
-    if _arg == "--threads":
-        _THREADS = sys.argv[_i + 1]
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, _THREADS)
+# isort: split
 
 import argparse  # noqa: E402
 import json  # noqa: E402

@@ -47,13 +47,9 @@ from __future__ import annotations
 import os
 import sys
 
-# Thread counts must be fixed before NumPy (OpenBLAS) and torch are imported: 2 unless --threads.
-_THREADS = "2"
-for _i, _arg in enumerate(sys.argv[:-1]):
-    if _arg == "--threads":
-        _THREADS = sys.argv[_i + 1]
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, _THREADS)
+import thread_env  # first: fixes the BLAS threads before NumPy and torch are imported
+
+# isort: split
 
 import argparse  # noqa: E402
 import inspect  # noqa: E402
@@ -495,7 +491,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="tuning database; makes the run resumable (--trials is then the total per case)")
     parser.add_argument("--target", default="cpu", help="tuning target (default cpu)")
     parser.add_argument("--json", metavar="FILE", help="write every case as JSON")
-    parser.add_argument("--threads", type=int, default=int(_THREADS), help="threads for every framework")
+    parser.add_argument("--threads", type=int, default=int(thread_env.THREADS), help="threads for every framework")
     add_arguments(parser)
     parser.add_argument("--quiet", action="store_true", help="no tuning progress lines")
     args = parser.parse_args(argv)
