@@ -85,7 +85,7 @@ def test_bad_alt_configs_are_refused():
 def test_tune_alt_records_the_task_itself_with_its_layout_steps(tmp_path):
     task = gmm_relu()
     db = SQLiteDatabase(tmp_path / "alt.db")
-    result = tune_alt(task, 16, db=db, config=AltConfig(layouts=3, joint_fraction=1.0), seed=2)
+    result = tune_alt(task, 16, db=db, config=AltConfig(layouts=3, joint_fraction=1.0, exploration="halving"), seed=2)
     record = db.best(task.workload_key, str(task.target))
     if result.layouts:  # a tiled layout won: the task's own record replays it from the task's DAG
         assert record is not None and record.sets_layouts

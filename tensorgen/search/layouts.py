@@ -151,7 +151,15 @@ def _tensors_of(dag: ComputeDAG, anchor: Tensor) -> list[tuple[Tensor, list[Expr
         for ld in _reads(t) if t is not anchor else ():
             if ld.tensor.shape == anchor.shape and ld.tensor.name not in out:
                 out[ld.tensor.name] = (ld.tensor, list(anchor.axes))
-    return list(out.values())
+    # a tensor that a stage outside the pattern also reads keeps its layout (a softmax after attention's scores
+    # would read the tiles through the index map, and an element-wise reader at another index too)
+    inside = {id(t) for t in chain}
+
+    def kept(t: Tensor) -> bool:
+        readers = [r for r in dag.tensors if r.body is not None and any(ld.tensor is t for ld in _reads(r))]
+        return all(id(r) in inside for r in readers)
+
+    return [(t, idx) for t, idx in out.values() if kept(t)]
 
 
 def _elementwise(t: Tensor) -> bool:

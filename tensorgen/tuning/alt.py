@@ -2,8 +2,8 @@
 
 The joint stage explores layouts: each candidate (the task's own layout first, then tilings sampled from the
 layout template, search.layouts) is the task's DAG laid out (schedule.layout.lay_out), a task of its own whose
-loops the Ansor search tunes; the best program found is that layout's reward. By default the joint budget goes
-in rungs of successive halving (the better half of the layouts tunes on), or in one equal share each. The
+loops the Ansor search tunes; the best program found is that layout's reward. The joint budget goes in one
+equal share each (default) or in rungs of successive halving (the better half of the layouts tunes on). The
 loop-only stage spends the rest of the budget on the best layout's loops, resuming from its records. The
 result is a state of the original task: its layout steps, then the loop steps (replayable from the record of
 the task's DAG).
@@ -60,7 +60,7 @@ class AltConfig:
     layouts: int = 4
     joint_fraction: float = 0.5
     template: str = "tiling"
-    exploration: str = "halving"  # or "uniform": every layout the same share of the joint budget
+    exploration: str = "uniform"  # or "halving" (bench/results/alt_s19.md: no better, and slower, so far)
 
     def __post_init__(self) -> None:
         if self.layouts < 1 or not 0 < self.joint_fraction <= 1 or self.template not in LAYOUT_TEMPLATES \
