@@ -29,8 +29,9 @@ import numpy as np
 from tensorgen.dag import ComputeDAG
 from tensorgen.errors import ScheduleError
 from tensorgen.loopir.simplify import linear
+from tensorgen.memo import by_identity
 from tensorgen.schedule.stage import Stage, make_stage
-from tensorgen.schedule.steps import Step, call_line, register_step, stage_at
+from tensorgen.schedule.steps import Step, register_step, stage_at
 from tensorgen.te.expr import (
     Expr,
     ExprLike,
@@ -83,10 +84,6 @@ class Layout:
     @property
     def new_shape(self) -> tuple[int, ...]:
         return tuple(math.prod(p.extent for p in parts) for parts in self.dims)
-
-    @property
-    def is_identity(self) -> bool:
-        return self.new_shape == self.shape and self.dims == Layout.identity(self.shape).dims
 
     @property
     def is_padded(self) -> bool:
@@ -467,6 +464,32 @@ def lay_out(dag: ComputeDAG, layouts: Mapping[str, Sequence[LayoutPrimitive]]) -
     return ComputeDAG.from_parts(order, [new_of[id(t)] for t in dag.inputs], [new_of[id(t)] for t in dag.outputs])
 
 
+@dataclass(frozen=True)
+class SlidingRead:
+    """An index `axis * stride + window`: one output axis of the reader times a stride, plus reduce axes and a
+    constant that together span `window` elements (how a convolution reads its input rows)."""
+
+    axis: Var
+    stride: int
+    window: int
+
+    def span(self, per_tile: int) -> int:
+        """The elements a tile of `per_tile` consecutive values of `axis` reads."""
+        return self.stride * (per_tile - 1) + self.window
+
+
+def sliding_read(index: Expr, axes: Sequence[Var]) -> SlidingRead | None:
+    """`index` as a SlidingRead over the reader's output `axes`, or None when it is no such read."""
+    terms, offset = linear(index)
+    spatial = [(v, c) for v, c in terms.items() if any(v is a for a in axes)]
+    window = [(v, c) for v, c in terms.items() if not any(v is a for a in axes)]
+    if len(spatial) != 1 or spatial[0][1] <= 0 or offset < 0 \
+            or any(not isinstance(v, Var) or not v.extent or c < 0 for v, c in window):
+        return None
+    (axis, stride), = spatial
+    return SlidingRead(axis, stride, offset + sum(c * (v.extent - 1) for v, c in window) + 1)
+
+
 def _tiles(layout: Layout, load: Load, reader: Tensor) -> dict[int, Expr] | None:
     """The tile of each unfolded dimension that `reader`'s `load` reads (see lay_out)."""
     if not layout.overlaps:
@@ -476,19 +499,16 @@ def _tiles(layout: Layout, load: Load, reader: Tensor) -> dict[int, Expr] | None
         tile = next((p for parts in layout.dims for p in parts if p.dim == d and p.window), None)
         if tile is None:
             continue
-        terms, offset = linear(load.indices[d])
-        spatial = [(v, c) for v, c in terms.items() if any(v is a for a in reader.axes)]
-        window = [(v, c) for v, c in terms.items() if not any(v is a for a in reader.axes)]
-        if len(spatial) != 1 or spatial[0][1] <= 0 or tile.place % spatial[0][1] \
-                or any(not isinstance(v, Var) or not v.extent or c < 0 for v, c in window) or offset < 0:
+        read = sliding_read(load.indices[d], reader.axes)
+        if read is None or tile.place % read.stride:
             raise ScheduleError(f"{reader.name} reads unfolded dimension {d} of {load.tensor.name} at "
                                 f"{load.indices[d]}: not an output axis times a stride plus a window")
-        (a, stride), per_tile = spatial[0], tile.place // spatial[0][1]
-        reach = stride * (per_tile - 1) + offset + sum(c * (v.extent - 1) for v, c in window) + 1
-        if reach > tile.window:
-            raise ScheduleError(f"{reader.name} reads {reach} elements of dimension {d} of {load.tensor.name} per "
-                                f"tile of {per_tile} outputs; the unfold's tiles hold {tile.window}")
-        tiles[d] = a // per_tile if per_tile > 1 else a
+        per_tile = tile.place // read.stride
+        if read.span(per_tile) > tile.window:
+            raise ScheduleError(f"{reader.name} reads {read.span(per_tile)} elements of dimension {d} of "
+                                f"{load.tensor.name} per tile of {per_tile} outputs; the unfold's tiles hold "
+                                f"{tile.window}")
+        tiles[d] = read.axis // per_tile if per_tile > 1 else read.axis
     return tiles
 
 
@@ -515,6 +535,12 @@ def _frozen(value):
     return tuple(_frozen(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
+@by_identity(64)
+def _step_dag(dag: ComputeDAG, step: TransformLayoutStep, name: str) -> ComputeDAG:
+    """The DAG after a layout step (once per step and DAG: State.apply asks for it and for its stages)."""
+    return lay_out(dag, {name: step.layout_primitives()})
+
+
 @register_step
 @dataclass(frozen=True)
 class TransformLayoutStep(Step):
@@ -534,12 +560,11 @@ class TransformLayoutStep(Step):
     def new_dag(self, state: State) -> ComputeDAG:
         if any(not isinstance(s, TransformLayoutStep) for s in state.steps):
             raise ScheduleError("transform_layout: layouts are set before any loop step")
-        name = stage_at(state, self.stage_id).name
-        return lay_out(state.dag, {name: self.layout_primitives()})
+        return _step_dag(state.dag, self, stage_at(state, self.stage_id).name)
 
     def apply(self, state: State) -> tuple[Stage, ...]:
         return tuple(make_stage(t) for t in self.new_dag(state).tensors)
 
     def to_python(self, state: State) -> str:
         prims = ", ".join(p.to_python() for p in self.layout_primitives())
-        return f"{call_line('transform_layout', state.stages[self.stage_id].name)[:-1]}, [{prims}])"
+        return f"s.transform_layout({state.stages[self.stage_id].name!r}, [{prims}])"

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorgen.dag import ComputeDAG
-from tensorgen.loopir.simplify import linear
-from tensorgen.schedule.layout import LayoutPrimitive, Reorder, Split, Unfold
+from tensorgen.schedule.layout import LayoutPrimitive, Reorder, Split, Unfold, sliding_read
 from tensorgen.te.expr import Expr, Load, Var, walk
 from tensorgen.te.tensor import Tensor
 
@@ -84,16 +83,14 @@ def _tile_of(index: Expr, anchor: Tensor, tiles: Mapping[str, int]) -> Tile:
     outputs reads, ALT's h_t + KH - 1); else not at all (1)."""
     if isinstance(index, Var):
         return tiles.get(index.name, 1)
-    terms, offset = linear(index)
-    spatial = [(v, c) for v, c in terms.items() if any(v is a for a in anchor.axes)]
-    window = [(v, c) for v, c in terms.items() if not any(v is a for a in anchor.axes)]
-    if len(spatial) != 1 or offset < 0 or any(not isinstance(v, Var) or not v.extent or c < 0 for v, c in window):
+    read = sliding_read(index, anchor.axes)
+    if read is None:
         return 1
-    (a, stride), per_tile = spatial[0], tiles.get(spatial[0][0].name, 1)
-    if not 1 < per_tile < (a.extent or 0):
+    per_tile = tiles.get(read.axis.name, 1)
+    if not 1 < per_tile < (read.axis.extent or 0):
         return 1
-    span = stride * (per_tile - 1) + offset + sum(c * (v.extent - 1) for v, c in window) + 1
-    return (span, stride * per_tile) if span > stride * per_tile else 1
+    span, stride = read.span(per_tile), read.stride * per_tile
+    return (span, stride) if span > stride else 1
 
 
 def tiled(shape: Sequence[int], tiles: Sequence[Tile]) -> list[LayoutPrimitive]:

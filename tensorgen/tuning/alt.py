@@ -73,7 +73,7 @@ class AltConfig:
 class LayoutTrial:
     layouts: Layouts
     best_cost: float  # seconds; inf when nothing measured ran
-    trials: int
+    trials: int  # measured for this layout in the joint stage
 
 
 @dataclass(frozen=True)
@@ -140,19 +140,20 @@ def _tune_alt(task: SearchTask, trials: int, db: Database, config: AltConfig, se
     candidates = layout_candidates(task, config.layouts, config.template, np.random.default_rng(seed))
     joint = max(len(candidates), int(trials * config.joint_fraction))
     rungs = exploration_rungs(len(candidates), joint, config.exploration)
-    alive = [(layouts, laid_out_task(task, layouts)) for layouts in candidates]
-    last: dict[int, TuneResult] = {}
-    used = 0
+    variants = [laid_out_task(task, layouts) for layouts in candidates]
+    last: dict[int, TuneResult] = {}  # candidate -> its latest tune() result (the best so far: tune resumes)
+    spent = [0] * len(candidates)
+    alive, used = list(range(len(candidates))), 0
     for k, share in enumerate(rungs):
-        for layouts, variant in alive:  # every survivor tunes `share` more trials, resuming from the database
-            last[id(layouts)] = tune(variant, share, db=db, seed=seed + k, measure=measure,
-                                     batch_size=min(batch_size, share), policy_options=policy_options)
+        for i in alive:  # every survivor tunes `share` more trials, resuming from the database
+            last[i] = tune(variants[i], share, db=db, seed=seed + k, measure=measure,
+                           batch_size=min(batch_size, share), policy_options=policy_options)
+            spent[i] += last[i].trials
             used += share
         if k + 1 < len(rungs):
-            alive = sorted(alive, key=lambda c: last[id(c[0])].best_cost)[:max(1, len(alive) // 2)]
-    runs = [(layouts, variant, last[id(layouts)]) for layouts, variant in
-            ((c, laid_out_task(task, c)) for c in candidates)]
-    best_layouts, best_task, best = min(runs, key=lambda r: r[2].best_cost)
+            alive = sorted(alive, key=lambda i: last[i].best_cost)[:max(1, len(alive) // 2)]
+    chosen = min(last, key=lambda i: last[i].best_cost)
+    best_layouts, best_task, best = candidates[chosen], variants[chosen], last[chosen]
     if trials > used:
         best = tune(best_task, trials - used, db=db, seed=seed + 1, measure=measure, batch_size=batch_size,
                     policy_options=policy_options)
@@ -166,6 +167,6 @@ def _tune_alt(task: SearchTask, trials: int, db: Database, config: AltConfig, se
         measured = db.best(best_task.workload_key, str(task.target))
         if best_layouts and measured is not None:  # the task's own record: its layout steps, then its loops
             db.commit_record(Record.from_measure(task, state, measured.result))
-    explored = [LayoutTrial(layouts, r.best_cost, r.trials) for layouts, _, r in runs]
+    explored = [LayoutTrial(layouts, last[i].best_cost, spent[i]) for i, layouts in enumerate(candidates)]
     return AltResult(task, best_layouts, state, best.best_cost, max(trials, used), time.perf_counter() - t0,
                      explored)

@@ -134,3 +134,13 @@ def test_users_add_their_own_rewrite():
     model = make_model([node("Neg", ["x"], ["n"]), node("Neg", ["n"], ["r"]), node("Relu", ["r"], ["y"])], X, ["y"])
     graph = canonicalize(import_onnx(model), (*REWRITES, Rewrite("double-negation", "Neg", double_negation)))
     assert [(n.op, n.inputs) for n in graph] == [("Relu", ["x"]), ("Relu", [graph.nodes[0].outputs[0]])]
+
+
+def test_a_reshape_that_does_more_than_merge_batch_dims_is_left_alone():
+    """(2, 3, 4, 5) -> (6, 5, 4) keeps the element count and the batch but is no plain merge: the MatMul reads
+    another matrix than `a`'s last two dimensions, so the pattern must not fire."""
+    nodes = [node("Reshape", ["a", "sa"], ["ra"]), node("Reshape", ["b", "sb"], ["rb"]),
+             node("MatMul", ["ra", "rb"], ["p"]), node("Reshape", ["p", "sy"], ["y"])]
+    inputs = {"a": ((2, 3, 4, 5), F), "b": ((2, 3, 4, 6), F)}
+    inits = {"sa": i64(6, 5, 4), "sb": i64(6, 4, 6), "sy": i64(2, 3, 5, 6)}
+    check_pass(nodes, inputs, ["y"], inits, optimize, ["Reshape", "Reshape", "MatMul", "Reshape"])

@@ -67,7 +67,10 @@ def schedule_subgraphs(subs: Sequence[Subgraph], target: Target, db: Database | 
     def record(sub: Subgraph, rank: int):
         if db is None:
             return None
-        if rank == 0:  # records that lay out the kernel's arguments (ALT) do not fit the model's buffers yet
+        if rank == 0:
+            best = db.best(sub.workload_key, str(target))
+            if best is None or not best.sets_layouts:
+                return best  # a record that lays out the kernel's arguments (ALT) does not fit the model's buffers yet
             return next((r for r in db.top_k(sub.workload_key, str(target), CANDIDATE_POOL) if not r.sets_layouts),
                         None)
         asked, pool = pools.get(sub.workload_key, (0, []))

@@ -46,14 +46,20 @@ class ImportState:
     used: set[str] = field(default_factory=set)  # values some node reads, plus the graph outputs
 
 
-def add_constant(values: dict[str, Value], constants: dict[str, np.ndarray], base: str, array: np.ndarray) -> str:
-    """Register a new constant named after `base`, unique among `values`; returns its name."""
+def add_value(values: dict[str, Value], base: str, shape: tuple[int, ...], dtype: str) -> str:
+    """Register a new value named after `base`, unique among `values`; returns its name."""
     name, k = base, 0
     while name in values:
         k += 1
         name = f"{base}_{k}"
+    values[name] = Value(name, tuple(shape), dtype)
+    return name
+
+
+def add_constant(values: dict[str, Value], constants: dict[str, np.ndarray], base: str, array: np.ndarray) -> str:
+    """Register a new constant named after `base`, unique among `values`; returns its name."""
+    name = add_value(values, base, tuple(array.shape), array.dtype.name)
     constants[name] = array
-    values[name] = Value(name, tuple(array.shape), array.dtype.name)
     return name
 
 

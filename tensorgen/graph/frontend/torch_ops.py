@@ -280,21 +280,24 @@ def _attention(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> s
 
 def _attention_bias(cx: Emitter, mask: Any, causal: bool, length: int, keys: int, dtype: str) -> str | None:
     """What attention adds to its scores: a float mask itself; a boolean one (True: may attend) as 0 / -inf."""
+    def blocked(allowed: np.ndarray) -> str:
+        return cx.tensor(np.where(allowed, 0.0, -np.inf).astype(dtype))
+
     if causal:
         if mask is not None:
             raise ConvertError("attention with both attn_mask and is_causal is not supported")
-        allowed = np.tril(np.ones((length, keys), bool))
-        return cx.tensor(np.where(allowed, 0.0, -np.inf).astype(dtype))
+        return blocked(np.tril(np.ones((length, keys), bool)))
     if mask is None:
         return None
-    if not cx.is_runtime(mask) and np.asarray(mask).dtype == np.bool_:
-        return cx.tensor(np.where(np.asarray(mask), 0.0, -np.inf).astype(dtype))
-    if cx.is_runtime(mask) and cx.value(cx.tensor(mask)).dtype == "bool":
-        name = cx.tensor(mask)
-        shape = cx.value(name).shape
-        zero, minus_inf = cx.tensor(np.array(0.0, dtype)), cx.tensor(np.array(-np.inf, dtype))
-        return cx.emit("Where", [name, zero, minus_inf], shapes=[(shape, dtype)])[0]
-    return operand(cx, mask, dtype)
+    if not cx.is_runtime(mask):
+        allowed = np.asarray(mask)
+        return blocked(allowed) if allowed.dtype == np.bool_ else operand(cx, mask, dtype)
+    name = cx.tensor(mask)
+    value = cx.value(name)
+    if value.dtype != "bool":
+        return operand(cx, mask, dtype)
+    zero, minus_inf = cx.tensor(np.array(0.0, dtype)), cx.tensor(np.array(-np.inf, dtype))
+    return cx.emit("Where", [name, zero, minus_inf], shapes=[(value.shape, dtype)])[0]
 
 
 @converts("aten._softmax", "aten._safe_softmax")

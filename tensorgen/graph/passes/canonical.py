@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tensorgen.graph.frontend.normalize import add_constant
-from tensorgen.graph.ir import Graph, Node, Value
+from tensorgen.graph.frontend.normalize import add_constant, add_value
+from tensorgen.graph.ir import Graph, Node
 
 
 @dataclass
@@ -47,15 +47,6 @@ class Rewrite:
     apply: Callable[[Uses, Node], list[Node] | None]
 
 
-def _new_value(g: Graph, base: str, shape: tuple[int, ...], dtype: str) -> str:
-    name, k = base, 0
-    while name in g.values:
-        k += 1
-        name = f"{base}_{k}"
-    g.values[name] = Value(name, shape, dtype)
-    return name
-
-
 # ---- nn.Linear on N-D input: Reshape -> Gemm -> Reshape  ==>  MatMul + Add -------------------------------
 
 
@@ -77,16 +68,16 @@ def _linear_as_matmul(uses: Uses, out: Node) -> list[Node] | None:
         y.shape[:-1] if len(y.shape) > 2 and y.shape[-1] == m else None
     if lead is None:
         return None
-    nodes = [Node("Reshape", flat.name, [flat.inputs[0]], [_new_value(g, f"{gemm.name}_rows", (*lead, k), dtype)],
+    nodes = [Node("Reshape", flat.name, [flat.inputs[0]], [add_value(g.values, f"{gemm.name}_rows", (*lead, k), dtype)],
                   {"shape": (*lead, k)})]  # Reshapes to the same shape go with remove_noops
     w_name = add_constant(g.values, g.constants, f"{gemm.name}_weight", np.ascontiguousarray(w))
     nodes.append(Node("MatMul", gemm.name, [nodes[-1].outputs[0], w_name],
-                      [_new_value(g, f"{gemm.name}_matmul", (*lead, m), dtype)]))
+                      [add_value(g.values, f"{gemm.name}_matmul", (*lead, m), dtype)]))
     if bias is not None:
         scaled = (bias * gemm.attrs["beta"]).astype(bias.dtype)
         b_name = add_constant(g.values, g.constants, f"{gemm.name}_bias", scaled)
         nodes.append(Node("Add", f"{gemm.name}_add", [nodes[-1].outputs[0], b_name],
-                          [_new_value(g, f"{gemm.name}_biased", (*lead, m), dtype)]))
+                          [add_value(g.values, f"{gemm.name}_biased", (*lead, m), dtype)]))
     nodes.append(Node("Reshape", out.name, [nodes[-1].outputs[0]], list(out.outputs), {"shape": y.shape}))
     return nodes
 
@@ -103,12 +94,14 @@ def _unmerged_matmul(uses: Uses, out: Node) -> list[Node] | None:
     sides = [uses.inner(name) for name in mm.inputs]
     if any(s is None or s.op != "Reshape" for s in sides):
         return None
-    a, b = (g.value(s.inputs[0]).shape for s in sides)
     merged, y = g.value(mm.outputs[0]).shape, g.value(out.outputs[0]).shape
     batch = y[:-2]
-    if len(merged) != 3 or len(batch) < 2 or a[:-2] != batch or b[:-2] != batch or y[-2:] != merged[-2:] \
-            or math.prod(batch) != merged[0]:
+    if len(merged) != 3 or len(batch) < 2 or y[-2:] != merged[-2:] or math.prod(batch) != merged[0]:
         return None
+    for s in sides:  # each side's reshape only merges the batch dimensions: (*batch, m, k) -> (B, m, k)
+        source, target = g.value(s.inputs[0]).shape, g.value(s.outputs[0]).shape
+        if source[:-2] != batch or target != (merged[0], *source[-2:]):
+            return None
     return [Node("MatMul", mm.name, [s.inputs[0] for s in sides], list(out.outputs))]
 
 
