@@ -160,6 +160,7 @@ def test_unfold_is_overlapped_tiling():
     ([Reorder((0, 0))], "no permutation"),
     ([Split(0, (2, 4)), Pad(0, 1)], "not split, fused or unfolded"),
     ([Unfold(0, 3, 4)], "stride"),
+    ([Unfold(0, 8, 4)], "the dimension itself"),  # one tile: its digit of extent 1 got lost in fuse + split
     ([Fuse(1, 0)], "fuse"),
 ])
 def test_bad_primitives_say_why(prims, message):

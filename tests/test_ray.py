@@ -197,7 +197,7 @@ def test_a_node_removed_mid_tuning_loses_nothing(cluster, tmp_path):
                     c.remove_node(victim)
 
     t = SearchTask(task(56).dag, Target.parse(TARGET), HardwareParams(cores=1))  # two nodes on two cores
-    for attempt in range(3):
+    for attempt in range(5):  # under a loaded machine (the whole suite) three attempts all missed once
         if victim not in c.worker_nodes:
             victim = c.add_node(num_cpus=1, resources={target_resource(TARGET): 1})
             c.wait_for_nodes()

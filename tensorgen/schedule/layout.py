@@ -343,9 +343,10 @@ class Unfold(LayoutPrimitive):
 
     def apply(self, layout: Layout) -> Layout:
         p = _whole(layout, self.dim, "unfold")
-        if not 1 <= self.stride < self.tile <= p.extent:
+        if not 1 <= self.stride < self.tile < p.extent:
             raise ScheduleError(f"unfold of dimension {self.dim} ({p.extent}): need 1 <= stride ({self.stride}) "
-                                f"< tile ({self.tile}) <= {p.extent} (tiles that do not overlap are a split)")
+                                f"< tile ({self.tile}) < {p.extent} (tiles that do not overlap are a split, one "
+                                f"tile of all is the dimension itself)")
         tiles = -(-(p.extent - self.tile) // self.stride) + 1
         return _replace(layout, self.dim, self.dim + 1,
                         [(Part(p.dim, self.stride, tiles, self.tile),), (Part(p.dim, 1, self.tile),)])

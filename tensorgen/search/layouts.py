@@ -99,7 +99,7 @@ def tiled(shape: Sequence[int], tiles: Sequence[Tile]) -> list[LayoutPrimitive]:
     prims: list[LayoutPrimitive] = []
     outer, inner, dim = [], [], 0
     for n, t in zip(shape, tiles):
-        if isinstance(t, tuple) and t[1] < t[0] <= n:
+        if isinstance(t, tuple) and t[1] < t[0] < n:
             prims.append(Unfold(dim, *t))
         elif isinstance(t, int) and 1 < t < n and n % t == 0:
             prims.append(Split(dim, (n // t, t)))
