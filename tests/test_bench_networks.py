@@ -30,7 +30,8 @@ from tensorgen import timing  # noqa: E402
 # small inputs, batch 2: the same weights whatever the image size
 SMALL = {"resnet18": {"image_size": 64}, "resnet50": {"image_size": 64}, "mobilenet_v2": {"image_size": 64},
          "resnet3d_18": {"frames": 4, "image_size": 32}, "dcgan": {"image_size": 16},
-         "bert_base": {"seq_len": 16}, "bert_tiny": {"seq_len": 16}}
+         "bert_base": {"seq_len": 16}, "bert_tiny": {"seq_len": 16},
+         "convnext_tiny": {"image_size": 64, "width": 16}, "vit_small": {"image_size": 32, "layers": 2}}
 SLOW = {"bert_base", "resnet3d_18"}  # 440 MB of weights / a 3-D network: tens of seconds on 2 cores
 
 

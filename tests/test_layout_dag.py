@@ -126,7 +126,7 @@ def test_loop_steps_after_layout_steps_renumber_what_they_follow(operands):
     """A state tuned on the laid-out DAG becomes a state of the task itself: its layout steps first, then the loop
     steps, those that name an earlier split (follow_split) renumbered."""
     from tensorgen.schedule.steps import FollowSplitStep
-    from tensorgen.tuning.alt import laid_out_task
+    from tensorgen.search.alt_policy import laid_out_task
 
     a, b = operands
     inputs, out = gmm_relu()

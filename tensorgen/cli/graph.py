@@ -16,6 +16,7 @@ from tensorgen.cli.inputs import add_input_args, model_inputs, parse_input_shape
 from tensorgen.cli.records import DEFAULT_DB, interrupted_line, open_existing, report_unreadable
 from tensorgen.cli.report import report_hint
 from tensorgen.errors import TensorgenError
+from tensorgen.graph.backend import LAYOUT_MODES
 from tensorgen.records.database import SQLiteDatabase
 
 
@@ -32,6 +33,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="pick each kernel's program among its task's K best records by timing the model built "
                             f"with each (in-model selection: K + 1 more builds; default {candidates}; 1: the best "
                             "alone)")
+        p.add_argument("--layouts", choices=LAYOUT_MODES, default="propagate",
+                       help="records that store their kernel's arguments in layouts of their own (--policy alt): "
+                            "propagate = follow them, with conversion kernels, and propagate the layouts along "
+                            "element-wise kernels (default); follow = conversion kernels only; off = pass them over")
         add_input_args(p, required=inputs_required)
         return p
 
@@ -69,31 +74,58 @@ def tune_model(args: argparse.Namespace) -> int:
     graph = load_graph(args.op, batch=args.batch, input_shapes=shapes)
     tasks = extract_tasks(graph, Target.parse(args.target))
     print(f"{graph.summary()}\n{len(tasks)} tasks; tuning {args.trials} trials into {args.db}")
+    config = SchedulerConfig(strategy=args.strategy, round_trials=args.batch_size or 16,
+                             early_stopping=args.early_stopping, transfer=args.transfer)
+    measure = MODEL_MEASURE.on_ray(args.ray) if args.ray else None
+    # ALT: the layouts found lay out the model's values; the conversion and propagated kernels that adds are
+    # tasks of their own, known once the layouts are, tuned (their loops) with the last tenth of the budget
+    layout_share = args.trials // 10 if args.policy == "alt" else 0
     table = ProgressTable()
-    scheduler = TaskScheduler.from_models(
-        {graph.name: tasks}, seed=args.seed, callbacks=[table], config=SchedulerConfig(
-            strategy=args.strategy, round_trials=args.batch_size or 16, early_stopping=args.early_stopping,
-            transfer=args.transfer))
+    scheduler = TaskScheduler.from_models({graph.name: tasks}, seed=args.seed, callbacks=[table], config=config)
     try:
-        result = scheduler.tune(args.trials, db=args.db, policy=args.policy, cost_model=args.cost_model,
+        result = scheduler.tune(args.trials - layout_share, db=args.db, policy=args.policy, cost_model=args.cost_model,
                                 policy_options={"prefilter": args.prefilter} if args.prefilter else None,
-                                measure=MODEL_MEASURE.on_ray(args.ray) if args.ray else None)
+                                measure=measure)
     finally:
         table.close()
+    extra = _tune_layout_tasks(graph, args, layout_share, config, measure) \
+        if layout_share and not result.interrupted else None
     latency = result.models.get(graph.name)
     print(f"estimated end-to-end latency: {latency * 1e3:.3f} ms" if latency else
           "estimated end-to-end latency: - (some task has no valid program yet)")
     print(f"{result.trials} trials in {result.wall_s:.1f} s ({result.stopped})")
+    if extra is not None:
+        print(f"layout tasks: {extra.trials} trials in {extra.wall_s:.1f} s ({extra.stopped})")
     print(report_hint(args.db, args.op, args.batch, args.shape))
     if result.skipped:
         print("skipped (search faults): " + ", ".join(f"{n} {k}" for k, n in result.skipped.items()))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({**result.to_dict(), "model": graph.name, "db": args.db}, f, indent=1)
-    if result.interrupted:
+    if result.interrupted or (extra is not None and extra.interrupted):
         print(interrupted_line(result.trials, args.db), file=sys.stderr)
         return 130
     return 0
+
+
+def _tune_layout_tasks(graph, args: argparse.Namespace, trials: int, config, measure):
+    """The tasks a build following the database's layouts adds (graph.backend.build.layout_tasks), tuned with
+    `trials`; their scheduler's result, or None when there are none."""
+    from tensorgen.graph.backend.build import layout_tasks
+    from tensorgen.tuning.progress import ProgressTable
+    from tensorgen.tuning.scheduler import TaskScheduler
+
+    with SQLiteDatabase(args.db) as db:
+        tasks = layout_tasks(graph, db, args.target)
+    if not tasks:
+        return None
+    print(f"{len(tasks)} tasks of layout conversions and propagated layouts; tuning {trials} trials")
+    table = ProgressTable()
+    try:
+        return TaskScheduler.from_models({graph.name: tasks}, seed=args.seed, callbacks=[table], config=config).tune(
+            trials, db=args.db, policy="ansor", cost_model=args.cost_model, measure=measure)
+    finally:
+        table.close()
 
 
 def _models(args: argparse.Namespace) -> int:
@@ -120,7 +152,7 @@ def _build(args: argparse.Namespace) -> int:
 
     graph = model_inputs(args.model, args.batch, args.shape, args.inputs).graph()
     db = _records(args.db)
-    out = build_model(graph, args.out, db=db, candidates=args.candidates, progress=print)
+    out = build_model(graph, args.out, db=db, candidates=args.candidates, layouts=args.layouts, progress=print)
     if db is not None:
         report_unreadable(db)
     print(f"wrote {out}/model.so, weights.bin, model.c, model.json")
@@ -140,7 +172,7 @@ def _bench(args: argparse.Namespace) -> int:
     rounds = max(2, args.blocks)
     result = compare(given.model, db=db, threads=args.threads, inputs=given.feed, input_shapes=given.shapes,
                      protocol=Protocol(rounds=rounds, max_rounds=max(rounds, Protocol.max_rounds)),
-                     profile=args.profile, candidates=args.candidates, with_torch=False)
+                     profile=args.profile, candidates=args.candidates, layouts=args.layouts, with_torch=False)
     if db is not None:
         report_unreadable(db)
     print(f"{result.model}: {result.tuned_tasks}/{result.total_tasks} tasks tuned, {args.threads} threads")
@@ -193,7 +225,8 @@ def _run(args: argparse.Namespace) -> int:
             compiled, feed = CompiledModel(args.model), load_npz(args.inputs)
         else:
             given = model_inputs(args.model, args.batch, args.shape, args.inputs)
-            compiled = CompiledModel(build_model(given.graph(), tmp, db=_records(args.db), candidates=args.candidates))
+            compiled = CompiledModel(build_model(given.graph(), tmp, db=_records(args.db), candidates=args.candidates,
+                                                 layouts=args.layouts))
             feed = given.feed
         outputs = compiled.run(feed)
     named = {name: array for (name, _, _), array in zip(compiled.outputs, outputs)}

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from tensorgen.dag import rebuild_loads
 from tensorgen.schedule.packing import LayoutRewrite, tile_layout
-from tensorgen.schedule.state import State
+from tensorgen.schedule.state import State, loop_state
 from tensorgen.te.expr import Load, walk
 from tensorgen.te.tensor import Tensor
 
@@ -44,6 +44,7 @@ def rewrite_layout(state: State) -> tuple[State, list[LayoutRewrite]]:
     plans = plan_layout_rewrites(state)
     if not plans:
         return state, []
+    state = loop_state(state)  # the rewritten DAG is laid out already (ALT's layout steps)
     dag = state.dag
     by_name = {p.name: p for p in plans}
     new_inputs = {

@@ -205,3 +205,32 @@ class State:
 
     def rfactor(self, stage: StageRef, it: IterRef, factor_iter_id: int):
         return self.apply(RfactorStep(*self._ids(stage, it), factor_iter_id))
+
+
+def state_layouts(state: State) -> dict[str, list[LayoutPrimitive]]:
+    """The layout each of `state`'s layout steps gives a tensor of its source DAG, by name (two steps on one tensor
+    compose): a kernel's argument layouts."""
+    layouts: dict[str, list[LayoutPrimitive]] = {}
+    for step in state.steps:
+        if isinstance(step, TransformLayoutStep):
+            layouts.setdefault(state.source.tensors[step.stage_id].name, []).extend(step.layout_primitives())
+    return layouts
+
+
+def with_layouts(dag: ComputeDAG, layouts: dict[str, Sequence[LayoutPrimitive]], loops: State | None = None) -> State:
+    """A state of `dag`: a layout step per tensor of `layouts`, then the steps of `loops`, a state of
+    `lay_out(dag, layouts)` (steps that name earlier steps are renumbered)."""
+    state = State(dag)
+    for name, primitives in layouts.items():
+        state.transform_layout(name, primitives)
+    for step in loops.steps if loops is not None else ():
+        state.apply(step.shifted(len(layouts)))
+    return state
+
+
+def loop_state(state: State) -> State:
+    """`state` without its layout steps: its loop steps replayed on the DAG those made (the same program)."""
+    n = sum(isinstance(step, TransformLayoutStep) for step in state.steps)
+    if not n:
+        return state
+    return State.replay(State.replay(state.source, state.steps[:n]).dag, [s.shifted(-n) for s in state.steps[n:]])

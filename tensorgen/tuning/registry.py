@@ -24,6 +24,7 @@ from tensorgen.measure.builder import Builder, LocalBuilder
 from tensorgen.measure.ray import RayBuilder, RayRunner
 from tensorgen.measure.runner import LocalRunner, Runner
 from tensorgen.registry import Registry
+from tensorgen.search.alt_policy import AltPolicy
 from tensorgen.search.policy import SearchPolicy
 from tensorgen.search.random_policy import RandomPolicy
 from tensorgen.search.sketch_policy import SketchPolicy
@@ -31,6 +32,7 @@ from tensorgen.search.sketch_policy import SketchPolicy
 POLICIES: Registry[SearchPolicy] = Registry("search policy", TuneError)
 POLICIES.register("ansor", SketchPolicy.from_options)
 POLICIES.register("random", RandomPolicy)
+POLICIES.register("alt", AltPolicy)  # ALT's joint layout + loop search (search.alt_policy)
 
 COST_MODELS: Registry[CostModel] = Registry("cost model", TuneError)
 COST_MODELS.register("xgb", XGBModel)

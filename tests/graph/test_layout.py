@@ -40,6 +40,17 @@ def test_zoo_convnets_run_channels_last_from_input_to_head(name):
     _same_results(graph, cl)
 
 
+def test_the_models_own_permutes_are_absorbed():
+    """ConvNeXt permutes each block to channels-last for its LayerNorm and Linears and back for the residual: the
+    residual stream stays channels-last, so of its 44 Transposes only the input's is left, and it computes the
+    same."""
+    graph = load_graph(zoo_model("convnext_tiny", image_size=32, width=8))
+    assert _ops(graph)["Transpose"] == 2 * 18 + 2 * 4
+    cl = to_channels_last(graph)
+    assert _ops(cl)["Transpose"] == 1
+    _same_results(graph, cl)
+
+
 def test_constants_of_elementwise_ops_are_permuted_and_concat_moves_its_axis():
     """A per-channel constant (C, 1, 1) broadcast against NCHW becomes (1, 1, 1, C); Concat over channels
     concatenates over the last axis; an AveragePool with partial windows pools channels-last; a 1-D conv

@@ -1,5 +1,6 @@
 """The model zoo: valid ONNX, runs in ONNX Runtime with sane outputs, deterministic, realistic op patterns."""
 
+import math
 from collections import Counter
 from functools import cache
 
@@ -22,8 +23,12 @@ OUTPUT_SHAPES = {
     "dcgan": (1, 3, 64, 64),
     "bert_base": (1, 128, 768),
     "bert_tiny": (1, 128, 128),
+    "convnext_tiny": (1, 1000),
+    "vit_small": (1, 1000),
 }
-SLOW = {"bert_base", "resnet3d_18"}  # hundreds of MB of weights / ~40 GFLOP: seconds each in ORT on 2 cores
+# 100-440 MB of weights / 4-40 GFLOP: seconds each in ORT on 2 cores (ConvNeXt and ViT also run at SMALL)
+SLOW = {"bert_base", "resnet3d_18", "convnext_tiny", "vit_small"}
+SMALL = {"convnext_tiny": {"image_size": 64, "width": 16}, "vit_small": {"image_size": 32, "layers": 2}}
 
 
 @cache
@@ -42,6 +47,16 @@ def ort_run(model: onnx.ModelProto, feed: dict, optimize: bool = True) -> np.nda
 
 def test_output_shapes_cover_the_registry():
     assert set(OUTPUT_SHAPES) == set(MODELS)
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_small_variants_are_valid_and_fused_equals_unfused(name):
+    model = build_model(name, **SMALL[name])
+    onnx.checker.check_model(model, full_check=True)
+    feed = random_inputs(model, seed=1)
+    out = ort_run(model, feed)
+    assert out.shape == (1, 1000) and np.isfinite(out).all() and 0.3 < out.std() < 3
+    np.testing.assert_allclose(out, ort_run(model, feed, optimize=False), rtol=1e-3, atol=1e-3 * out.std())
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in OUTPUT_SHAPES])
@@ -64,7 +79,12 @@ def test_model_is_valid_and_runs_in_onnxruntime(name):
 
 @pytest.mark.parametrize(
     "name, options",
-    [("bert_tiny", {"seq_len": 16}), ("dcgan", {"image_size": 16}), ("mobilenet_v2", {"image_size": 64})],
+    [
+        ("bert_tiny", {"seq_len": 16}),
+        ("dcgan", {"image_size": 16}),
+        ("mobilenet_v2", {"image_size": 64}),
+        *SMALL.items(),
+    ],
 )
 def test_onnx_reference_evaluator_agrees_with_onnxruntime(name, options):
     model = build_model(name, **options)
@@ -80,6 +100,10 @@ def test_onnx_reference_evaluator_agrees_with_onnxruntime(name, options):
         ("resnet3d_18", 1, {"frames": 4, "image_size": 32}, (1, 400)),
         ("dcgan", 3, {"image_size": 32}, (3, 3, 32, 32)),
         ("bert_tiny", 2, {"seq_len": 24}, (2, 24, 128)),
+        ("convnext_tiny", 2, SMALL["convnext_tiny"], (2, 1000)),
+        ("convnext_tiny", 1, {"image_size": 48, "width": 8}, (1, 1000)),
+        ("vit_small", 2, SMALL["vit_small"], (2, 1000)),
+        ("vit_small", 1, {"image_size": 48, "layers": 1}, (1, 1000)),
     ],
 )
 def test_batch_and_options_set_the_shapes(name, batch, options, shape):
@@ -121,7 +145,33 @@ OP_COUNTS = {
     "resnet3d_18": {"Conv": 20, "BatchNormalization": 20, "Add": 8, "GlobalAveragePool": 1, "Gemm": 1},
     "dcgan": {"ConvTranspose": 5, "BatchNormalization": 4, "Relu": 4, "Tanh": 1},
     "bert_tiny": {"Gather": 1, "LayerNormalization": 5, "Softmax": 2, "Erf": 2, "MatMul": 16, "Reshape": 8},
+    # 18 blocks: dwconv, 2 Transposes, LayerNorm, 2 MatMuls; 4 downsamples (LayerNorm2d: 2 Transposes) + head norm
+    "convnext_tiny": {
+        "Conv": 22,
+        "LayerNormalization": 23,
+        "Transpose": 44,
+        "MatMul": 36,
+        "Erf": 18,
+        "Mul": 54,
+        "ReduceMean": 1,
+        "Gemm": 1,
+    },
+    # 12 layers: 2 LayerNorms, 6 MatMuls, 4 Reshapes, 4 Transposes; patch flatten, class token, final norm
+    "vit_small": {
+        "Conv": 1,
+        "LayerNormalization": 25,
+        "MatMul": 96,
+        "Softmax": 12,
+        "Erf": 12,
+        "Reshape": 49,
+        "Transpose": 49,
+        "Expand": 1,
+        "Concat": 1,
+        "Gather": 1,
+        "Gemm": 1,
+    },
 }
+BIASED_CONVS = {"convnext_tiny", "vit_small"}
 
 
 @pytest.mark.parametrize("name", sorted(OP_COUNTS))
@@ -132,8 +182,9 @@ def test_graphs_have_the_architecture_and_exporter_patterns(name):
     initializers = {t.name: tuple(t.dims) for t in model.graph.initializer}
     producers = {o: n for n in model.graph.node for o in n.output}
     for node in model.graph.node:
-        if node.op_type in ("Conv", "ConvTranspose"):  # bias=False, weights as initializers
-            assert len(node.input) == 2 and node.input[1] in initializers
+        if node.op_type in ("Conv", "ConvTranspose"):  # bias=False but in ConvNeXt/ViT, weights as initializers
+            assert len(node.input) == (3 if name in BIASED_CONVS else 2)
+            assert all(i in initializers for i in node.input[1:])
         if node.op_type == "BatchNormalization":  # always right after its conv
             assert producers[node.input[0]].op_type in ("Conv", "ConvTranspose")
         if node.op_type == "Clip":  # ReLU6 with min/max as Constant-node inputs
@@ -166,6 +217,73 @@ def test_bert_embeddings_match_numpy():
     np.testing.assert_allclose(ort_run(model, {"input_ids": ids}), expected, rtol=1e-4, atol=1e-5)
 
 
+def _layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
+    x = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + eps)
+    return x * gamma + beta
+
+
+def _truncated(model: onnx.ModelProto, node: onnx.NodeProto) -> onnx.ModelProto:
+    """`model` with the output of `node` as its only output."""
+    del model.graph.output[:]
+    model.graph.output.append(helper.make_tensor_value_info(node.output[0], TensorProto.FLOAT, None))
+    return model
+
+
+def test_convnext_stem_and_first_block_match_numpy():
+    """Patchify conv + channels-first LayerNorm, then one block (dwconv, LN, MLP, layer scale, residual)."""
+    model = build_model("convnext_tiny", image_size=32, width=8)
+    w = _weights(model)
+    residual = [n for n in model.graph.node if n.op_type == "Add" and n.name.startswith("/stages/0/0/")][-1]
+    image = random_inputs(model, seed=2)["input"]
+    got = ort_run(_truncated(model, residual), {"input": image})
+
+    def conv(x, weight, bias, stride, pad, groups):
+        x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+        n, c, h, wd = x.shape
+        cout, cin, k, _ = weight.shape
+        oh, ow = (h - k) // stride + 1, (wd - k) // stride + 1
+        out = np.zeros((n, cout, oh, ow), np.float64)
+        per = cout // groups
+        for o in range(cout):
+            g = o // per
+            for i in range(k):
+                for j in range(k):
+                    patch = x[:, g * cin : (g + 1) * cin, i : i + stride * oh : stride, j : j + stride * ow : stride]
+                    out[:, o] += np.einsum("nchw,c->nhw", patch, weight[o, :, i, j])
+        return out + bias[None, :, None, None]
+
+    x = conv(image, w["downsample_layers.0.0.weight"], w["downsample_layers.0.0.bias"], 4, 0, 1)
+    x = _layer_norm(x.transpose(0, 2, 3, 1), w["downsample_layers.0.1.weight"], w["downsample_layers.0.1.bias"], 1e-6)
+    x = x.transpose(0, 3, 1, 2)
+    p = "stages.0.0."
+    y = conv(x, w[p + "dwconv.weight"], w[p + "dwconv.bias"], 1, 3, 8).transpose(0, 2, 3, 1)
+    y = _layer_norm(y, w[p + "norm.weight"], w[p + "norm.bias"], 1e-6) @ w[p + "pwconv1.weight"] + w[p + "pwconv1.bias"]
+    y = 0.5 * y * (1 + np.vectorize(math.erf)(y / np.sqrt(2)))
+    y = (y @ w[p + "pwconv2.weight"] + w[p + "pwconv2.bias"]) * w[p + "gamma"]
+    expected = x + y.transpose(0, 3, 1, 2)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+
+def test_vit_embeddings_and_head_match_numpy():
+    """Patches + class token + position embeddings; the logits read the class token after the final LayerNorm."""
+    model = build_model("vit_small", image_size=32, layers=1)
+    w = _weights(model)
+    image = random_inputs(model, seed=2)["input"]
+    concat_add = next(n for n in model.graph.node if n.name == "/vit/embeddings/Add")
+    got = ort_run(_truncated(build_model("vit_small", image_size=32, layers=1), concat_add), {"input": image})
+    patches = image.reshape(1, 3, 2, 16, 2, 16).transpose(0, 2, 4, 1, 3, 5).reshape(1, 4, 3 * 16 * 16)
+    p = "vit.embeddings."
+    tokens = patches @ w[p + "patch_embeddings.projection.weight"].reshape(384, -1).T
+    tokens = tokens + w[p + "patch_embeddings.projection.bias"]
+    expected = np.concatenate([w[p + "cls_token"], tokens], axis=1) + w[p + "position_embeddings"]
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+    final = next(n for n in model.graph.node if n.name == "/vit/layernorm/LayerNormalization")
+    hidden = ort_run(_truncated(build_model("vit_small", image_size=32, layers=1), final), {"input": image})
+    logits = hidden[:, 0] @ w["classifier.weight"].T + w["classifier.bias"]
+    np.testing.assert_allclose(ort_run(model, {"input": image}), logits, rtol=1e-4, atol=1e-4 * np.abs(logits).max())
+
+
 def test_list_models():
     listed = list_models()
     assert [name for name, _ in listed] == list(MODELS)
@@ -180,6 +298,9 @@ def test_list_models():
         (lambda: build_model("resnet18", batch=0), "batch must be a positive integer"),
         (lambda: build_model("bert_tiny", seq_len=1000), "seq_len must be in 1..512"),
         (lambda: build_model("dcgan", image_size=48), "power of two"),
+        (lambda: build_model("vit_small", image_size=40), "multiple of 16"),
+        (lambda: build_model("convnext_tiny", image_size=16), "at least 32"),
+        (lambda: build_model("vit_small", width=8), "has no option width"),
         (lambda: load_model("no/such/model.onnx"), "neither a zoo model"),
     ],
 )

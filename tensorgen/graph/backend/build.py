@@ -23,10 +23,13 @@ import numpy as np
 
 from tensorgen.codegen.backend import Backend, backend_for
 from tensorgen.errors import CompileError, TensorgenError
+from tensorgen.graph.backend import LAYOUT_MODES
 from tensorgen.graph.backend.align import align_partitions
 from tensorgen.graph.backend.default_schedule import default_schedule
 from tensorgen.graph.backend.executor import executor_source, pack_weights, plan_memory
+from tensorgen.graph.backend.layouts import LayoutPlan, default_laid_out, laid_out_dag, laid_out_state, plan_layouts
 from tensorgen.graph.backend.select import CANDIDATE_POOL, candidate_records, select_in_model
+from tensorgen.graph.backend.tasks import ModelTask
 from tensorgen.graph.ir import Graph, Value
 from tensorgen.graph.load import load_graph
 from tensorgen.graph.passes.fusion import Partition, Subgraph, partition
@@ -35,9 +38,10 @@ from tensorgen.loopir.nodes import PrimFunc
 from tensorgen.records.database import Database
 from tensorgen.schedule.layout_rewrite import rewrite_layout
 from tensorgen.schedule.lower import lower
-from tensorgen.schedule.state import State
+from tensorgen.schedule.state import State, state_layouts
 from tensorgen.search.transfer import transfer_candidates
 from tensorgen.target import HardwareParams, Target
+from tensorgen.task import SearchTask
 
 LOGGER = logging.getLogger("tensorgen.graph")
 MANIFEST = "model.json"
@@ -56,12 +60,13 @@ class KernelInfo:
 
 
 def schedule_subgraphs(subs: Sequence[Subgraph], target: Target, db: Database | None, cores: int,
-                       ranks: Sequence[int] | None = None,
-                       pools: dict[str, tuple[int, list]] | None = None) -> list[tuple[State, float | None, str]]:
+                       ranks: Sequence[int] | None = None, pools: dict[str, tuple[int, list]] | None = None,
+                       layouts: bool = True) -> list[tuple[State, float | None, str]]:
     """(state, its recorded cost or None, how it was chosen) per subgraph: its best record on `target` (or
     its `ranks[i]`-th candidate, see select.candidate_records; `pools` caches each task's candidates with
     how many were asked for), else one adapted from the tuned subgraph of the same structure and closest
-    size, else the default schedule."""
+    size, else the default schedule. Without `layouts`, records that lay out the kernel's arguments (ALT's)
+    are passed over."""
     pools = {} if pools is None else pools
 
     def record(sub: Subgraph, rank: int):
@@ -69,8 +74,8 @@ def schedule_subgraphs(subs: Sequence[Subgraph], target: Target, db: Database | 
             return None
         if rank == 0:
             best = db.best(sub.workload_key, str(target))
-            if best is None or not best.sets_layouts:
-                return best  # a record that lays out the kernel's arguments (ALT) does not fit the model's buffers yet
+            if best is None or layouts or not best.sets_layouts:
+                return best
             return next((r for r in db.top_k(sub.workload_key, str(target), CANDIDATE_POOL) if not r.sets_layouts),
                         None)
         asked, pool = pools.get(sub.workload_key, (0, []))
@@ -89,7 +94,9 @@ def schedule_subgraphs(subs: Sequence[Subgraph], target: Target, db: Database | 
             except TensorgenError as err:  # a record an older or broken version wrote
                 LOGGER.warning("kernel %d (%s): its record does not replay (%s); it is built without it", i,
                                sub.name, err)
-    donors = [(state, subs[i].dag.flop_count / cost) for i, (state, cost) in tuned.items() if cost > 0]
+    # a program whose arguments are laid out does not adapt: its layouts' tile sizes are those of its own shapes
+    donors = [(state, subs[i].dag.flop_count / cost) for i, (state, cost) in tuned.items()
+              if cost > 0 and not state_layouts(state)]
     out = []
     for i, sub in enumerate(subs):
         if i in tuned:
@@ -103,31 +110,47 @@ def schedule_subgraphs(subs: Sequence[Subgraph], target: Target, db: Database | 
 
 def build_model(model: object, out_dir: str | os.PathLike[str], *, target: str | Target = "cpu",
                 db: Database | None = None, batch: int = 1, candidates: int = 1, ranks: Sequence[int] | None = None,
-                progress: Callable[[str], None] | None = None) -> Path:
+                layouts: str = "propagate", progress: Callable[[str], None] | None = None) -> Path:
     """Compile `model` (ONNX file, ModelProto, zoo name or Graph) into `out_dir`; returns that directory.
 
     Every kernel uses its task's fastest record, or its `ranks[i]`-th candidate (select.candidate_records);
     `candidates` > 1 picks the ranks by timing the model built with each of the first `candidates`
-    (tensorgen.graph.backend.select; the model is built and profiled candidates + 1 times more)."""
+    (tensorgen.graph.backend.select; the model is built and profiled candidates + 1 times more). A fastest
+    record that lays out its kernel's arguments (ALT) is followed by the model (`layouts`, LAYOUT_MODES:
+    "propagate": with conversion kernels, the layouts propagated along element-wise kernels (graph.backend.layouts);
+    "follow": conversion kernels only; "off": such records are passed over). A model that follows layouts is built
+    with every kernel's fastest record (no selection of ranks: that compares builds kernel by kernel)."""
     if candidates < 1:
         raise TensorgenError(f"need at least 1 candidate record per kernel, got {candidates}")
+    if layouts not in LAYOUT_MODES:
+        raise TensorgenError(f"layouts must be one of {', '.join(LAYOUT_MODES)}, got {layouts!r}")
     target = Target.parse(target)
     hw = hardware_for(target)
     graph = model if isinstance(model, Graph) else load_graph(model, batch=batch)
     backend_for(target, hw).preflight()
     pools: dict[str, tuple[int, list]] = {}  # the builds of one selection share their candidate records
     if candidates > 1 and db is not None and ranks is None:
-        def build(ranks: Sequence[int], directory: Path) -> Path:
-            return _build(graph, directory, target, hw, db, ranks, pools, None)
+        subs = partition(graph).subgraphs
+        if layouts != "off" and _sets_layouts(db, subs, target):
+            if progress:
+                progress("the fastest records lay out their kernels' arguments: built with them, no in-model "
+                         "selection")
+        else:
+            def build(ranks: Sequence[int], directory: Path) -> Path:
+                return _build(graph, directory, target, hw, db, ranks, pools, None)
 
-        ranks = select_in_model(build, len(partition(graph).subgraphs), candidates, threads=hw.cores,
-                                progress=progress).ranks
-    return _build(graph, out_dir, target, hw, db, ranks, pools, progress)
+            ranks = select_in_model(build, len(subs), candidates, threads=hw.cores, progress=progress).ranks
+    return _build(graph, out_dir, target, hw, db, ranks, pools, progress, layouts=layouts)
+
+
+def _sets_layouts(db: Database, subs: Sequence[Subgraph], target: Target) -> bool:
+    return any((r := db.best(sub.workload_key, str(target))) is not None and r.sets_layouts for sub in subs)
 
 
 def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, hw: HardwareParams, db: Database | None,
            ranks: Sequence[int] | None, pools: dict[str, tuple[int, list]],
-           progress: Callable[[str], None] | None, failed: dict[int, str] | None = None) -> Path:
+           progress: Callable[[str], None] | None, failed: dict[int, str] | None = None,
+           layouts: str = "off") -> Path:
     """One build. A kernel whose program cannot be applied, lowered or compiled (a record of an older version,
     a bug the fuzzers have not found yet) gets the default schedule instead, with a warning: `failed` holds
     those kernels and why; a compile error names its kernels by compiling each alone, then the build restarts."""
@@ -136,9 +159,12 @@ def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, hw: Ha
     graph_in = graph
     graph = replace(graph, values=dict(graph.values), constants=dict(graph.constants))  # gains repacked weights
     part = partition(graph)
-    graph = part.graph  # the partitioned graph (channels-last convs) is the one the kernels read
+    follow = layouts != "off" and ranks is None
+    schedules = schedule_subgraphs(part.subgraphs, target, db, hw.cores, ranks, pools, layouts=follow)
+    if follow:
+        part, schedules = _follow_layouts(part, schedules, target, db, hw.cores, layouts == "propagate")
+    graph = part.graph  # the partitioned graph (channels-last convs, laid-out values) is the one the kernels read
     funcs, kernels = [], []
-    schedules = schedule_subgraphs(part.subgraphs, target, db, hw.cores, ranks, pools)
     for i, (sub, (state, cost, how)) in enumerate(zip(part.subgraphs, schedules)):
         name = f"k{i}_{sub.name.rsplit('_', 1)[0]}"
         if i not in failed:
@@ -149,7 +175,7 @@ def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, hw: Ha
         if i in failed:
             LOGGER.warning("kernel %s: its %s program cannot be used (%s); it gets the default schedule", name,
                            how, failed[i])
-            state, cost, how = default_schedule(sub.dag, hw.cores), None, "default"
+            state, cost, how = default_laid_out(sub, hw.cores), None, "default"
             funcs.append(_kernel(graph, sub, state, name, f"k{i}"))
         kernels.append(KernelInfo(name, sub.workload_key, len(sub.nodes), how == "tuned", cost, how,
                                   ranks[i] if ranks and how == "tuned" else 0, failed.get(i, "")))
@@ -175,7 +201,7 @@ def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, hw: Ha
         culprits = {i: err for i, f in enumerate(funcs) if i not in failed and (err := _compile_error(f, backend))}
         if not culprits:
             raise
-        return _build(graph_in, out_dir, target, hw, db, ranks, pools, progress, {**failed, **culprits})
+        return _build(graph_in, out_dir, target, hw, db, ranks, pools, progress, {**failed, **culprits}, layouts)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(library, out / "model.so")
@@ -183,6 +209,52 @@ def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, hw: Ha
     (out / "weights.bin").write_bytes(blob)
     (out / MANIFEST).write_text(json.dumps(_manifest(graph, part, kernels, plan, target), indent=1))
     return out
+
+
+def _follow_layouts(part: Partition, schedules: list[tuple[State, float | None, str]], target: Target,
+                    db: Database | None, cores: int,
+                    propagate: bool) -> tuple[Partition, list[tuple[State, float | None, str]]]:
+    """The partition laid out as its kernels' programs store their arguments (graph.backend.layouts), with the
+    programs of the kernels that plan adds or lays out: their records (by the laid-out DAG), else adapted or
+    default ones."""
+    plan = _plan(part, schedules, propagate)
+    if plan is None:
+        return part, schedules
+    todo = [i for i, o in enumerate(plan.origin) if o is None]
+    laid = schedule_subgraphs([replace(plan.part.subgraphs[i], dag=laid_out_dag(plan.part.subgraphs[i])) for i in todo],
+                              target, db, cores)
+    found = dict(zip(todo, laid))
+    out = []
+    for i, (sub, origin) in enumerate(zip(plan.part.subgraphs, plan.origin)):
+        if origin is not None:
+            out.append(schedules[origin])
+        else:
+            state, cost, how = found[i]
+            out.append((laid_out_state(sub, state), cost, how))
+    return plan.part, out
+
+
+def _plan(part: Partition, schedules: Sequence[tuple[State, float | None, str]], propagate: bool) -> LayoutPlan | None:
+    chosen = [state_layouts(state) for state, _, _ in schedules]
+    return plan_layouts(part, chosen, propagate) if any(chosen) else None
+
+
+def layout_tasks(model: object, db: Database, target: str | Target = "cpu", batch: int = 1) -> list[ModelTask]:
+    """The tasks that a build following `db`'s layouts adds to `model` (graph.backend.layouts): its conversion kernels
+    and its element-wise kernels in propagated layouts, their DAGs laid out (tuned with the model's other tasks, or
+    after them, once the layouts are known)."""
+    target = Target.parse(target)
+    hw = hardware_for(target)
+    graph = model if isinstance(model, Graph) else load_graph(model, batch=batch)
+    part = partition(graph)
+    plan = _plan(part, schedule_subgraphs(part.subgraphs, target, db, hw.cores), True)
+    found: dict[str, list] = {}
+    for sub, origin in zip(plan.part.subgraphs if plan else (), plan.origin if plan else ()):
+        if origin is None:
+            dag = laid_out_dag(sub)
+            found.setdefault(dag.workload_key, [dag, sub.name.rsplit("_", 1)[0], []])[2].append(sub.name)
+    return [ModelTask(SearchTask(dag, target, hw, desc=desc), len(names), tuple(names))
+            for dag, desc, names in found.values()]
 
 
 def _kernel(graph: Graph, sub: Subgraph, state: State, name: str, tag: str) -> PrimFunc:

@@ -14,6 +14,8 @@ the data layout is part of the schedule).
   constants are permuted to match), so bias adds, activations and residual adds stay in that layout;
 - a Concat over the channel axis of such inputs concatenates over the last axis, and a pool over such
   an input pools channels-last.
+- the model's own Transposes between the two layouts are absorbed (a permute to channels-first of a value that is
+  channels-last makes that value a twin; a permute to channels-last of a value with a twin is the twin).
 Each rewritten node's channels-first result is still defined by a Transpose, so every other reader
 (pools, reshapes, graph outputs) sees the value it saw before; the Transposes nobody reads are then
 removed, and Transpose pairs that cancel are removed by the reshape/transpose simplification.
@@ -159,9 +161,27 @@ class _Rewriter:
         self.emit_channels_last(node, [self.last[x] for x in node.inputs], {**node.attrs, "axis": rank - 1})
         return True
 
+    def transpose(self, node: Node) -> bool:
+        """The model's own permutes between the two layouts are absorbed: a channels-last value permuted to
+        channels-first has that value as its twin (ConvNeXt's `y.permute(0, 3, 1, 2)` after its Linear layers),
+        and a value with a twin permuted to channels-last is the twin."""
+        x, rank = node.inputs[0], len(self.g.value(node.inputs[0]).shape)
+        perm = tuple(node.attrs["perm"])
+        if rank < 3:
+            return False
+        if perm == to_first(rank):
+            self.nodes.append(node)  # for the readers that want channels-first
+            self.last[node.outputs[0]] = x
+            return True
+        if perm == to_last(rank) and x in self.last:
+            self.nodes.append(Node("Identity", node.name, [self.last[x]], list(node.outputs)))
+            return True
+        return False
+
     def run(self) -> Graph:
         for node in self.g.nodes:
             handled = ((node.op == "Conv" and self.conv(node)) or (node.op == "Concat" and self.concat(node))
+                       or (node.op == "Transpose" and self.transpose(node))
                        or (node.op == "ConvTranspose" and self.conv_transpose(node))
                        or (node.op in POOLS and self.pool(node)) or (_layout_free(node) and self.elementwise(node)))
             if not handled:

@@ -130,10 +130,10 @@ def onnxruntime_engine(onnx_model: Any, feeds: dict, threads: int) -> tuple[Call
 def compare(model: object, db=None, threads: int = 2, batch: int = 1, protocol: Protocol = DEFAULT_PROTOCOL,
             out_dir: str | None = None, seed: int = 0, with_torch: bool = True, profile: bool = False,
             candidates: int = 1, inputs: Mapping[str, np.ndarray] | None = None,
-            input_shapes: Mapping[str, Sequence[int]] | None = None) -> Comparison:
+            input_shapes: Mapping[str, Sequence[int]] | None = None, layouts: str = "propagate") -> Comparison:
     """Build `model` (zoo name, .onnx path or ModelProto) with `db`'s records and time it next to its peers, every
     engine on `inputs` (arrays by input name; default: onnx_inputs.random_inputs drawn from `seed`, with
-    `input_shapes` fixing symbolic dimensions) (`candidates`: see build_model)."""
+    `input_shapes` fixing symbolic dimensions) (`candidates`, `layouts`: see build_model)."""
     from tensorgen.graph.backend.build import build_model
     from tensorgen.graph.frontend.onnx_inputs import fixed_inputs, random_inputs
     from tensorgen.graph.load import load_graph, onnx_model_of
@@ -145,7 +145,7 @@ def compare(model: object, db=None, threads: int = 2, batch: int = 1, protocol: 
     feeds = random_inputs(onnx_model, seed, shapes) if feeds is None else feeds
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        directory = build_model(graph, out_dir or tmp, db=db, candidates=candidates)
+        directory = build_model(graph, out_dir or tmp, db=db, candidates=candidates, layouts=layouts)
         build_s = time.perf_counter() - start
         compiled = CompiledModel(directory, threads=threads)
         manifest = compiled.manifest

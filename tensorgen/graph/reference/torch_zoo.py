@@ -1,7 +1,8 @@
 """The zoo's models as PyTorch nn.Modules with the same weights: the peer a PyTorch user would run.
 
 Each module is written the way its family is written in PyTorch (torchvision's ResNet, r3d_18 and
-MobileNetV2, pytorch/examples' DCGAN generator, HuggingFace's BertModel with SDPA attention) and
+MobileNetV2, pytorch/examples' DCGAN generator, HuggingFace's BertModel with SDPA attention,
+facebookresearch's ConvNeXt, HuggingFace's ViTForImageClassification with SDPA attention) and
 takes its weights from the initializers of the zoo's ONNX model, whose names are the modules'
 state-dict keys (see zoo_builder). So the module and the ONNX file compute the same function, and
 benchmarks time PyTorch running the model itself rather than an interpretation of tensorgen's graph
@@ -27,6 +28,7 @@ from torch import nn
 from tensorgen.graph.ir import GraphError
 from tensorgen.graph.zoo import MODELS, build_model
 from tensorgen.graph.zoo.bert import BERT_BASE, BERT_TINY, BertConfig
+from tensorgen.graph.zoo.modern import CONVNEXT_DEPTHS, CONVNEXT_EPS, VIT_EPS, VIT_HEADS, VIT_HIDDEN, VIT_PATCH
 
 # ---------------------------------------------------------------------------------------------
 # ResNets (torchvision.models.resnet, torchvision.models.video.r3d_18)
@@ -274,6 +276,167 @@ class BertModel(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------
+# ConvNeXt (facebookresearch/ConvNeXt, channels-first LayerNorm as torchvision's LayerNorm2d)
+
+
+class LayerNorm2d(nn.LayerNorm):
+    """LayerNorm over the channels of NCHW: permute to NHWC, normalize the last axis, permute back."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.layer_norm(x.permute(0, 2, 3, 1), self.normalized_shape, self.weight, self.bias, self.eps)
+        return x.permute(0, 3, 1, 2)
+
+
+class ConvNeXtBlock(nn.Module):
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dwconv = nn.Conv2d(dim, dim, 7, padding=3, groups=dim)
+        self.norm = nn.LayerNorm(dim, eps=CONVNEXT_EPS)
+        self.pwconv1, self.act, self.pwconv2 = nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim)
+        self.gamma = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.norm(self.dwconv(x).permute(0, 2, 3, 1))
+        y = self.gamma * self.pwconv2(self.act(self.pwconv1(y)))
+        return x + y.permute(0, 3, 1, 2)
+
+
+class ConvNeXt(nn.Module):
+    def __init__(self, width: int, depths: tuple[int, ...] = CONVNEXT_DEPTHS, classes: int = 1000):
+        super().__init__()
+        dims = [width * 2**i for i in range(4)]
+        stem = nn.Sequential(nn.Conv2d(3, dims[0], 4, 4), LayerNorm2d(dims[0], eps=CONVNEXT_EPS))
+        self.downsample_layers = nn.ModuleList(
+            [stem] + [nn.Sequential(LayerNorm2d(dims[i], eps=CONVNEXT_EPS), nn.Conv2d(dims[i], dims[i + 1], 2, 2))
+                      for i in range(3)])
+        self.stages = nn.ModuleList(nn.Sequential(*(ConvNeXtBlock(d) for _ in range(n))) for d, n in zip(dims, depths))
+        self.norm = nn.LayerNorm(dims[-1], eps=CONVNEXT_EPS)
+        self.head = nn.Linear(dims[-1], classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for downsample, stage in zip(self.downsample_layers, self.stages):
+            x = stage(downsample(x))
+        return self.head(self.norm(x.mean([-2, -1])))
+
+
+# ---------------------------------------------------------------------------------------------
+# ViT (transformers.ViTForImageClassification, SDPA attention)
+
+
+class ViTSelfAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.query, self.key, self.value = (nn.Linear(VIT_HIDDEN, VIT_HIDDEN) for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, width = x.shape
+
+        def split(t: torch.Tensor) -> torch.Tensor:
+            return t.view(b, s, VIT_HEADS, width // VIT_HEADS).transpose(1, 2)
+
+        context = F.scaled_dot_product_attention(split(self.query(x)), split(self.key(x)), split(self.value(x)))
+        return context.transpose(1, 2).reshape(b, s, width)
+
+
+class ViTSelfOutput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.dense = nn.Linear(VIT_HIDDEN, VIT_HIDDEN)
+
+
+class ViTAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attention, self.output = ViTSelfAttention(), ViTSelfOutput()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.output.dense(self.attention(x))
+
+
+class ViTIntermediate(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.dense = nn.Linear(VIT_HIDDEN, 4 * VIT_HIDDEN)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.gelu(self.dense(x))
+
+
+class ViTOutput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.dense = nn.Linear(4 * VIT_HIDDEN, VIT_HIDDEN)
+
+    def forward(self, h: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return self.dense(h) + residual
+
+
+class ViTLayer(nn.Module):
+    """Pre-norm: x + attention(layernorm_before x), then x + output(intermediate(layernorm_after x))."""
+
+    def __init__(self):
+        super().__init__()
+        self.attention = ViTAttention()
+        self.intermediate = ViTIntermediate()
+        self.output = ViTOutput()
+        self.layernorm_before = nn.LayerNorm(VIT_HIDDEN, eps=VIT_EPS)
+        self.layernorm_after = nn.LayerNorm(VIT_HIDDEN, eps=VIT_EPS)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attention(self.layernorm_before(x))
+        return self.output(self.intermediate(self.layernorm_after(x)), x)
+
+
+class ViTPatchEmbeddings(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.projection = nn.Conv2d(3, VIT_HIDDEN, VIT_PATCH, VIT_PATCH)
+
+
+class ViTEmbeddings(nn.Module):
+    def __init__(self, image_size: int):
+        super().__init__()
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, VIT_HIDDEN))
+        self.patch_embeddings = ViTPatchEmbeddings()
+        self.position_embeddings = nn.Parameter(torch.zeros(1, (image_size // VIT_PATCH) ** 2 + 1, VIT_HIDDEN))
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        x = self.patch_embeddings.projection(pixels).flatten(2).transpose(1, 2)
+        x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)
+        return x + self.position_embeddings
+
+
+class ViTEncoder(nn.Module):
+    def __init__(self, layers: int):
+        super().__init__()
+        self.layer = nn.ModuleList(ViTLayer() for _ in range(layers))
+
+
+class ViTModel(nn.Module):
+    def __init__(self, image_size: int, layers: int):
+        super().__init__()
+        self.embeddings = ViTEmbeddings(image_size)
+        self.encoder = ViTEncoder(layers)
+        self.layernorm = nn.LayerNorm(VIT_HIDDEN, eps=VIT_EPS)
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        x = self.embeddings(pixels)
+        for layer in self.encoder.layer:
+            x = layer(x)
+        return self.layernorm(x)
+
+
+class ViTForImageClassification(nn.Module):
+    def __init__(self, image_size: int, layers: int, classes: int = 1000):
+        super().__init__()
+        self.vit = ViTModel(image_size, layers)
+        self.classifier = nn.Linear(VIT_HIDDEN, classes)
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.vit(pixels)[:, 0, :])
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 def _bert(cfg: BertConfig) -> Callable[..., nn.Module]:
@@ -288,20 +451,23 @@ MODULES: dict[str, Callable[..., nn.Module]] = {
     "dcgan": lambda image_size: Generator(image_size),
     "bert_base": _bert(BERT_BASE),
     "bert_tiny": _bert(BERT_TINY),
+    "convnext_tiny": lambda image_size, width: ConvNeXt(width),
+    "vit_small": lambda image_size, layers: ViTForImageClassification(image_size, layers),
 }  # each takes the zoo model's options (zoo.MODELS[name].options)
 
 
 def state_dict_of(module: nn.Module, model: onnx.ModelProto) -> dict[str, torch.Tensor]:
-    """The ONNX initializers as `module`'s state dict: nn.Linear weights of BERT are stored transposed
-    (MatMul by W^T, as torch.onnx exports them); BatchNorm's step counter is not a weight."""
+    """The ONNX initializers as `module`'s state dict: nn.Linear weights that the ONNX model multiplies by with
+    MatMul are stored transposed (W^T, as torch.onnx exports a Linear on a 3-D or 4-D input; a 2-D input's
+    Gemm keeps W); BatchNorm's step counter is not a weight."""
     weights = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     expected = module.state_dict()
     keys = {k for k in expected if not k.endswith("num_batches_tracked")}
     if keys != set(weights):
         raise GraphError(f"{model.graph.name}: the torch module and the ONNX model disagree on the weights: "
                          f"module only {sorted(keys - set(weights))[:5]}, ONNX only {sorted(set(weights) - keys)[:5]}")
-    transposed = {f"{n}.weight" for n, m in module.named_modules() if isinstance(m, nn.Linear)} \
-        if isinstance(module, BertModel) else set()
+    linears = {f"{n}.weight" for n, m in module.named_modules() if isinstance(m, nn.Linear)}
+    transposed = linears & {n.input[1] for n in model.graph.node if n.op_type == "MatMul"}
     out = {}
     for key, array in weights.items():
         shape = tuple(expected[key].shape)

@@ -18,7 +18,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from tensorgen.graph.ir import GraphError
-from tensorgen.graph.zoo import bert, cnn
+from tensorgen.graph.zoo import bert, cnn, modern
 from tensorgen.graph.zoo.builder import OnnxBuilder
 
 
@@ -60,6 +60,14 @@ MODELS: dict[str, ZooModel] = {
     "bert_tiny": ZooModel(
         partial(bert.bert, bert.BERT_TINY), "BERT-tiny encoder: 2 layers, hidden 128, 2 heads",
         {"input_ids": (1, 128)}, {"seq_len": 128},
+    ),
+    "convnext_tiny": ZooModel(
+        modern.convnext_tiny, "ConvNeXt-T: depthwise 7x7 + channels-last LayerNorm/MLP blocks (3,3,9,3), 1000 classes",
+        {"input": (1, 3, 224, 224)}, {"image_size": 224, "width": 96},
+    ),
+    "vit_small": ZooModel(
+        modern.vit_small, "ViT-S/16 (HuggingFace ViT): 12 pre-norm layers, hidden 384, 6 heads, 1000 classes",
+        {"input": (1, 3, 224, 224)}, {"image_size": 224, "layers": 12},
     ),
 }  # fmt: skip
 

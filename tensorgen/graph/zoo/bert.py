@@ -35,7 +35,7 @@ BERT_BASE = BertConfig(layers=12, hidden=768, heads=12)
 BERT_TINY = BertConfig(layers=2, hidden=128, heads=2)
 
 
-def _linear(b: OnnxBuilder, name: str, x: str, fan_in: int, fan_out: int) -> str:
+def linear(b: OnnxBuilder, name: str, x: str, fan_in: int, fan_out: int) -> str:
     """nn.Linear on a 3-D input exports as MatMul by the transposed weight, then Add(bias, ·)."""
     with b.scope(name):
         w = b.weight("weight", b.normal((fan_in, fan_out), np.sqrt(1.0 / fan_in)))
@@ -43,14 +43,15 @@ def _linear(b: OnnxBuilder, name: str, x: str, fan_in: int, fan_out: int) -> str
         return b.op("Add", [b.weight("bias", b.normal((fan_out,), 0.02)), y])
 
 
-def _layer_norm(b: OnnxBuilder, x: str, hidden: int) -> str:
-    with b.scope("LayerNorm"):
+def layer_norm(b: OnnxBuilder, x: str, hidden: int, name: str = "LayerNorm", eps: float = 1e-12) -> str:
+    """nn.LayerNorm over the last axis as one LayerNormalization (opset 17); weights `name.weight`, `name.bias`."""
+    with b.scope(name):
         gamma = b.weight("weight", b.uniform((hidden,), 0.9, 1.1))
         beta = b.weight("bias", b.normal((hidden,), 0.02))
-        return b.op("LayerNormalization", [x, gamma, beta], axis=-1, epsilon=1e-12)
+        return b.op("LayerNormalization", [x, gamma, beta], axis=-1, epsilon=eps)
 
 
-def _gelu(b: OnnxBuilder, x: str) -> str:
+def gelu(b: OnnxBuilder, x: str) -> str:
     """x * 0.5 * (1 + erf(x / sqrt 2)), op by op as torch.onnx writes F.gelu before opset 20."""
     y = b.op("Erf", [b.op("Div", [x, b.const(np.sqrt(2.0))])])
     y = b.op("Mul", [x, b.op("Add", [y, b.const(1.0)])])
@@ -62,7 +63,7 @@ def _self_attention(b: OnnxBuilder, cfg: BertConfig, x: str, mask: str, batch: i
     split = [batch, seq, cfg.heads, head]
 
     def heads(name: str, perm: list[int]) -> str:
-        y = b.op("Reshape", [_linear(b, name, x, cfg.hidden, cfg.hidden), b.const(split, np.int64)])
+        y = b.op("Reshape", [linear(b, name, x, cfg.hidden, cfg.hidden), b.const(split, np.int64)])
         return b.op("Transpose", [y], perm=perm)
 
     q = heads("query", [0, 2, 1, 3])
@@ -79,11 +80,11 @@ def _encoder_layer(b: OnnxBuilder, cfg: BertConfig, x: str, mask: str, batch: in
         with b.scope("self"):
             context = _self_attention(b, cfg, x, mask, batch, seq)
         with b.scope("output"):
-            x = _layer_norm(b, b.op("Add", [_linear(b, "dense", context, cfg.hidden, cfg.hidden), x]), cfg.hidden)
+            x = layer_norm(b, b.op("Add", [linear(b, "dense", context, cfg.hidden, cfg.hidden), x]), cfg.hidden)
     with b.scope("intermediate"):
-        h = _gelu(b, _linear(b, "dense", x, cfg.hidden, cfg.intermediate))
+        h = gelu(b, linear(b, "dense", x, cfg.hidden, cfg.intermediate))
     with b.scope("output"):
-        return _layer_norm(b, b.op("Add", [_linear(b, "dense", h, cfg.intermediate, cfg.hidden), x]), cfg.hidden)
+        return layer_norm(b, b.op("Add", [linear(b, "dense", h, cfg.intermediate, cfg.hidden), x]), cfg.hidden)
 
 
 def bert(cfg: BertConfig, b: OnnxBuilder, batch: int, seq_len: int) -> str:
@@ -98,7 +99,7 @@ def bert(cfg: BertConfig, b: OnnxBuilder, batch: int, seq_len: int) -> str:
         x = b.op("Gather", [words, ids], axis=0)
         x = b.op("Add", [x, b.weight("token_type_embeddings", token_type)])
         x = b.op("Add", [x, b.weight("position_embeddings", positions)])
-        x = _layer_norm(b, x, cfg.hidden)
+        x = layer_norm(b, x, cfg.hidden)
     mask = np.zeros((1, 1, 1, seq_len), np.float32)
     mask[..., seq_len - seq_len // 8 :] = -10000.0
     mask_name = b.weight("extended_attention_mask", mask)

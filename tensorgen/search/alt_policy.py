@@ -1,0 +1,203 @@
+"""ALT's joint layout and loop search of one task (§5) as a search policy: a joint stage, then a loop-only stage.
+
+The joint stage explores layouts: each candidate (the task's own layout first, then tilings sampled from a layout
+template, search.layouts) is the task's DAG laid out (schedule.layout.lay_out), whose loops an Ansor search
+(SketchPolicy) tunes; the best program measured is that layout's reward. The joint budget goes in one equal share
+per layout ("uniform") or in rungs of successive halving ("halving": the better half of the layouts goes on). The
+loop-only stage gives every later trial to the best layout's search.
+
+Every program it proposes is a program of the task itself: its layout steps, then the loop steps
+(schedule.state.with_layouts), so its records are the task's, a model build follows their layouts
+(graph.backend.layouts) and the task scheduler tunes layouts and loops of many tasks like any other policy.
+
+This is the paper's cross exploration with its PPO layout actor replaced by sampling from the template's space and
+successive halving (not built: PPO, and the evolutionary variant with layout genes).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tensorgen.costmodel.base import CostModel
+from tensorgen.errors import TuneError
+from tensorgen.measure.types import MeasureInput, MeasureResult
+from tensorgen.schedule.layout import lay_out
+from tensorgen.schedule.state import State, loop_state, state_layouts, with_layouts
+from tensorgen.search.layouts import LAYOUT_TEMPLATES, Layouts
+from tensorgen.search.policy import SearchPolicy
+from tensorgen.search.sketch_policy import SketchPolicy
+from tensorgen.search.skips import Skips
+from tensorgen.task import SearchTask
+
+EXPLORATIONS = ("halving", "uniform")
+JOINT_TRIALS_PER_LAYOUT = 16  # the joint budget when none is given: this many trials per layout
+
+
+def exploration_rungs(count: int, budget: int, exploration: str) -> list[int]:
+    """Trials per surviving layout in each rung of the joint stage. "uniform": one rung, an equal share each.
+    "halving" (successive halving): the better half of the layouts goes on to the next rung, each rung spends
+    about the same trials in all, so the layouts that stay longest get the most."""
+    if exploration == "uniform" or count == 1:
+        return [max(1, budget // count)]
+    alive, sizes = count, []
+    while alive > 1:
+        sizes.append(alive)
+        alive = max(1, alive // 2)
+    sizes.append(1)
+    return [max(1, budget // len(sizes) // n) for n in sizes]
+
+
+def layout_key(layouts: Layouts) -> str:
+    return json.dumps(sorted((name, [p.to_json() for p in prims]) for name, prims in layouts.items() if prims))
+
+
+def layout_candidates(task: SearchTask, count: int, template: str, rng: np.random.Generator) -> list[Layouts]:
+    """The task's own layout, then up to count - 1 distinct tilings from the template (fewer if it has fewer)."""
+    tmpl = LAYOUT_TEMPLATES[template]
+    space = tmpl.space(task.dag)
+    found: list[Layouts] = [{}]
+    if space is None:
+        return found
+    seen = {layout_key({})}
+    for _ in range(50 * count):
+        if len(found) >= count:
+            break
+        layouts = tmpl.layouts(task.dag, space.sample(rng))
+        if layout_key(layouts) not in seen:
+            seen.add(layout_key(layouts))
+            found.append(layouts)
+    return found
+
+
+def laid_out_task(task: SearchTask, layouts: Layouts) -> SearchTask:
+    if not layouts:
+        return task
+    return SearchTask(lay_out(task.dag, layouts), task.target, task.hw, desc=task.desc)
+
+
+@dataclass(frozen=True)
+class LayoutTrial:
+    layouts: Layouts
+    best_cost: float  # seconds; inf when nothing measured ran
+    trials: int  # measured for this layout
+
+
+class AltPolicy(SearchPolicy):
+    """ALT's search of `task` (module docstring): `layouts` candidates from `template`, `joint_trials` in the joint
+    stage (default 16 per layout) spread by `exploration`; the other options are SketchPolicy's, for the search of
+    every layout's loops (they share `cost_model`)."""
+
+    def __init__(self, task: SearchTask, cost_model: CostModel | None = None, seed: int = 0, *,
+                 skips: Skips | None = None, layouts: int = 4, joint_trials: int | None = None,
+                 template: str = "tiling", exploration: str = "uniform", **knobs: Any) -> None:
+        if layouts < 1 or template not in LAYOUT_TEMPLATES or exploration not in EXPLORATIONS \
+                or (joint_trials is not None and joint_trials < 0):
+            raise TuneError(f"bad ALT options (layouts={layouts}, joint_trials={joint_trials}, template={template!r}, "
+                            f"exploration={exploration!r}): need layouts >= 1, joint_trials >= 0, a template of "
+                            f"{sorted(LAYOUT_TEMPLATES)} and an exploration of {EXPLORATIONS}")
+        self.task = task
+        self.candidates = layout_candidates(task, layouts, template, np.random.default_rng(seed))
+        self.variants = [laid_out_task(task, c) for c in self.candidates]
+        self.searches = [SketchPolicy.from_options(v, cost_model, seed, skips=skips, **knobs) for v in self.variants]
+        self.index = {layout_key(c): i for i, c in enumerate(self.candidates)}
+        joint = JOINT_TRIALS_PER_LAYOUT * len(self.candidates) if joint_trials is None else joint_trials
+        self.targets = list(np.cumsum(exploration_rungs(len(self.candidates), max(joint, len(self.candidates)),
+                                                        exploration)))
+        self.rung, self.alive = 0, list(range(len(self.candidates)))
+        self.proposed = [0] * len(self.candidates)
+        self.measured = [0] * len(self.candidates)
+        self.best = [math.inf] * len(self.candidates)
+
+    # ---- proposing --------------------------------------------------------------------------
+
+    @property
+    def joint(self) -> bool:
+        return self.rung < len(self.targets)
+
+    def _short(self) -> list[int]:
+        """The alive layouts short of this rung's trials."""
+        return [i for i in self.alive if self.proposed[i] < self.targets[self.rung]]
+
+    def _candidate(self) -> int:
+        """The layout whose search proposes next: an alive one short of the rung's trials, else (the rung done)
+        the next rung's first, else the best layout (the loop-only stage)."""
+        while self.joint:
+            short = self._short()
+            if short:
+                return short[0]
+            self.rung += 1
+            if self.joint:
+                self.alive = sorted(self.alive, key=lambda i: self.best[i])[:max(1, len(self.alive) // 2)]
+        return self.chosen
+
+    @property
+    def chosen(self) -> int:
+        return min(range(len(self.candidates)), key=lambda i: (self.best[i], i))
+
+    def next_batch(self, n: int) -> list[State]:
+        out: list[State] = []
+        while len(out) < n:
+            if out and self.joint and not self._short():
+                break  # the next rung ranks the layouts by what this batch measures
+            i = self._candidate()
+            want = min(n - len(out), self.targets[self.rung] - self.proposed[i]) if self.joint else n - len(out)
+            batch = self.searches[i].next_batch(want)
+            if not batch:  # this layout's space is exhausted
+                if not self.joint:
+                    break
+                self.proposed[i] = self.targets[self.rung]
+                continue
+            self.proposed[i] += len(batch)
+            out += [with_layouts(self.task.dag, self.candidates[i], s) for s in batch]
+        return out
+
+    def offer(self, states: Sequence[State]) -> None:
+        routed: dict[int, list[State]] = {}
+        for state in states:
+            i, loops = self._route(state)
+            if i is not None:
+                routed.setdefault(i, []).append(loops)
+        for i, loops in routed.items():
+            self.searches[i].offer(loops)
+
+    def close(self) -> None:
+        for search in self.searches:
+            search.close()
+
+    # ---- learning ---------------------------------------------------------------------------
+
+    def _route(self, state: State) -> tuple[int | None, State]:
+        """The layout of the task's `state` and its loops as a state of that layout's DAG (None: none of ours)."""
+        i = self.index.get(layout_key(state_layouts(state)))
+        if i is None:
+            return None, state
+        return i, State.replay(self.variants[i].dag, loop_state(state).steps)
+
+    def update(self, inputs: list[MeasureInput], results: list[MeasureResult]) -> None:
+        routed: dict[int, tuple[list[MeasureInput], list[MeasureResult]]] = {}
+        for inp, res in zip(inputs, results):
+            i, loops = self._route(inp.state)
+            if i is None:
+                continue
+            ins, outs = routed.setdefault(i, ([], []))
+            ins.append(MeasureInput(self.variants[i], loops))
+            outs.append(res)
+            self.measured[i] += 1
+            self.proposed[i] = max(self.proposed[i], self.measured[i])  # records replayed on resume count
+            if res.ok:
+                self.best[i] = min(self.best[i], res.median_cost)
+        for i, (ins, outs) in routed.items():
+            self.searches[i].update(ins, outs)
+
+    def explored(self) -> list[LayoutTrial]:
+        return [LayoutTrial(c, self.best[i], self.measured[i]) for i, c in enumerate(self.candidates)]
+
+    def __repr__(self) -> str:
+        stage = f"joint rung {self.rung + 1}/{len(self.targets)}" if self.joint else "loop-only"
+        return f"AltPolicy({self.task}, {len(self.candidates)} layouts, {stage})"

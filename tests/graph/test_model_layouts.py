@@ -1,0 +1,143 @@
+"""A model built with programs that store their arguments in layouts of their own (ALT): the model follows them
+(graph.backend.layouts: conversion kernels, packed constants, layouts propagated along element-wise kernels,
+absorbed Transposes) and still computes what ONNX Runtime computes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from fuzz_graph_check import compare, feeds, validate
+from fuzz_graphs import random_model
+from onnx import TensorProto, helper
+
+from tensorgen.graph.backend.build import build_model
+from tensorgen.graph.backend.default_schedule import default_schedule
+from tensorgen.graph.backend.tasks import extract_tasks
+from tensorgen.graph.load import load_graph
+from tensorgen.measure.types import MeasureResult
+from tensorgen.records.database import SQLiteDatabase
+from tensorgen.records.record import Record
+from tensorgen.runtime.model import CompiledModel
+from tensorgen.schedule.layout import Fuse, Layout, Pad, Reorder, Split, lay_out
+from tensorgen.schedule.state import with_layouts
+from tensorgen.search.layouts import LAYOUT_TEMPLATES
+
+
+def random_layout(shape: tuple[int, ...], rng: np.random.Generator) -> list:
+    """A few random splits, reorders, fuses and pads of a tensor of `shape` (unfold needs a sliding reader)."""
+    prims: list = []
+    for _ in range(rng.integers(1, 4)):
+        dims = Layout.of(shape, prims).new_shape
+        d = int(rng.integers(len(dims)))
+        kind = rng.choice(["split", "reorder", "fuse", "pad"])
+        if kind == "split":
+            divisors = [f for f in range(2, dims[d]) if dims[d] % f == 0]
+            if not divisors:
+                continue
+            f = int(rng.choice(divisors))
+            prim = Split(d, (dims[d] // f, f))
+        elif kind == "reorder":
+            prim = Reorder(tuple(int(i) for i in rng.permutation(len(dims))))
+        elif kind == "fuse":
+            prim = Fuse(d, int(rng.integers(d, len(dims))))
+        else:
+            prim = Pad(d, int(rng.integers(1, 3)))
+        try:
+            Layout.of(shape, [*prims, prim])
+        except Exception:  # noqa: BLE001 - a pad of a split dimension, ...: draw another
+            continue
+        prims.append(prim)
+    return prims
+
+
+def commit_laid_out(db, task, layouts, cost: float = 1e-9) -> None:
+    """A record of `task` storing its tensors in `layouts`, with the default loops, "measured" at `cost`."""
+    state = with_layouts(task.dag, layouts, default_schedule(lay_out(task.dag, layouts), 2))
+    db.commit_record(Record.from_measure(task, state, MeasureResult((cost,))))
+
+
+def kernels(out) -> list[str]:
+    return [k["name"].split("_", 1)[1] for k in json.loads((out / "model.json").read_text())["kernels"]]
+
+
+def run(proto, out) -> list[np.ndarray]:
+    inputs = feeds(proto)
+    return CompiledModel(out, threads=2).run([inputs[i.name] for i in proto.graph.input])
+
+
+@pytest.mark.parametrize("seed", [3, 8, 14, 21, 33])
+def test_random_models_follow_random_argument_layouts(seed, tmp_path):
+    rng = np.random.default_rng(seed)
+    proto = random_model(rng)
+    graph = load_graph(proto)
+    db = SQLiteDatabase(tmp_path / "db")
+    template = LAYOUT_TEMPLATES["tiling"]
+    laid = 0
+    for model_task in extract_tasks(graph):
+        dag = model_task.task.dag
+        space = template.space(dag)
+        if space is not None and rng.random() < 0.5:
+            layouts = template.layouts(dag, space.sample(rng))  # ALT's own: unfolded conv inputs, tiled outputs
+        else:
+            layouts = {t.name: random_layout(t.shape, rng) for t in [*dag.inputs, *dag.outputs] if rng.random() < 0.6}
+        layouts = {name: prims for name, prims in layouts.items() if prims}
+        laid += bool(layouts)
+        commit_laid_out(db, model_task.task, layouts)
+    out = build_model(graph, tmp_path / "model", db=db)
+    assert compare(run(proto, out), validate(proto)) is None
+    assert not laid or "layout_transform" in kernels(out)
+
+
+def _onnx(nodes, inputs, outputs, initializers):
+    graph = helper.make_graph(nodes, "laid", inputs, outputs, initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _tensor(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def _weight(name, shape):
+    data = np.linspace(-1, 1, int(np.prod(shape))).astype(np.float32)
+    return helper.make_tensor(name, TensorProto.FLOAT, shape, data)
+
+
+def test_element_wise_kernels_take_the_layout_of_what_they_read(tmp_path):
+    """m is read by two kernels (so nothing fuses into the matmul): both run in m's tiled layout (the second, with
+    the Add fused, reads the first's output in it too); the only conversion is the graph output's, back to plain."""
+    proto = _onnx([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Sigmoid", ["m"], ["s"]),
+                   helper.make_node("Tanh", ["m"], ["t"]), helper.make_node("Add", ["s", "t"], ["y"])],
+                  [_tensor("x", [8, 16])], [_tensor("y", [8, 12])], [_weight("w", [16, 12])])
+    db = SQLiteDatabase(tmp_path / "db")
+    (matmul, *others) = [t.task for t in extract_tasks(load_graph(proto))]
+    commit_laid_out(db, matmul, {matmul.dag.outputs[0].name: [Split(1, (3, 4)), Reorder((1, 0, 2))]})
+    out = build_model(proto, tmp_path / "model", db=db)
+    assert kernels(out) == ["mat_mul", "tanh", "sigmoid_add", "layout_transform"]
+    assert compare(run(proto, out), validate(proto)) is None
+
+
+def test_a_padded_layout_is_not_propagated(tmp_path):
+    """ALT's constraint: padding (data expansion) stops at the element-wise kernel, which reads a plain copy."""
+    proto = _onnx([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Sigmoid", ["m"], ["s"]),
+                   helper.make_node("Tanh", ["m"], ["y"])],
+                  [_tensor("x", [8, 16])], [_tensor("s", [8, 12]), _tensor("y", [8, 12])], [_weight("w", [16, 12])])
+    db = SQLiteDatabase(tmp_path / "db")
+    matmul = extract_tasks(load_graph(proto))[0].task
+    commit_laid_out(db, matmul, {matmul.dag.outputs[0].name: [Pad(1, 4)], matmul.dag.inputs[1].name: [Pad(0, 3)]})
+    out = build_model(proto, tmp_path / "model", db=db)
+    assert kernels(out) == ["mat_mul", "layout_transform", "sigmoid", "tanh"]
+    assert compare(run(proto, out), validate(proto)) is None
+
+
+def test_a_transpose_of_a_laid_out_value_is_absorbed_into_its_conversion(tmp_path):
+    proto = _onnx([helper.make_node("MatMul", ["x", "w"], ["m"]),
+                   helper.make_node("Transpose", ["m"], ["y"], perm=[1, 0])],
+                  [_tensor("x", [8, 16])], [_tensor("y", [12, 8])], [_weight("w", [16, 12])])
+    db = SQLiteDatabase(tmp_path / "db")
+    matmul = extract_tasks(load_graph(proto))[0].task
+    commit_laid_out(db, matmul, {matmul.dag.outputs[0].name: [Split(0, (2, 4))]})
+    out = build_model(proto, tmp_path / "model", db=db)
+    assert kernels(out) == ["mat_mul", "layout_transform"]  # no transpose kernel: one copy, laid out -> transposed
+    assert compare(run(proto, out), validate(proto)) is None
