@@ -9,7 +9,7 @@ from search_tasks import make_task
 from tensorgen.build import build
 from tensorgen.records.database import SQLiteDatabase
 from tensorgen.schedule.layout import Layout, lay_out
-from tensorgen.schedule.state import State
+from tensorgen.schedule.state import State, state_layouts
 from tensorgen.search.alt_policy import exploration_rungs, layout_candidates, layout_key
 from tensorgen.search.annotate import sample_initial_population
 from tensorgen.search.layouts import LAYOUT_TEMPLATES, TilingTemplate, tiled
@@ -128,3 +128,46 @@ def test_the_conv_template_unfolds_the_input_and_computes_the_same(conv, tiles):
         if out_name in layouts:
             got = Layout.of(want.shape, layouts[out_name]).unpack(got)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _drive(policy, rounds: int, batch: int, cost) -> list[list[int]]:
+    """Run `policy` for `rounds` batches with made-up costs (`cost(layout index, state)`); each batch's layouts."""
+    from tensorgen.measure.types import MeasureInput, MeasureResult
+
+    seen = []
+    for _ in range(rounds):
+        states = policy.next_batch(batch)
+        which = [policy.index[layout_key(state_layouts(s))] for s in states]
+        seen.append(which)
+        policy.update([MeasureInput(policy.task, s) for s in states],
+                      [MeasureResult((cost(i, s),)) for i, s in zip(which, states)])
+    return seen
+
+
+def test_the_evolving_exploration_breeds_layouts_from_the_best_tiles():
+    """"evolve": generations of one trial per layout; after each, the worse half is replaced by mutants of the
+    better half (one tile changed); the loop-only stage then tunes the best layout found."""
+    from tensorgen.search.alt_policy import AltPolicy
+
+    task = gmm_relu()
+    policy = AltPolicy(task, layouts=4, joint_trials=12, exploration="evolve", population=16, generations=0)
+    assert policy.rungs == [1, 1, 1] and len(policy.candidates) == 4
+    seen = _drive(policy, 7, 2, lambda i, s: 1e-3 / (1 + i))  # later candidates are "faster"; 3 generations of 4
+    assert len(policy.candidates) > 4  # mutants joined
+    for child in range(4, len(policy.candidates)):
+        genes = policy.genes[child]
+        assert any(sum(genes[a] != parent[a] for a in genes) == 1 for parent in policy.genes[:child] if parent)
+    assert not policy.joint and seen[-1] == [policy.chosen] * 2 == [len(policy.candidates) - 1] * 2
+
+
+@pytest.mark.parametrize("exploration", ["uniform", "halving"])
+def test_the_joint_stage_gives_each_layout_its_share_then_tunes_the_best(exploration):
+    from tensorgen.search.alt_policy import AltPolicy
+
+    policy = AltPolicy(gmm_relu(), layouts=4, joint_trials=8, exploration=exploration, population=16,
+                       generations=0)
+    seen = _drive(policy, 8, 2, lambda i, s: 1e-3 * (1 + (i == 2) * -0.5))  # layout 2 is the fast one
+    counts = [policy.measured[i] for i in range(4)]
+    assert sum(counts) == 16 and policy.chosen == 2 and seen[-1] == [2, 2]
+    if exploration == "uniform":
+        assert policy.rungs == [2] and counts[:2] == [2, 2]

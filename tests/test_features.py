@@ -187,3 +187,18 @@ def test_extractor_lowers_what_nest_cannot_derive():
         state_statements(s)
     (f,) = FeatureExtractor(task.hw).extract([s])
     np.testing.assert_array_equal(f, statement_features(lower(s), task.hw))
+
+
+def test_a_stage_computed_at_a_gather_has_features():
+    """The region of a stage computed inside a gather starts at the gathered index, a tensor load left in the
+    lowered indices (a fuzzed model's Gather of a Sqrt): its statements still give features (it was a search fault)."""
+    from tensorgen.schedule.state import State
+
+    x = te.placeholder((4, 6, 2), name="x")
+    idx = te.placeholder((3,), "int32", name="idx")
+    doubled = te.compute(x.shape, lambda a, b, c: x[a, b, c] * 2.0, name="doubled")
+    gathered = te.compute((4, 3, 2), lambda a, b, c: doubled[a, idx[b], c], name="gathered")
+    s = State(ComputeDAG([x, idx, gathered]))
+    s.compute_at("doubled", "gathered", "c")
+    (features,) = FeatureExtractor(HW).extract([s])
+    assert features.shape == (2, N_FEATURES) and np.isfinite(features).all()

@@ -48,7 +48,8 @@ def ir_statements(func: PrimFunc) -> list[Statement]:
             loop_vars = [f.var for f in loops]
             extents = np.array([f.extent for f in loops], dtype=float)
             accesses = [Access(s.buffer, True, *coefficients(s.index, loop_vars, extents))]
-            accesses += [Access(ld.buffer, False, *coefficients(ld.index, loop_vars, extents)) for ld in loads]
+            accesses += [Access(ld.buffer, False, *coefficients(ld.index, loop_vars, extents)) for ld in loads
+                         if isinstance(ld, BufLoad)]  # a tensor load left in an index (a gather's) is a leaf
             out.append(Statement(tuple(id(f) for f in loops), extents, tuple(f.kind for f in loops), accesses,
                                  ops, allocs.get(s.buffer.name), auto_unroll.get(s.buffer.name, 0)))
         elif isinstance(s, For):

@@ -3,15 +3,17 @@
 The joint stage explores layouts: each candidate (the task's own layout first, then tilings sampled from a layout
 template, search.layouts) is the task's DAG laid out (schedule.layout.lay_out), whose loops an Ansor search
 (SketchPolicy) tunes; the best program measured is that layout's reward. The joint budget goes in one equal share
-per layout ("uniform") or in rungs of successive halving ("halving": the better half of the layouts goes on). The
-loop-only stage gives every later trial to the best layout's search.
+per layout ("uniform"), in rungs of successive halving ("halving": the better half of the layouts goes on), or in
+generations of an evolution whose genes are the template's tile sizes ("evolve": the better half goes on and the
+other half is replaced by its mutants, one tile changed each). The loop-only stage gives every later trial to the
+best layout's search.
 
 Every program it proposes is a program of the task itself: its layout steps, then the loop steps
 (schedule.state.with_layouts), so its records are the task's, a model build follows their layouts
 (graph.backend.layouts) and the task scheduler tunes layouts and loops of many tasks like any other policy.
 
-This is the paper's cross exploration with its PPO layout actor replaced by sampling from the template's space and
-successive halving (not built: PPO, and the evolutionary variant with layout genes).
+This is the paper's cross exploration with its PPO layout actor replaced by sampling from the template's space (not
+built: PPO).
 """
 
 from __future__ import annotations
@@ -29,14 +31,18 @@ from tensorgen.errors import TuneError
 from tensorgen.measure.types import MeasureInput, MeasureResult
 from tensorgen.schedule.layout import lay_out
 from tensorgen.schedule.state import State, loop_state, state_layouts, with_layouts
-from tensorgen.search.layouts import LAYOUT_TEMPLATES, Layouts
+from tensorgen.search.layouts import LAYOUT_TEMPLATES, Layouts, LayoutTemplate, TileSpace
 from tensorgen.search.policy import SearchPolicy
 from tensorgen.search.sketch_policy import SketchPolicy
 from tensorgen.search.skips import Skips
 from tensorgen.task import SearchTask
 
-EXPLORATIONS = ("halving", "uniform")
-JOINT_TRIALS_PER_LAYOUT = 16  # the joint budget when none is given: this many trials per layout
+EXPLORATIONS = ("evolve", "halving", "uniform")
+JOINT_TRIALS_PER_LAYOUT = 8  # the joint budget when none is given: this many trials per layout
+GENERATIONS = 3  # of the "evolve" exploration
+# random programs a layout's search samples per batch in the joint stage, where it proposes a few programs at a
+# time (a laid-out DAG's programs lower several times slower than its own: sampling is the search's cost)
+JOINT_SAMPLES = 64
 
 
 def exploration_rungs(count: int, budget: int, exploration: str) -> list[int]:
@@ -57,22 +63,27 @@ def layout_key(layouts: Layouts) -> str:
     return json.dumps(sorted((name, [p.to_json() for p in prims]) for name, prims in layouts.items() if prims))
 
 
+def sampled_tiles(space: TileSpace | None, template: LayoutTemplate, task: SearchTask, count: int,
+                  rng: np.random.Generator) -> list[dict[str, int]]:
+    """Up to `count` tile choices from `space` whose layouts differ from each other and from the task's own."""
+    found: list[dict[str, int]] = []
+    seen = {layout_key({})}
+    for _ in range(50 * count if space is not None else 0):
+        if len(found) >= count:
+            break
+        tiles = space.sample(rng)
+        key = layout_key(template.layouts(task.dag, tiles))
+        if key not in seen:
+            seen.add(key)
+            found.append(tiles)
+    return found
+
+
 def layout_candidates(task: SearchTask, count: int, template: str, rng: np.random.Generator) -> list[Layouts]:
     """The task's own layout, then up to count - 1 distinct tilings from the template (fewer if it has fewer)."""
     tmpl = LAYOUT_TEMPLATES[template]
-    space = tmpl.space(task.dag)
-    found: list[Layouts] = [{}]
-    if space is None:
-        return found
-    seen = {layout_key({})}
-    for _ in range(50 * count):
-        if len(found) >= count:
-            break
-        layouts = tmpl.layouts(task.dag, space.sample(rng))
-        if layout_key(layouts) not in seen:
-            seen.add(layout_key(layouts))
-            found.append(layouts)
-    return found
+    return [{}, *(tmpl.layouts(task.dag, tiles) for tiles in sampled_tiles(tmpl.space(task.dag), tmpl, task,
+                                                                          count - 1, rng))]
 
 
 def laid_out_task(task: SearchTask, layouts: Layouts) -> SearchTask:
@@ -90,7 +101,7 @@ class LayoutTrial:
 
 class AltPolicy(SearchPolicy):
     """ALT's search of `task` (module docstring): `layouts` candidates from `template`, `joint_trials` in the joint
-    stage (default 16 per layout) spread by `exploration`; the other options are SketchPolicy's, for the search of
+    stage (default 8 per layout) spread by `exploration`; the other options are SketchPolicy's, for the search of
     every layout's loops (they share `cost_model`)."""
 
     def __init__(self, task: SearchTask, cost_model: CostModel | None = None, seed: int = 0, *,
@@ -101,39 +112,87 @@ class AltPolicy(SearchPolicy):
             raise TuneError(f"bad ALT options (layouts={layouts}, joint_trials={joint_trials}, template={template!r}, "
                             f"exploration={exploration!r}): need layouts >= 1, joint_trials >= 0, a template of "
                             f"{sorted(LAYOUT_TEMPLATES)} and an exploration of {EXPLORATIONS}")
-        self.task = task
-        self.candidates = layout_candidates(task, layouts, template, np.random.default_rng(seed))
-        self.variants = [laid_out_task(task, c) for c in self.candidates]
-        self.searches = [SketchPolicy.from_options(v, cost_model, seed, skips=skips, **knobs) for v in self.variants]
-        self.index = {layout_key(c): i for i, c in enumerate(self.candidates)}
-        joint = JOINT_TRIALS_PER_LAYOUT * len(self.candidates) if joint_trials is None else joint_trials
-        self.targets = list(np.cumsum(exploration_rungs(len(self.candidates), max(joint, len(self.candidates)),
-                                                        exploration)))
-        self.rung, self.alive = 0, list(range(len(self.candidates)))
-        self.proposed = [0] * len(self.candidates)
-        self.measured = [0] * len(self.candidates)
-        self.best = [math.inf] * len(self.candidates)
+        self.task, self.exploration = task, exploration
+        self.samples = knobs.pop("init_population", None)  # the user's, for the loop-only stage
+        self.knobs = {**knobs, "init_population": min(JOINT_SAMPLES, self.samples or JOINT_SAMPLES)}
+        self.cost_model, self.seed, self.skips = cost_model, seed, skips
+        self.rng = np.random.default_rng(seed)
+        self.template = LAYOUT_TEMPLATES[template]
+        self.space = self.template.space(task.dag)
+        self.candidates: list[Layouts] = []
+        self.genes: list[dict[str, int] | None] = []  # the template's tiles of each candidate (None: its own)
+        self.variants: list[SearchTask] = []
+        self.searches: list[SketchPolicy] = []
+        self.index: dict[str, int] = {}
+        self.assigned: list[int] = []  # trials each candidate is to have by the end of this rung
+        self.proposed: list[int] = []
+        self.measured: list[int] = []
+        self.best: list[float] = []
+        for genes in [None, *sampled_tiles(self.space, self.template, task, layouts - 1, self.rng)]:
+            self._add(genes)
+        count = len(self.candidates)
+        joint = max(count, JOINT_TRIALS_PER_LAYOUT * count if joint_trials is None else joint_trials)
+        self.rungs = [max(1, joint // count // GENERATIONS)] * GENERATIONS if exploration == "evolve" \
+            else exploration_rungs(count, joint, exploration)
+        self.rung, self.alive = 0, list(range(count))
+        self.assigned = [self.rungs[0]] * count
+
+    def _add(self, genes: dict[str, int] | None) -> int | None:
+        """A new candidate with the template's `genes` (None: the task's own layout); None if it is known."""
+        layouts = self.template.layouts(self.task.dag, genes) if genes is not None else {}
+        if layout_key(layouts) in self.index:
+            return None
+        variant = laid_out_task(self.task, layouts)
+        self.index[layout_key(layouts)] = len(self.candidates)
+        self.candidates.append(layouts)
+        self.genes.append(genes)
+        self.variants.append(variant)
+        self.searches.append(SketchPolicy.from_options(variant, self.cost_model, self.seed, skips=self.skips,
+                                                       **self.knobs))
+        for counts, start in ((self.assigned, 0), (self.proposed, 0), (self.measured, 0), (self.best, math.inf)):
+            counts.append(start)
+        return len(self.candidates) - 1
 
     # ---- proposing --------------------------------------------------------------------------
 
     @property
     def joint(self) -> bool:
-        return self.rung < len(self.targets)
+        return self.rung < len(self.rungs)
 
     def _short(self) -> list[int]:
         """The alive layouts short of this rung's trials."""
-        return [i for i in self.alive if self.proposed[i] < self.targets[self.rung]]
+        return [i for i in self.alive if self.proposed[i] < self.assigned[i]]
+
+    def _next_rung(self) -> None:
+        """Rank the alive layouts by their best program: the better half goes on ("halving"; "evolve": and the
+        other half is replaced by mutants of it, one tile each), or all ("uniform": one rung)."""
+        self.rung += 1
+        if not self.joint:
+            return
+        ranked = sorted(self.alive, key=lambda i: self.best[i])
+        kept = ranked[:max(1, len(ranked) // 2)]
+        children = []
+        if self.exploration == "evolve" and self.space is not None:
+            for k in range(len(ranked) - len(kept)):
+                parent = self.genes[kept[k % len(kept)]]
+                genes = self.space.mutate(parent, self.rng) if parent is not None else self.space.sample(self.rng)
+                child = self._add(genes)
+                if child is not None:
+                    children.append(child)
+        self.alive = kept + children
+        for i in self.alive:
+            self.assigned[i] = self.proposed[i] + self.rungs[self.rung]
 
     def _candidate(self) -> int:
         """The layout whose search proposes next: an alive one short of the rung's trials, else (the rung done)
-        the next rung's first, else the best layout (the loop-only stage)."""
+        the next rung's first, else the best layout (the loop-only stage, which samples as a plain search)."""
         while self.joint:
             short = self._short()
             if short:
                 return short[0]
-            self.rung += 1
-            if self.joint:
-                self.alive = sorted(self.alive, key=lambda i: self.best[i])[:max(1, len(self.alive) // 2)]
+            self._next_rung()
+            if not self.joint:
+                self.searches[self.chosen].sample_from_now(self.samples)
         return self.chosen
 
     @property
@@ -146,12 +205,12 @@ class AltPolicy(SearchPolicy):
             if out and self.joint and not self._short():
                 break  # the next rung ranks the layouts by what this batch measures
             i = self._candidate()
-            want = min(n - len(out), self.targets[self.rung] - self.proposed[i]) if self.joint else n - len(out)
+            want = min(n - len(out), self.assigned[i] - self.proposed[i]) if self.joint else n - len(out)
             batch = self.searches[i].next_batch(want)
             if not batch:  # this layout's space is exhausted
                 if not self.joint:
                     break
-                self.proposed[i] = self.targets[self.rung]
+                self.proposed[i] = self.assigned[i]
                 continue
             self.proposed[i] += len(batch)
             out += [with_layouts(self.task.dag, self.candidates[i], s) for s in batch]
@@ -199,5 +258,5 @@ class AltPolicy(SearchPolicy):
         return [LayoutTrial(c, self.best[i], self.measured[i]) for i, c in enumerate(self.candidates)]
 
     def __repr__(self) -> str:
-        stage = f"joint rung {self.rung + 1}/{len(self.targets)}" if self.joint else "loop-only"
+        stage = f"joint rung {self.rung + 1}/{len(self.rungs)}" if self.joint else "loop-only"
         return f"AltPolicy({self.task}, {len(self.candidates)} layouts, {stage})"

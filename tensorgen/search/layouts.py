@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -37,6 +38,15 @@ class TileSpace:
     def sample(self, rng: np.random.Generator) -> dict[str, int]:
         return {axis: int(rng.choice(options)) for axis, options in self.choices.items()}
 
+    def mutate(self, tiles: Mapping[str, int], rng: np.random.Generator) -> dict[str, int]:
+        """`tiles` with one axis that has a choice moved to another of its tiles (a gene of ALT's layouts)."""
+        axes = [a for a, options in self.choices.items() if len(options) > 1]
+        out = dict(tiles)
+        if axes:
+            axis = axes[int(rng.integers(len(axes)))]
+            out[axis] = int(rng.choice([t for t in self.choices[axis] if t != tiles.get(axis)]))
+        return out
+
     @property
     def size(self) -> int:
         return int(np.prod([len(c) for c in self.choices.values()]))
@@ -46,8 +56,19 @@ def _divisors(n: int, smallest: int, largest: int) -> tuple[int, ...]:
     return tuple(d for d in range(1, n + 1) if n % d == 0 and (d == 1 or smallest <= d <= largest))
 
 
+class LayoutTemplate(Protocol):
+    """Which layouts a task's tensors may take: `space` (the tile parameters it offers for a DAG, or None where it
+    does not apply) and `layouts` (the primitives of each tensor for chosen tiles)."""
+
+    name: str
+
+    def space(self, dag: ComputeDAG) -> TileSpace | None: ...
+
+    def layouts(self, dag: ComputeDAG, tiles: Mapping[str, int]) -> Layouts: ...
+
+
 @dataclass(frozen=True)
-class TilingTemplate:
+class TilingTemplate(LayoutTemplate):
     """One-level layout tiling of the tensors a data-reuse stage reads and writes (ALT §5.1, GEMM and conv)."""
 
     name: str = "tiling"
@@ -165,4 +186,4 @@ def _elementwise(t: Tensor) -> bool:
                for ld in _reads(t) if ld.tensor.shape == t.shape)
 
 
-LAYOUT_TEMPLATES: dict[str, TilingTemplate] = {"tiling": TilingTemplate()}
+LAYOUT_TEMPLATES: dict[str, LayoutTemplate] = {"tiling": TilingTemplate()}

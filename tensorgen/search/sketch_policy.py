@@ -149,6 +149,11 @@ class SketchPolicy(SearchPolicy):
                 out.append(s)
                 added += 1
 
+    def sample_from_now(self, init_population: int | None) -> None:
+        """Sample `init_population` random programs per batch from now on (None: the config's default); what was
+        learned stays (ALT's joint stage samples few, the loop-only stage as many as a plain search)."""
+        self.config = replace(self.config, init_population=init_population)
+
     def close(self) -> None:
         """Stop the search's worker processes; the next batch starts them again."""
         self.evolution.close()
