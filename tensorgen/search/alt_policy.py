@@ -33,16 +33,18 @@ from tensorgen.schedule.layout import lay_out
 from tensorgen.schedule.state import State, loop_state, state_layouts, with_layouts
 from tensorgen.search.layouts import LAYOUT_TEMPLATES, Layouts, LayoutTemplate, TileSpace
 from tensorgen.search.policy import SearchPolicy
-from tensorgen.search.sketch_policy import SketchPolicy
+from tensorgen.search.sketch_policy import SketchConfig, SketchPolicy
 from tensorgen.search.skips import Skips
 from tensorgen.task import SearchTask
 
 EXPLORATIONS = ("evolve", "halving", "uniform")
 JOINT_TRIALS_PER_LAYOUT = 8  # the joint budget when none is given: this many trials per layout
 GENERATIONS = 3  # of the "evolve" exploration
-# random programs a layout's search samples per batch in the joint stage, where it proposes a few programs at a
-# time (a laid-out DAG's programs lower several times slower than its own: sampling is the search's cost)
-JOINT_SAMPLES = 64
+# how hard a layout's search looks for each batch in the joint stage, where it proposes a few programs at a time
+# (a laid-out DAG's programs lower several times slower than its own, and lowering is the search's cost); the
+# loop-only stage searches the best layout with the policy's own knobs
+JOINT_EFFORT = {"init_population": 64, "population": 256, "generations": 1}
+COMPONENTS = ("sketches", "rules", "mutations", "annotation", "extractor")  # SketchPolicy's parts, not knobs
 
 
 def exploration_rungs(count: int, budget: int, exploration: str) -> list[int]:
@@ -113,8 +115,8 @@ class AltPolicy(SearchPolicy):
                             f"exploration={exploration!r}): need layouts >= 1, joint_trials >= 0, a template of "
                             f"{sorted(LAYOUT_TEMPLATES)} and an exploration of {EXPLORATIONS}")
         self.task, self.exploration = task, exploration
-        self.samples = knobs.pop("init_population", None)  # the user's, for the loop-only stage
-        self.knobs = {**knobs, "init_population": min(JOINT_SAMPLES, self.samples or JOINT_SAMPLES)}
+        self.loop_config = SketchConfig.of(**{k: v for k, v in knobs.items() if k not in COMPONENTS})
+        self.knobs = {**knobs, **JOINT_EFFORT}
         self.cost_model, self.seed, self.skips = cost_model, seed, skips
         self.rng = np.random.default_rng(seed)
         self.template = LAYOUT_TEMPLATES[template]
@@ -192,7 +194,7 @@ class AltPolicy(SearchPolicy):
                 return short[0]
             self._next_rung()
             if not self.joint:
-                self.searches[self.chosen].sample_from_now(self.samples)
+                self.searches[self.chosen].reconfigure(self.loop_config)
         return self.chosen
 
     @property

@@ -149,10 +149,11 @@ class SketchPolicy(SearchPolicy):
                 out.append(s)
                 added += 1
 
-    def sample_from_now(self, init_population: int | None) -> None:
-        """Sample `init_population` random programs per batch from now on (None: the config's default); what was
-        learned stays (ALT's joint stage samples few, the loop-only stage as many as a plain search)."""
-        self.config = replace(self.config, init_population=init_population)
+    def reconfigure(self, config: SketchConfig) -> None:
+        """Search with `config`'s knobs from now on; what was measured and learned stays (ALT's joint stage
+        searches each layout lightly, its loop-only stage the best one as a plain search)."""
+        self.config = config
+        self.evolution.config = config.evolution
 
     def close(self) -> None:
         """Stop the search's worker processes; the next batch starts them again."""
