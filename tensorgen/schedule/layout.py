@@ -19,6 +19,7 @@ like the loop steps: `split(1, [4, 16])`.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import astuple, dataclass
@@ -537,9 +538,10 @@ def _frozen(value):
 
 
 @by_identity(64)
-def _step_dag(dag: ComputeDAG, step: TransformLayoutStep, name: str) -> ComputeDAG:
-    """The DAG after a layout step (once per step and DAG: State.apply asks for it and for its stages)."""
-    return lay_out(dag, {name: step.layout_primitives()})
+def _step_dag(dag: ComputeDAG, primitives: str, name: str) -> ComputeDAG:
+    """The DAG after a layout step of `name` (`primitives` as JSON: keyed by value, so every state that lays a DAG
+    out alike shares it; State.apply asks for it and for its stages)."""
+    return lay_out(dag, {name: [LayoutPrimitive.from_json(r) for r in json.loads(primitives)]})
 
 
 @register_step
@@ -561,7 +563,7 @@ class TransformLayoutStep(Step):
     def new_dag(self, state: State) -> ComputeDAG:
         if any(not isinstance(s, TransformLayoutStep) for s in state.steps):
             raise ScheduleError("transform_layout: layouts are set before any loop step")
-        return _step_dag(state.dag, self, stage_at(state, self.stage_id).name)
+        return _step_dag(state.dag, json.dumps(self.primitives), stage_at(state, self.stage_id).name)
 
     def apply(self, state: State) -> tuple[Stage, ...]:
         return tuple(make_stage(t) for t in self.new_dag(state).tensors)

@@ -228,9 +228,15 @@ def with_layouts(dag: ComputeDAG, layouts: dict[str, Sequence[LayoutPrimitive]],
     return state
 
 
+def loop_steps(state: State) -> list[Step]:
+    """`state`'s steps after its layout steps, numbered as on the DAG those make."""
+    n = sum(isinstance(step, TransformLayoutStep) for step in state.steps)
+    return [s.shifted(-n) for s in state.steps[n:]]
+
+
 def loop_state(state: State) -> State:
     """`state` without its layout steps: its loop steps replayed on the DAG those made (the same program)."""
-    n = sum(isinstance(step, TransformLayoutStep) for step in state.steps)
+    n = len(state.steps) - len(loop_steps(state))
     if not n:
         return state
-    return State.replay(State.replay(state.source, state.steps[:n]).dag, [s.shifted(-n) for s in state.steps[n:]])
+    return State.replay(State.replay(state.source, state.steps[:n]).dag, loop_steps(state))

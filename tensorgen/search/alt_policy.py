@@ -30,7 +30,7 @@ from tensorgen.costmodel.base import CostModel
 from tensorgen.errors import TuneError
 from tensorgen.measure.types import MeasureInput, MeasureResult
 from tensorgen.schedule.layout import lay_out
-from tensorgen.schedule.state import State, loop_state, state_layouts, with_layouts
+from tensorgen.schedule.state import State, loop_steps, state_layouts, with_layouts
 from tensorgen.search.layouts import LAYOUT_TEMPLATES, Layouts, LayoutTemplate, TileSpace
 from tensorgen.search.policy import SearchPolicy
 from tensorgen.search.sketch_policy import SketchConfig, SketchPolicy
@@ -238,7 +238,7 @@ class AltPolicy(SearchPolicy):
         i = self.index.get(layout_key(state_layouts(state)))
         if i is None:
             return None, state
-        return i, State.replay(self.variants[i].dag, loop_state(state).steps)
+        return i, State.replay(self.variants[i].dag, loop_steps(state))
 
     def update(self, inputs: list[MeasureInput], results: list[MeasureResult]) -> None:
         routed: dict[int, tuple[list[MeasureInput], list[MeasureResult]]] = {}

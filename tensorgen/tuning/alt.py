@@ -71,9 +71,11 @@ def tune_alt(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], t
     policy = AltPolicy(task, make_cost_model("xgb", seed), seed, layouts=config.layouts,
                        joint_trials=int(trials * config.joint_fraction), template=config.template,
                        exploration=config.exploration, **(policy_options or {}))
-    result = tune(task, trials, db=db, policy=policy, measure=measure or MeasureConfig(), batch_size=batch_size,
-                  seed=seed)
-    policy.close()
+    try:
+        result = tune(task, trials, db=db, policy=policy, measure=measure or MeasureConfig(), batch_size=batch_size,
+                      seed=seed)
+    finally:
+        policy.close()
     layouts = state_layouts(result.best_state) if result.best_state is not None else {}
     return AltResult(task, layouts, result.best_state, result.best_cost, result.trials,
                      time.perf_counter() - t0, policy.explored())

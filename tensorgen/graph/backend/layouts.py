@@ -60,7 +60,6 @@ def default_laid_out(sub: Subgraph, cores: int) -> State:
 class LayoutPlan:
     part: Partition
     origin: list[int | None]  # per subgraph: its index in the plain partition, when its program stays the same
-    conversions: int  # layout conversion kernels inserted
 
 
 def _key(primitives: Sequence[LayoutPrimitive]) -> str:
@@ -75,17 +74,14 @@ class _Planner:
         self.origin: list[int | None] = []
         self.written: dict[str, tuple[LayoutPrimitive, ...]] = {}  # value -> the layout its producer writes
         self.versions: dict[tuple[str, str], str] = {(x, ""): x for x in self.graph.inputs}  # (value, layout)
-        self.conversions = 0
         self.aliases = dict(part.aliases)
         self.views: dict[str, tuple[str, tuple[LayoutPrimitive, ...]]] = {}  # value -> (source, its layout there)
 
     def new_value(self, name: str, primitives: Sequence[LayoutPrimitive], data=None) -> str:
-        v = self.graph.value(name)
-        n = sum(1 for (x, _) in self.versions if x == name)
-        new = f"{name}@{n}"
-        while new in self.graph.values:
+        v, n = self.graph.value(name), 0
+        while f"{name}@{n}" in self.graph.values:
             n += 1
-            new = f"{name}@{n}"
+        new = f"{name}@{n}"
         layout = Layout.of(te_shape(v.shape), primitives)
         self.graph.values[new] = Value(new, layout.new_shape, v.dtype)
         if data is not None:
@@ -128,7 +124,6 @@ class _Planner:
         self.subgraphs.append(Subgraph(f"{CONVERSION}_{len(self.subgraphs)}", "layout", [],
                                        [self.versions[(x, _key(source))]], [target], dag, layouts))
         self.origin.append(None)
-        self.conversions += 1
         self.versions[(x, key)] = target
         return target
 
@@ -177,5 +172,4 @@ def plan_layouts(part: Partition, chosen: Sequence[Layouts], propagate: bool = T
         planner.place(i, sub, layouts, propagate)
     for out in part.graph.outputs:
         planner.read(out, ())
-    return LayoutPlan(Partition(planner.graph, planner.subgraphs, planner.aliases), planner.origin,
-                      planner.conversions)
+    return LayoutPlan(Partition(planner.graph, planner.subgraphs, planner.aliases), planner.origin)
