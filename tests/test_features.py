@@ -153,7 +153,22 @@ INT_OPS = [i for i, n in enumerate(NAMES) if n.startswith("int_")]
 NOT_INT_OPS = [i for i in range(N_FEATURES) if i not in INT_OPS]
 
 
-@pytest.mark.parametrize("task_name", ["gmm", "c2d_relu", "c2d_cached"])
+def laid_out_c2d():
+    """A stride-2 conv in ALT's layouts: its padded input unfolded into tiles past its end (clamped reads)."""
+    import search_tasks
+
+    from tensorgen.search.alt_policy import laid_out_task
+    from tensorgen.search.layouts import LAYOUT_TEMPLATES
+
+    task = search_tasks.make_task(*te.ops.make_c2d(16, 16, 8, 16, 3, 2, 1))
+    template = LAYOUT_TEMPLATES["tiling"]
+    layouts = template.layouts(task.dag, template.space(task.dag).sample(np.random.default_rng(1)))
+    laid = laid_out_task(task, layouts)
+    assert any("min(" in str(t.body) for t in laid.dag.tensors if t.body is not None)  # reads past the end
+    return laid
+
+
+@pytest.mark.parametrize("task_name", ["gmm", "c2d_relu", "c2d_cached", "c2d_laid_out"])
 def test_nest_statements_match_lowered_program(task_name):
     """`features.nest` derives the loop nest arithmetically; apart from its count of index arithmetic its
     features equal those of the lowered program, on random programs of every sketch."""
@@ -163,7 +178,8 @@ def test_nest_statements_match_lowered_program(task_name):
     from tensorgen.search.sketch import generate_sketches
 
     task = {"gmm": lambda: search_tasks.gmm(64), "c2d_relu": search_tasks.c2d_relu,
-            "c2d_cached": lambda: search_tasks.make_task(*te.ops.make_c2d(14, 14, 16, 32, 3, 1, 1))}[task_name]()
+            "c2d_cached": lambda: search_tasks.make_task(*te.ops.make_c2d(14, 14, 16, 32, 3, 1, 1)),
+            "c2d_laid_out": laid_out_c2d}[task_name]()
     states = sample_initial_population(task, generate_sketches(task), 40, np.random.default_rng(3))
     assert len(states) >= 20
     for s in states:

@@ -82,6 +82,30 @@ def _body(state: State, s: Stage, by_name: dict[str, Stage]) -> _Body:
     return hit
 
 
+def _unclamped(form: tuple[dict, int]) -> tuple[dict, int]:
+    """A linear form with each clamp `min(x, c)` / `max(x, c)` of its atoms read as `x` (a padded layout's places
+    past the end repeat the last element: its accesses stride as `x` does everywhere else)."""
+    terms, c = form
+    if all(_clamp(atom) is None for atom in terms):
+        return form
+    out: dict = {}
+    for atom, coef in terms.items():
+        if (inner := _clamp(atom)) is not None:
+            sub, k = _unclamped(linear(inner))
+            c += coef * k
+            for a, v in sub.items():
+                out[a] = out.get(a, 0) + coef * v
+        else:
+            out[atom] = out.get(atom, 0) + coef
+    return {a: v for a, v in out.items() if v}, c
+
+
+def _clamp(atom) -> object | None:
+    if isinstance(atom, BinOp) and atom.op in ("min", "max") and isinstance(atom.b, Const):
+        return atom.a
+    return None
+
+
 def _analyse(s: Stage, by_name: dict[str, Stage]) -> _Body:
     t = s.tensor
     body = expand_inlined(t.body, by_name)
@@ -92,7 +116,7 @@ def _analyse(s: Stage, by_name: dict[str, Stage]) -> _Body:
         b = np.zeros(len(ld.indices))
         tiles = []
         for d, idx in enumerate(ld.indices):
-            terms, c = linear(idx)
+            terms, c = _unclamped(linear(idx))
             for atom, coef in terms.items():
                 k = pos.get(id(atom))
                 if k is not None:

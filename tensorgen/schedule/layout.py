@@ -29,7 +29,7 @@ import numpy as np
 
 from tensorgen.dag import ComputeDAG
 from tensorgen.errors import ScheduleError
-from tensorgen.loopir.simplify import linear
+from tensorgen.loopir.simplify import linear, simplify
 from tensorgen.memo import by_identity
 from tensorgen.schedule.stage import Stage, make_stage
 from tensorgen.schedule.steps import Step, register_step, stage_at
@@ -461,6 +461,8 @@ def lay_out(dag: ComputeDAG, layouts: Mapping[str, Sequence[LayoutPrimitive]]) -
             new = t
         else:
             new = Tensor(t.shape, t.dtype, t.name, t.axes, body, t.tag, t.attrs)
+        if new is not t and new.body is not None:  # the digit arithmetic of a layout, over the axes' extents
+            new = Tensor(new.shape, new.dtype, new.name, new.axes, simplify(new.body), new.tag, new.attrs)
         new_of[id(t)] = new
         order.append(new)
     return ComputeDAG.from_parts(order, [new_of[id(t)] for t in dag.inputs], [new_of[id(t)] for t in dag.outputs])
