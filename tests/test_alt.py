@@ -150,7 +150,8 @@ def test_the_evolving_exploration_breeds_layouts_from_the_best_tiles():
     from tensorgen.search.alt_policy import AltPolicy
 
     task = gmm_relu()
-    policy = AltPolicy(task, layouts=4, joint_trials=12, exploration="evolve", population=16, generations=0)
+    policy = AltPolicy(task, layouts=4, joint_trials=12, exploration="evolve", own_lead=0, population=16,
+                       generations=0)
     assert policy.rungs == [1, 1, 1] and len(policy.candidates) == 4
     seen = _drive(policy, 7, 2, lambda i, s: 1e-3 / (1 + i))  # later candidates are "faster"; 3 generations of 4
     assert len(policy.candidates) > 4  # mutants joined
@@ -164,10 +165,21 @@ def test_the_evolving_exploration_breeds_layouts_from_the_best_tiles():
 def test_the_joint_stage_gives_each_layout_its_share_then_tunes_the_best(exploration):
     from tensorgen.search.alt_policy import AltPolicy
 
-    policy = AltPolicy(gmm_relu(), layouts=4, joint_trials=8, exploration=exploration, population=16,
+    policy = AltPolicy(gmm_relu(), layouts=4, joint_trials=8, exploration=exploration, own_lead=0, population=16,
                        generations=0)
     seen = _drive(policy, 8, 2, lambda i, s: 1e-3 * (1 + (i == 2) * -0.5))  # layout 2 is the fast one
     counts = [policy.measured[i] for i in range(4)]
     assert sum(counts) == 16 and policy.chosen == 2 and seen[-1] == [2, 2]
     if exploration == "uniform":
         assert policy.rungs == [2] and counts[:2] == [2, 2]
+
+
+def test_the_own_layout_leads_before_other_layouts_are_tried():
+    """With a lead, the task's own layout gets the first trials (a task the scheduler gives one round is tuned as
+    Ansor would); then every layout its share, and the best of them all."""
+    from tensorgen.search.alt_policy import AltPolicy
+
+    policy = AltPolicy(gmm_relu(), layouts=3, joint_trials=6, own_lead=4, population=16, generations=0)
+    seen = _drive(policy, 6, 2, lambda i, s: 1e-3 * (1 + (i == 1) * -0.5))  # layout 1 is the fast one
+    assert seen[:2] == [[0, 0], [0, 0]] and seen[2] == [0, 0]  # the lead, then the own layout's share of 2
+    assert [policy.measured[i] for i in range(3)] == [6, 4, 2] and seen[-1] == [1, 1]

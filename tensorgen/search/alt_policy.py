@@ -33,18 +33,14 @@ from tensorgen.schedule.layout import lay_out
 from tensorgen.schedule.state import State, loop_steps, state_layouts, with_layouts
 from tensorgen.search.layouts import LAYOUT_TEMPLATES, Layouts, LayoutTemplate, TileSpace
 from tensorgen.search.policy import SearchPolicy
-from tensorgen.search.sketch_policy import SketchConfig, SketchPolicy
+from tensorgen.search.sketch_policy import SketchPolicy
 from tensorgen.search.skips import Skips
 from tensorgen.task import SearchTask
 
 EXPLORATIONS = ("evolve", "halving", "uniform")
 JOINT_TRIALS_PER_LAYOUT = 8  # the joint budget when none is given: this many trials per layout
+OWN_LEAD = 16  # trials the task's own layout has before any other layout is tried
 GENERATIONS = 3  # of the "evolve" exploration
-# how hard a layout's search looks for each batch in the joint stage, where it proposes a few programs at a time
-# (a laid-out DAG's programs lower several times slower than its own, and lowering is the search's cost); the
-# loop-only stage searches the best layout with the policy's own knobs
-JOINT_EFFORT = {"init_population": 64, "population": 256, "generations": 1}
-COMPONENTS = ("sketches", "rules", "mutations", "annotation", "extractor")  # SketchPolicy's parts, not knobs
 
 
 def exploration_rungs(count: int, budget: int, exploration: str) -> list[int]:
@@ -103,20 +99,22 @@ class LayoutTrial:
 
 class AltPolicy(SearchPolicy):
     """ALT's search of `task` (module docstring): `layouts` candidates from `template`, `joint_trials` in the joint
-    stage (default 8 per layout) spread by `exploration`; the other options are SketchPolicy's, for the search of
-    every layout's loops (they share `cost_model`)."""
+    stage (default 8 per layout) spread by `exploration`, after `own_lead` trials of the task's own layout (the
+    layouts then compete with a tuned program, and a task the scheduler gives few trials is tuned as Ansor would);
+    the other options are SketchPolicy's, for the search of every layout's loops (they share `cost_model`)."""
 
     def __init__(self, task: SearchTask, cost_model: CostModel | None = None, seed: int = 0, *,
                  skips: Skips | None = None, layouts: int = 4, joint_trials: int | None = None,
-                 template: str = "tiling", exploration: str = "uniform", **knobs: Any) -> None:
+                 template: str = "tiling", exploration: str = "uniform", own_lead: int = OWN_LEAD,
+                 **knobs: Any) -> None:
         if layouts < 1 or template not in LAYOUT_TEMPLATES or exploration not in EXPLORATIONS \
-                or (joint_trials is not None and joint_trials < 0):
+                or (joint_trials is not None and joint_trials < 0) or own_lead < 0:
             raise TuneError(f"bad ALT options (layouts={layouts}, joint_trials={joint_trials}, template={template!r}, "
-                            f"exploration={exploration!r}): need layouts >= 1, joint_trials >= 0, a template of "
-                            f"{sorted(LAYOUT_TEMPLATES)} and an exploration of {EXPLORATIONS}")
+                            f"exploration={exploration!r}, own_lead={own_lead}): need layouts >= 1, joint_trials >= 0, "
+                            f"own_lead >= 0, a template of {sorted(LAYOUT_TEMPLATES)} and an exploration of "
+                            f"{EXPLORATIONS}")
         self.task, self.exploration = task, exploration
-        self.loop_config = SketchConfig.of(**{k: v for k, v in knobs.items() if k not in COMPONENTS})
-        self.knobs = {**knobs, **JOINT_EFFORT}
+        self.knobs = knobs
         self.cost_model, self.seed, self.skips = cost_model, seed, skips
         self.rng = np.random.default_rng(seed)
         self.template = LAYOUT_TEMPLATES[template]
@@ -138,6 +136,7 @@ class AltPolicy(SearchPolicy):
             else exploration_rungs(count, joint, exploration)
         self.rung, self.alive = 0, list(range(count))
         self.assigned = [self.rungs[0]] * count
+        self.assigned[0] += own_lead
 
     def _add(self, genes: dict[str, int] | None) -> int | None:
         """A new candidate with the template's `genes` (None: the task's own layout); None if it is known."""
@@ -193,8 +192,6 @@ class AltPolicy(SearchPolicy):
             if short:
                 return short[0]
             self._next_rung()
-            if not self.joint:
-                self.searches[self.chosen].reconfigure(self.loop_config)
         return self.chosen
 
     @property

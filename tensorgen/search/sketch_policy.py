@@ -149,12 +149,6 @@ class SketchPolicy(SearchPolicy):
                 out.append(s)
                 added += 1
 
-    def reconfigure(self, config: SketchConfig) -> None:
-        """Search with `config`'s knobs from now on; what was measured and learned stays (ALT's joint stage
-        searches each layout lightly, its loop-only stage the best one as a plain search)."""
-        self.config = config
-        self.evolution.config = config.evolution
-
     def close(self) -> None:
         """Stop the search's worker processes; the next batch starts them again."""
         self.evolution.close()

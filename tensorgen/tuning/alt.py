@@ -1,7 +1,8 @@
 """ALT's joint layout and loop tuning of one task (§5): `tune` with the ALT search policy (search.alt_policy).
 
 `tune_alt(task, trials, config=AltConfig(...))` gives the joint stage `joint_fraction` of the trials over
-`config.layouts` layouts and the loop-only stage the rest; the records are the task's own (layout steps, then
+`config.layouts` layouts (the task's own without a lead: the budget is known) and the loop-only stage the rest;
+the records are the task's own (layout steps, then
 loops). In a model, name the policy instead: `TaskScheduler.tune(..., policy="alt")`, `tensorgen tune --policy alt`.
 """
 
@@ -70,7 +71,7 @@ def tune_alt(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], t
     t0 = time.perf_counter()
     policy = AltPolicy(task, make_cost_model("xgb", seed), seed, layouts=config.layouts,
                        joint_trials=int(trials * config.joint_fraction), template=config.template,
-                       exploration=config.exploration, **(policy_options or {}))
+                       exploration=config.exploration, **{"own_lead": 0, **(policy_options or {})})
     try:
         result = tune(task, trials, db=db, policy=policy, measure=measure or MeasureConfig(), batch_size=batch_size,
                       seed=seed)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 from collections.abc import Callable, Sequence
@@ -45,6 +46,10 @@ from tensorgen.task import SearchTask
 
 LOGGER = logging.getLogger("tensorgen.graph")
 MANIFEST = "model.json"
+# the speed (bytes moved per second) assumed of a kernel without a recorded time when layouts are charged for the
+# kernels they add (_charged): MobileNet-V2's tuned conversion kernels moved 4-16 GB/s (2 cores, AVX-512)
+UNTIMED_GBS = 8.0
+Schedule = tuple[State, float | None, str]  # a kernel's program, its recorded cost (None: not timed), how chosen
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,7 @@ class KernelInfo:
 
 def schedule_subgraphs(subs: Sequence[Subgraph], target: Target, db: Database | None, cores: int,
                        ranks: Sequence[int] | None = None, pools: dict[str, tuple[int, list]] | None = None,
-                       layouts: bool = True) -> list[tuple[State, float | None, str]]:
+                       layouts: bool = True) -> list[Schedule]:
     """(state, its recorded cost or None, how it was chosen) per subgraph: its best record on `target` (or
     its `ranks[i]`-th candidate, see select.candidate_records; `pools` caches each task's candidates with
     how many were asked for), else one adapted from the tuned subgraph of the same structure and closest
@@ -211,12 +216,12 @@ def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, hw: Ha
     return out
 
 
-def _follow_layouts(part: Partition, schedules: list[tuple[State, float | None, str]], target: Target,
-                    db: Database | None, cores: int,
-                    propagate: bool) -> tuple[Partition, list[tuple[State, float | None, str]]]:
-    """The partition laid out as its kernels' programs store their arguments (graph.backend.layouts), with the
-    programs of the kernels that plan adds or lays out: their records (by the laid-out DAG), else adapted or
-    default ones."""
+def _follow_layouts(part: Partition, schedules: list[Schedule], target: Target, db: Database | None, cores: int,
+                    propagate: bool) -> tuple[Partition, list[Schedule]]:
+    """The partition laid out as its kernels' programs store their arguments (graph.backend.layouts; a layout
+    kept only where it pays for the kernels it adds, _charged), with the programs of the kernels that plan adds or
+    lays out: their records (by the laid-out DAG), else adapted or default ones."""
+    schedules = _charged(part, schedules, target, db, cores, propagate)
     plan = _plan(part, schedules, propagate)
     if plan is None:
         return part, schedules
@@ -234,9 +239,64 @@ def _follow_layouts(part: Partition, schedules: list[tuple[State, float | None, 
     return plan.part, out
 
 
-def _plan(part: Partition, schedules: Sequence[tuple[State, float | None, str]], propagate: bool) -> LayoutPlan | None:
+def _plan(part: Partition, schedules: Sequence[Schedule], propagate: bool) -> LayoutPlan | None:
     chosen = [state_layouts(state) for state, _, _ in schedules]
     return plan_layouts(part, chosen, propagate) if any(chosen) else None
+
+
+def _charged(part: Partition, schedules: Sequence[Schedule], target: Target, db: Database | None, cores: int,
+             propagate: bool) -> list[Schedule]:
+    """`schedules` where each program that lays out its kernel's arguments stays only if the model is estimated
+    faster with it than with the kernel's best plain record: a layout pays for the conversions it makes necessary
+    (one kernel's gain can be lost to the copies its neighbours then read). Greedy, from the layout that gains
+    least alone; a model's estimated time is the sum of its kernels' (_estimate)."""
+    laid = [i for i, (state, _, _) in enumerate(schedules) if state_layouts(state)]
+    if not laid or db is None:
+        return list(schedules)
+    plains = {i: schedule_subgraphs([part.subgraphs[i]], target, db, cores, layouts=False)[0] for i in laid}
+    laid = [i for i in laid if plains[i][1] is not None]  # an untimed plain program is no known alternative
+
+    def gain(i: int) -> float:
+        return plains[i][1] - schedules[i][1]
+
+    current, best = list(schedules), _estimate(part, schedules, target, db, propagate)
+    for i in sorted(laid, key=gain):
+        trial = [plains[i] if k == i else s for k, s in enumerate(current)]
+        cost = _estimate(part, trial, target, db, propagate)
+        if cost < best:
+            current, best = trial, cost
+    dropped = sum(not state_layouts(current[i][0]) for i in laid)
+    if dropped:
+        LOGGER.info("%d of %d kernels' layouts do not pay for the conversions they add: built plain", dropped,
+                    len(laid))
+    return current
+
+
+def _estimate(part: Partition, schedules: Sequence[Schedule], target: Target, db: Database,
+              propagate: bool) -> float:
+    """Seconds a model built with `schedules` takes, estimated as the sum of its kernels' recorded times; a kernel
+    the layouts add without a record (a conversion, an element-wise kernel in a propagated layout) takes its
+    plain counterpart's time, or moves its bytes at UNTIMED_GBS."""
+    plan = _plan(part, schedules, propagate)
+    if plan is None:
+        return sum(_time(part.graph, sub, cost) for sub, (_, cost, _) in zip(part.subgraphs, schedules))
+    total = 0.0
+    for sub, origin, source in zip(plan.part.subgraphs, plan.origin, plan.source):
+        if origin is not None:
+            cost = schedules[origin][1]
+        elif (record := db.best(laid_out_dag(sub).workload_key, str(target))) is not None:
+            cost = record.result.median_cost
+        else:
+            cost = schedules[source][1] if source is not None else None
+        total += _time(plan.part.graph, sub, cost)
+    return total
+
+
+def _time(graph: Graph, sub: Subgraph, cost: float | None) -> float:
+    if cost is not None:
+        return cost
+    values = [graph.value(x) for x in sub.inputs + sub.outputs]
+    return sum(math.prod(v.shape) * np.dtype(v.dtype).itemsize for v in values) / (UNTIMED_GBS * 1e9)
 
 
 def layout_tasks(model: object, db: Database, target: str | Target = "cpu", batch: int = 1) -> list[ModelTask]:
@@ -247,7 +307,8 @@ def layout_tasks(model: object, db: Database, target: str | Target = "cpu", batc
     hw = hardware_for(target)
     graph = model if isinstance(model, Graph) else load_graph(model, batch=batch)
     part = partition(graph)
-    plan = _plan(part, schedule_subgraphs(part.subgraphs, target, db, hw.cores), True)
+    plan = _plan(part, _charged(part, schedule_subgraphs(part.subgraphs, target, db, hw.cores), target, db, hw.cores,
+                                True), True)
     found: dict[str, list] = {}
     for sub, origin in zip(plan.part.subgraphs if plan else (), plan.origin if plan else ()):
         if origin is None:

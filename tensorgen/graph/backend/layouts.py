@@ -60,6 +60,7 @@ def default_laid_out(sub: Subgraph, cores: int) -> State:
 class LayoutPlan:
     part: Partition
     origin: list[int | None]  # per subgraph: its index in the plain partition, when its program stays the same
+    source: list[int | None]  # per subgraph: its index in the plain partition (None: a conversion kernel)
 
 
 def _key(primitives: Sequence[LayoutPrimitive]) -> str:
@@ -72,6 +73,7 @@ class _Planner:
         self.graph = replace(part.graph, values=dict(part.graph.values), constants=dict(part.graph.constants))
         self.subgraphs: list[Subgraph] = []
         self.origin: list[int | None] = []
+        self.source: list[int | None] = []
         self.written: dict[str, tuple[LayoutPrimitive, ...]] = {}  # value -> the layout its producer writes
         self.versions: dict[tuple[str, str], str] = {(x, ""): x for x in self.graph.inputs}  # (value, layout)
         self.aliases = dict(part.aliases)
@@ -124,6 +126,7 @@ class _Planner:
         self.subgraphs.append(Subgraph(f"{CONVERSION}_{len(self.subgraphs)}", "layout", [],
                                        [self.versions[(x, _key(source))]], [target], dag, layouts))
         self.origin.append(None)
+        self.source.append(None)
         self.versions[(x, key)] = target
         return target
 
@@ -160,6 +163,7 @@ class _Planner:
             self.versions[(o, _key(self.written[o]))] = outputs[-1]
         self.subgraphs.append(replace(sub, inputs=inputs, outputs=outputs, layouts=layouts))
         self.origin.append(None if planned and layouts else i)
+        self.source.append(i)
 
 
 def plan_layouts(part: Partition, chosen: Sequence[Layouts], propagate: bool = True) -> LayoutPlan:
@@ -172,4 +176,4 @@ def plan_layouts(part: Partition, chosen: Sequence[Layouts], propagate: bool = T
         planner.place(i, sub, layouts, propagate)
     for out in part.graph.outputs:
         planner.read(out, ())
-    return LayoutPlan(Partition(planner.graph, planner.subgraphs, planner.aliases), planner.origin)
+    return LayoutPlan(Partition(planner.graph, planner.subgraphs, planner.aliases), planner.origin, planner.source)
