@@ -12,7 +12,7 @@ from fuzz_graph_check import compare, feeds, validate
 from fuzz_graphs import random_model
 from onnx import TensorProto, helper
 
-from tensorgen.graph.backend.build import build_model
+from tensorgen.graph.backend.build import build_model, layout_tasks
 from tensorgen.graph.backend.default_schedule import default_schedule
 from tensorgen.graph.backend.tasks import extract_tasks
 from tensorgen.graph.load import load_graph
@@ -67,12 +67,9 @@ def run(proto, out) -> list[np.ndarray]:
     return CompiledModel(out, threads=2).run([inputs[i.name] for i in proto.graph.input])
 
 
-@pytest.mark.parametrize("seed", [3, 8, 14, 21, 33])
-def test_random_models_follow_random_argument_layouts(seed, tmp_path):
-    rng = np.random.default_rng(seed)
-    proto = random_model(rng)
-    graph = load_graph(proto)
-    db = SQLiteDatabase(tmp_path / "db")
+def commit_random_layouts(db, graph, rng: np.random.Generator, cost=lambda: 1e-9) -> int:
+    """A record with random argument layouts (ALT's template's or any) for about every other task of `graph`, at
+    `cost()`; how many tasks got one."""
     template = LAYOUT_TEMPLATES["tiling"]
     laid = 0
     for model_task in extract_tasks(graph):
@@ -84,10 +81,35 @@ def test_random_models_follow_random_argument_layouts(seed, tmp_path):
             layouts = {t.name: random_layout(t.shape, rng) for t in [*dag.inputs, *dag.outputs] if rng.random() < 0.6}
         layouts = {name: prims for name, prims in layouts.items() if prims}
         laid += bool(layouts)
-        commit_laid_out(db, model_task.task, layouts)
+        commit_laid_out(db, model_task.task, layouts, cost())
+    return laid
+
+
+@pytest.mark.parametrize("seed", [3, 8, 14, 21, 33])
+def test_random_models_follow_random_argument_layouts(seed, tmp_path):
+    rng = np.random.default_rng(seed)
+    proto = random_model(rng)
+    graph = load_graph(proto)
+    db = SQLiteDatabase(tmp_path / "db")
+    laid = commit_random_layouts(db, graph, rng)
     out = build_model(graph, tmp_path / "model", db=db)
     assert compare(run(proto, out), validate(proto)) is None
     assert not laid or "layout_transform" in kernels(out)
+
+
+@pytest.mark.parametrize("seed", [5, 12])
+def test_random_models_charge_random_layouts_for_their_conversions(seed, tmp_path):
+    """Plain and laid-out records of random costs: whichever layouts the build keeps, the model computes the same."""
+    rng = np.random.default_rng(seed)
+    proto = random_model(rng)
+    graph = load_graph(proto)
+    db = SQLiteDatabase(tmp_path / "db")
+    commit_random_layouts(db, graph, rng, cost=lambda: float(rng.uniform(1e-6, 1e-4)))
+    for model_task in extract_tasks(graph):
+        if rng.random() < 0.7:
+            commit_laid_out(db, model_task.task, {}, float(rng.uniform(1e-6, 1e-4)))
+    out = build_model(graph, tmp_path / "model", db=db)
+    assert compare(run(proto, out), validate(proto)) is None
 
 
 def _onnx(nodes, inputs, outputs, initializers):
@@ -140,4 +162,24 @@ def test_a_transpose_of_a_laid_out_value_is_absorbed_into_its_conversion(tmp_pat
     commit_laid_out(db, matmul, {matmul.dag.outputs[0].name: [Split(0, (2, 4))]})
     out = build_model(proto, tmp_path / "model", db=db)
     assert kernels(out) == ["mat_mul", "layout_transform"]  # no transpose kernel: one copy, laid out -> transposed
+    assert compare(run(proto, out), validate(proto)) is None
+
+
+@pytest.mark.parametrize("laid, plain, conversion, kept", [(1e-6, 2e-6, None, True), (1e-6, 1.01e-6, None, False),
+                                                           (1e-6, 2e-6, 5e-6, False)])
+def test_a_layout_is_kept_only_where_it_pays_for_its_conversions(laid, plain, conversion, kept, tmp_path):
+    """The first MatMul's laid-out record beats its plain one; the second reads m plain, so the layout costs a
+    conversion (untimed: its bytes at build.UNTIMED_GBS, about 0.1 us here; timed: its record). The layout stays
+    only where its gain is larger."""
+    proto = _onnx([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("MatMul", ["m", "v"], ["y"])],
+                  [_tensor("x", [8, 16])], [_tensor("y", [8, 4])], [_weight("w", [16, 12]), _weight("v", [12, 4])])
+    db = SQLiteDatabase(tmp_path / "db")
+    first = extract_tasks(load_graph(proto))[0].task
+    commit_laid_out(db, first, {first.dag.outputs[0].name: [Split(1, (3, 4)), Reorder((1, 0, 2))]}, laid)
+    commit_laid_out(db, first, {}, plain)
+    if conversion is not None:
+        (copy,) = layout_tasks(proto, db)
+        commit_laid_out(db, copy.task, {}, conversion)
+    out = build_model(proto, tmp_path / "model", db=db)
+    assert ("layout_transform" in kernels(out)) == kept
     assert compare(run(proto, out), validate(proto)) is None
