@@ -153,16 +153,17 @@ INT_OPS = [i for i, n in enumerate(NAMES) if n.startswith("int_")]
 NOT_INT_OPS = [i for i in range(N_FEATURES) if i not in INT_OPS]
 
 
-def laid_out_c2d():
-    """A stride-2 conv in ALT's layouts: its padded input unfolded into tiles past its end (clamped reads)."""
+def laid_out_c2d(co: int = 16, tiles: dict[str, int] | None = None):
+    """A stride-2 conv in ALT's layouts (`tiles` of the template, default random ones): its padded input unfolded
+    into tiles past its end (clamped reads)."""
     import search_tasks
 
     from tensorgen.search.alt_policy import laid_out_task
     from tensorgen.search.layouts import LAYOUT_TEMPLATES
 
-    task = search_tasks.make_task(*te.ops.make_c2d(16, 16, 8, 16, 3, 2, 1))
+    task = search_tasks.make_task(*te.ops.make_c2d(16, 16, 8, co, 3, 2, 1))
     template = LAYOUT_TEMPLATES["tiling"]
-    layouts = template.layouts(task.dag, template.space(task.dag).sample(np.random.default_rng(1)))
+    layouts = template.layouts(task.dag, tiles or template.space(task.dag).sample(np.random.default_rng(1)))
     laid = laid_out_task(task, layouts)
     assert any("min(" in str(t.body) for t in laid.dag.tensors if t.body is not None)  # reads past the end
     return laid
@@ -187,6 +188,30 @@ def test_nest_statements_match_lowered_program(task_name):
         lowered = statement_features(lower(s), task.hw)
         assert ours.shape == lowered.shape
         np.testing.assert_allclose(ours[:, NOT_INT_OPS], lowered[:, NOT_INT_OPS], atol=1e-9, err_msg=str(s))
+
+
+def test_loops_misaligned_with_a_layout_read_it_at_an_average_slope():
+    """A laid-out conv whose loops split a tiled dimension by other factors: the exact derivation leaves it to
+    lowering; the extractor's derives it anyway (tile indices at their average slope), with the lowered program's
+    statements, loops and float operations."""
+    from tensorgen.search.annotate import sample_initial_population
+    from tensorgen.search.sketch import generate_sketches
+
+    task = laid_out_c2d(24, {"h": 4, "w": 8, "co": 8, "rh": 1, "rw": 1, "rc": 4})  # loops split 24 by 3, 6, 12
+    states = sample_initial_population(task, generate_sketches(task), 40, np.random.default_rng(5))
+    misaligned = 0
+    for s in states:
+        try:
+            state_statements(s)
+            continue
+        except NotAffine:
+            misaligned += 1
+        ours = features_of(state_statements(s, exact=False), task.hw)
+        lowered = statement_features(lower(s), task.hw)
+        assert ours.shape == lowered.shape and np.isfinite(ours).all()
+        floats = [i for i, n in enumerate(NAMES) if n.startswith(("float_", "vec_", "unroll_", "parallel_"))]
+        np.testing.assert_allclose(ours[:, floats], lowered[:, floats], atol=1e-9)
+    assert misaligned
 
 
 def test_extractor_lowers_what_nest_cannot_derive():

@@ -109,21 +109,32 @@ def tune_model(args: argparse.Namespace) -> int:
 
 
 def _tune_layout_tasks(graph, args: argparse.Namespace, trials: int, config, measure):
-    """The tasks a build following the database's layouts adds (graph.backend.build.layout_tasks), tuned with
-    `trials`; their scheduler's result, or None when there are none."""
+    """The tasks a build following the database's layouts may add (graph.backend.build.layout_tasks), tuned with
+    `trials`, each search starting from the programs layout_tasks gives; their scheduler's result, or None when
+    there are none."""
     from tensorgen.graph.backend.build import layout_tasks
     from tensorgen.tuning.progress import ProgressTable
     from tensorgen.tuning.scheduler import TaskScheduler
+    from tensorgen.tuning.tune import make_cost_model, make_policy
 
     with SQLiteDatabase(args.db) as db:
-        tasks = layout_tasks(graph, db, args.target)
-    if not tasks:
+        found = layout_tasks(graph, db, args.target)
+    if not found:
         return None
-    print(f"{len(tasks)} tasks of layout conversions and propagated layouts; tuning {trials} trials")
+    seeds = {t.task.workload_key: states for t, states in found}
+    model = make_cost_model(args.cost_model, args.seed)
+
+    def policy(task):
+        search = make_policy(task, "ansor", model, args.seed)
+        search.offer(seeds.get(task.workload_key, []))
+        return search
+
+    print(f"{len(found)} tasks of layout conversions, propagated layouts and inputs read in their producers' "
+          f"layouts; tuning {trials} trials")
     table = ProgressTable()
     try:
-        return TaskScheduler.from_models({graph.name: tasks}, seed=args.seed, callbacks=[table], config=config).tune(
-            trials, db=args.db, policy="ansor", cost_model=args.cost_model, measure=measure)
+        return TaskScheduler.from_models({graph.name: [t for t, _ in found]}, seed=args.seed, callbacks=[table],
+                                         config=config).tune(trials, db=args.db, policy=policy, measure=measure)
     finally:
         table.close()
 

@@ -14,6 +14,7 @@ from onnx import TensorProto, helper
 
 from tensorgen.graph.backend.build import build_model, layout_tasks
 from tensorgen.graph.backend.default_schedule import default_schedule
+from tensorgen.graph.backend.layouts import conversion_dag
 from tensorgen.graph.backend.tasks import extract_tasks
 from tensorgen.graph.load import load_graph
 from tensorgen.measure.types import MeasureResult
@@ -23,6 +24,7 @@ from tensorgen.runtime.model import CompiledModel
 from tensorgen.schedule.layout import Fuse, Layout, Pad, Reorder, Split, lay_out
 from tensorgen.schedule.state import with_layouts
 from tensorgen.search.layouts import LAYOUT_TEMPLATES
+from tensorgen.tuning.tune import make_task
 
 
 def random_layout(shape: tuple[int, ...], rng: np.random.Generator) -> list:
@@ -175,11 +177,32 @@ def test_a_layout_is_kept_only_where_it_pays_for_its_conversions(laid, plain, co
                   [_tensor("x", [8, 16])], [_tensor("y", [8, 4])], [_weight("w", [16, 12]), _weight("v", [12, 4])])
     db = SQLiteDatabase(tmp_path / "db")
     first = extract_tasks(load_graph(proto))[0].task
-    commit_laid_out(db, first, {first.dag.outputs[0].name: [Split(1, (3, 4)), Reorder((1, 0, 2))]}, laid)
+    tiled = [Split(1, (3, 4)), Reorder((1, 0, 2))]
+    commit_laid_out(db, first, {first.dag.outputs[0].name: tiled}, laid)
     commit_laid_out(db, first, {}, plain)
     if conversion is not None:
-        (copy,) = layout_tasks(proto, db)
-        commit_laid_out(db, copy.task, {}, conversion)
+        copy = make_task(lay_out(conversion_dag((8, 12), "float32"), {"input0": tiled}))
+        commit_laid_out(db, copy, {}, conversion)
     out = build_model(proto, tmp_path / "model", db=db)
     assert ("layout_transform" in kernels(out)) == kept
+    assert compare(run(proto, out), validate(proto)) is None
+
+
+@pytest.mark.parametrize("absorbed, kept", [(2e-6, True), (9e-6, False)])
+def test_a_reader_reads_its_producers_layout_where_its_record_pays(absorbed, kept, tmp_path):
+    """The second MatMul (2 us plain) reading m in the first one's tiled layout: a task of its own (layout_tasks,
+    seeded with its own loops, next to the conversion it would save); where its record beats 2 us plus the
+    conversion, the build reads m so, no copy."""
+    proto = _onnx([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("MatMul", ["m", "v"], ["y"])],
+                  [_tensor("x", [8, 16])], [_tensor("y", [8, 4])], [_weight("w", [16, 12]), _weight("v", [12, 4])])
+    db = SQLiteDatabase(tmp_path / "db")
+    first, second = [t.task for t in extract_tasks(load_graph(proto))]
+    commit_laid_out(db, first, {first.dag.outputs[0].name: [Split(1, (3, 4)), Reorder((1, 0, 2))]}, 1e-6)
+    commit_laid_out(db, second, {}, 2e-6)
+    (copy, no_seeds), (reader, (seed,)) = layout_tasks(proto, db)  # the conversion, or the reader absorbing it
+    assert copy.task.desc == "layout_transform" and not no_seeds
+    assert reader.task.dag.inputs[0].shape == (3, 8, 4) and seed.dag is reader.task.dag
+    db.commit_record(Record.from_measure(reader.task, seed, MeasureResult((absorbed,))))
+    out = build_model(proto, tmp_path / "model", db=db)
+    assert kernels(out) == (["mat_mul", "mat_mul"] if kept else ["mat_mul", "layout_transform", "mat_mul"])
     assert compare(run(proto, out), validate(proto)) is None

@@ -23,12 +23,22 @@ from pathlib import Path
 import numpy as np
 
 from tensorgen.codegen.backend import Backend, backend_for
+from tensorgen.dag import ComputeDAG
 from tensorgen.errors import CompileError, TensorgenError
 from tensorgen.graph.backend import LAYOUT_MODES
 from tensorgen.graph.backend.align import align_partitions
 from tensorgen.graph.backend.default_schedule import default_schedule
 from tensorgen.graph.backend.executor import executor_source, pack_weights, plan_memory
-from tensorgen.graph.backend.layouts import LayoutPlan, default_laid_out, laid_out_dag, laid_out_state, plan_layouts
+from tensorgen.graph.backend.layouts import (
+    Absorb,
+    LayoutPlan,
+    Layouts,
+    conversion_dag,
+    default_laid_out,
+    laid_out_dag,
+    laid_out_state,
+    plan_layouts,
+)
 from tensorgen.graph.backend.select import CANDIDATE_POOL, candidate_records, select_in_model
 from tensorgen.graph.backend.tasks import ModelTask
 from tensorgen.graph.ir import Graph, Value
@@ -37,9 +47,11 @@ from tensorgen.graph.passes.fusion import Partition, Subgraph, partition
 from tensorgen.hardware import hardware_for
 from tensorgen.loopir.nodes import PrimFunc
 from tensorgen.records.database import Database
+from tensorgen.schedule.layout import LayoutPrimitive, lay_out
 from tensorgen.schedule.layout_rewrite import rewrite_layout
 from tensorgen.schedule.lower import lower
-from tensorgen.schedule.state import State, state_layouts
+from tensorgen.schedule.state import State, loop_steps, state_layouts, with_layouts
+from tensorgen.search.alt_policy import layout_key
 from tensorgen.search.transfer import transfer_candidates
 from tensorgen.target import HardwareParams, Target
 from tensorgen.task import SearchTask
@@ -222,7 +234,7 @@ def _follow_layouts(part: Partition, schedules: list[Schedule], target: Target, 
     kept only where it pays for the kernels it adds, _charged), with the programs of the kernels that plan adds or
     lays out: their records (by the laid-out DAG), else adapted or default ones."""
     schedules = _charged(part, schedules, target, db, cores, propagate)
-    plan = _plan(part, schedules, propagate)
+    plan = _plan(part, schedules, propagate, _absorber(part, schedules, target, db, propagate, measured=True))
     if plan is None:
         return part, schedules
     todo = [i for i, o in enumerate(plan.origin) if o is None]
@@ -239,9 +251,62 @@ def _follow_layouts(part: Partition, schedules: list[Schedule], target: Target, 
     return plan.part, out
 
 
-def _plan(part: Partition, schedules: Sequence[Schedule], propagate: bool) -> LayoutPlan | None:
+def _plan(part: Partition, schedules: Sequence[Schedule], propagate: bool,
+          absorb: Absorb | None = None) -> LayoutPlan | None:
     chosen = [state_layouts(state) for state, _, _ in schedules]
-    return plan_layouts(part, chosen, propagate) if any(chosen) else None
+    return plan_layouts(part, chosen, propagate, absorb) if any(chosen) else None
+
+
+def absorbed_state(dag: ComputeDAG, layouts: Layouts, state: State) -> State:
+    """A state of `dag` storing its arguments in `layouts` (a program's own and inputs in their producers'
+    layouts) with the loops of `state`, a program of `dag` (ScheduleError where they do not replay there)."""
+    return with_layouts(dag, layouts, State.replay(lay_out(dag, layouts), loop_steps(state)))
+
+
+def _absorber(part: Partition, schedules: Sequence[Schedule], target: Target, db: Database | None, propagate: bool,
+              measured: bool) -> Absorb | None:
+    """plan_layouts' `absorb` (with propagation only): a kernel reads inputs in their producers' layouts where its
+    loops replay and lower over the laid-out DAG and, `measured`, that DAG's best record costs less than the kernel's
+    own program plus the conversions it saves. Without `measured`, every program that replays is accepted: the
+    tasks worth tuning (layout_tasks)."""
+    if not propagate or db is None:
+        return None
+    memo: dict[tuple[int, str], bool] = {}
+
+    def absorb(i: int, layouts: Layouts) -> bool:
+        key = (i, layout_key(layouts))
+        if key not in memo:
+            memo[key] = _absorbs(part.graph, part.subgraphs[i], schedules[i], layouts, target, db, measured)
+        return memo[key]
+
+    return absorb
+
+
+def _absorbs(graph: Graph, sub: Subgraph, schedule: Schedule, layouts: Layouts, target: Target, db: Database,
+             measured: bool) -> bool:
+    state, cost, _ = schedule
+    record = db.best(lay_out(sub.dag, layouts).workload_key, str(target)) if measured else None
+    if measured and (record is None or cost is None):
+        return False
+    try:
+        lower(absorbed_state(sub.dag, layouts, state))
+    except TensorgenError:
+        return False
+    if record is None:
+        return True
+    own = state_layouts(state)
+    saved = sum(_conversion_time(graph, x, layouts[t.name], target, db) for x, t in zip(sub.inputs, sub.dag.inputs)
+                if t.name in layouts and t.name not in own)
+    return record.result.median_cost < cost + saved
+
+
+def _conversion_time(graph: Graph, x: str, layout: Sequence[LayoutPrimitive], target: Target, db: Database) -> float:
+    """Seconds to convert value `x` from `layout` to plain: its conversion kernel's record, else its bytes moved at
+    UNTIMED_GBS."""
+    value = graph.value(x)
+    dag = lay_out(conversion_dag(value.shape, value.dtype), {"input0": layout})
+    record = db.best(dag.workload_key, str(target))
+    return record.result.median_cost if record is not None else _bytes_time([value, value])
 
 
 def _charged(part: Partition, schedules: Sequence[Schedule], target: Target, db: Database | None, cores: int,
@@ -277,7 +342,7 @@ def _estimate(part: Partition, schedules: Sequence[Schedule], target: Target, db
     """Seconds a model built with `schedules` takes, estimated as the sum of its kernels' recorded times; a kernel
     the layouts add without a record (a conversion, an element-wise kernel in a propagated layout) takes its
     plain counterpart's time, or moves its bytes at UNTIMED_GBS."""
-    plan = _plan(part, schedules, propagate)
+    plan = _plan(part, schedules, propagate, _absorber(part, schedules, target, db, propagate, measured=True))
     if plan is None:
         return sum(_time(part.graph, sub, cost) for sub, (_, cost, _) in zip(part.subgraphs, schedules))
     total = 0.0
@@ -293,29 +358,39 @@ def _estimate(part: Partition, schedules: Sequence[Schedule], target: Target, db
 
 
 def _time(graph: Graph, sub: Subgraph, cost: float | None) -> float:
-    if cost is not None:
-        return cost
-    values = [graph.value(x) for x in sub.inputs + sub.outputs]
+    return cost if cost is not None else _bytes_time([graph.value(x) for x in sub.inputs + sub.outputs])
+
+
+def _bytes_time(values: Sequence[Value]) -> float:
     return sum(math.prod(v.shape) * np.dtype(v.dtype).itemsize for v in values) / (UNTIMED_GBS * 1e9)
 
 
-def layout_tasks(model: object, db: Database, target: str | Target = "cpu", batch: int = 1) -> list[ModelTask]:
-    """The tasks that a build following `db`'s layouts adds to `model` (graph.backend.layouts): its conversion kernels
-    and its element-wise kernels in propagated layouts, their DAGs laid out (tuned with the model's other tasks, or
-    after them, once the layouts are known)."""
+def layout_tasks(model: object, db: Database, target: str | Target = "cpu",
+                 batch: int = 1) -> list[tuple[ModelTask, list[State]]]:
+    """The tasks that a build following `db`'s layouts may add to `model` (graph.backend.layouts), each with the
+    programs to start its search from: its conversion kernels, its element-wise kernels in propagated layouts and
+    its kernels reading inputs in their producers' layouts (seeded with their own loops), their DAGs laid out
+    (tuned after the model's other tasks, once the layouts are known; a build reads an input in its producer's
+    layout only where the record pays, else converts it: both kinds are here)."""
     target = Target.parse(target)
     hw = hardware_for(target)
     graph = model if isinstance(model, Graph) else load_graph(model, batch=batch)
     part = partition(graph)
-    plan = _plan(part, _charged(part, schedule_subgraphs(part.subgraphs, target, db, hw.cores), target, db, hw.cores,
-                                True), True)
+    schedules = _charged(part, schedule_subgraphs(part.subgraphs, target, db, hw.cores), target, db, hw.cores, True)
     found: dict[str, list] = {}
-    for sub, origin in zip(plan.part.subgraphs if plan else (), plan.origin if plan else ()):
-        if origin is None:
-            dag = laid_out_dag(sub)
-            found.setdefault(dag.workload_key, [dag, sub.name.rsplit("_", 1)[0], []])[2].append(sub.name)
-    return [ModelTask(SearchTask(dag, target, hw, desc=desc), len(names), tuple(names))
-            for dag, desc, names in found.values()]
+    for absorb in (None, _absorber(part, schedules, target, db, True, measured=False)):
+        plan = _plan(part, schedules, True, absorb)
+        if plan is None:  # no layouts at all
+            return []
+        for k, (sub, origin, source) in enumerate(zip(plan.part.subgraphs, plan.origin, plan.source)):
+            if origin is None:
+                dag = laid_out_dag(sub)
+                entry = found.setdefault(dag.workload_key, [dag, sub.name.rsplit("_", 1)[0], set(), []])
+                entry[2].add(sub.name)
+                if k in plan.absorbed and not entry[3]:
+                    entry[3].append(State.replay(dag, loop_steps(schedules[source][0])))
+    return [(ModelTask(SearchTask(dag, target, hw, desc=desc), len(names), tuple(sorted(names))), seeds)
+            for dag, desc, names, seeds in found.values()]
 
 
 def _kernel(graph: Graph, sub: Subgraph, state: State, name: str, tag: str) -> PrimFunc:

@@ -12,13 +12,16 @@ A tuned program may store its arguments in layouts of its own (ALT's records: la
   without padding or unfold (ALT's constraints: the same shape, no data expansion) takes that layout for all its
   tensors of that shape: it reads and writes without conversion, and the next element-wise kernel does the same;
 - a lone Transpose of a value written in a layout of its own is absorbed: its output is that value in the layout
-  `reorder(perm)` makes, so its readers' conversions start from the value itself (one copy instead of two).
+  `reorder(perm)` makes, so its readers' conversions start from the value itself (one copy instead of two);
+- a kernel may read an input in the layout its producer writes (no unfold), its own loops over the laid-out DAG,
+  when the caller's `absorb` accepts: the conversion is then folded into the reader (ALT's propagation between two
+  complex operators: the reader's input layout is its producer's output layout).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from tensorgen.dag import ComputeDAG
@@ -32,6 +35,9 @@ from tensorgen.schedule.state import State, with_layouts
 from tensorgen.te.tensor import compute, placeholder
 
 Layouts = Mapping[str, Sequence[LayoutPrimitive]]
+# absorb(i, layouts): may plain kernel i store its arguments in `layouts` (its own, and inputs in their producers'
+# layouts) and read those inputs without conversion?
+Absorb = Callable[[int, Layouts], bool]
 CONVERSION = "layout_transform"
 
 
@@ -61,6 +67,7 @@ class LayoutPlan:
     part: Partition
     origin: list[int | None]  # per subgraph: its index in the plain partition, when its program stays the same
     source: list[int | None]  # per subgraph: its index in the plain partition (None: a conversion kernel)
+    absorbed: frozenset[int]  # the subgraphs that read inputs in their producers' layouts (their own loops)
 
 
 def _key(primitives: Sequence[LayoutPrimitive]) -> str:
@@ -74,6 +81,7 @@ class _Planner:
         self.subgraphs: list[Subgraph] = []
         self.origin: list[int | None] = []
         self.source: list[int | None] = []
+        self.absorbed: set[int] = set()
         self.written: dict[str, tuple[LayoutPrimitive, ...]] = {}  # value -> the layout its producer writes
         self.versions: dict[tuple[str, str], str] = {(x, ""): x for x in self.graph.inputs}  # (value, layout)
         self.aliases = dict(part.aliases)
@@ -145,7 +153,15 @@ class _Planner:
                 return {t.name: primitives for t, name in args if g.value(name).shape == shape}
         return {}
 
-    def place(self, i: int, sub: Subgraph, chosen: Layouts, propagate: bool) -> None:
+    def readable(self, x: str) -> tuple[LayoutPrimitive, ...]:
+        """The layout a reader may read computed value `x` in without a conversion: the one its producer writes,
+        unless it is unfolded (a reader would have to name its tile); () for reshapes, views and constants."""
+        primitives = self.written.get(x, ())
+        if not primitives or x in self.views or self.aliases.get(x, x) != x:
+            return ()
+        return () if Layout.of(te_shape(self.graph.value(x).shape), primitives).overlaps else primitives
+
+    def place(self, i: int, sub: Subgraph, chosen: Layouts, propagate: bool, absorb: Absorb | None) -> None:
         lone = sub.nodes[0] if len(sub.nodes) == 1 else None
         if propagate and lone is not None and lone.op == "Transpose" and self.written.get(sub.inputs[0]):
             self.views[sub.outputs[0]] = (sub.inputs[0], (Reorder(tuple(lone.attrs["perm"])),))
@@ -155,25 +171,35 @@ class _Planner:
         planned = not layouts and propagate
         if planned:
             layouts = self.propagated(sub)
+        absorbed = False
+        if absorb is not None and not (planned and layouts):
+            extra = {t.name: p for x, t in zip(sub.inputs, sub.dag.inputs)
+                     if t.name not in layouts and (p := self.readable(x))}
+            if extra and absorb(i, {**layouts, **extra}):
+                layouts, absorbed = {**layouts, **extra}, True
         inputs = [self.read(x, layouts.get(t.name, ())) for x, t in zip(sub.inputs, sub.dag.inputs)]
         outputs = []
         for o, t in zip(sub.outputs, sub.dag.outputs):
             self.written[o] = layouts.get(t.name, ())
             outputs.append(self.new_value(o, self.written[o]) if self.written[o] else o)
             self.versions[(o, _key(self.written[o]))] = outputs[-1]
+        if absorbed:
+            self.absorbed.add(len(self.subgraphs))
         self.subgraphs.append(replace(sub, inputs=inputs, outputs=outputs, layouts=layouts))
-        self.origin.append(None if planned and layouts else i)
+        self.origin.append(None if (planned and layouts) or absorbed else i)
         self.source.append(i)
 
 
-def plan_layouts(part: Partition, chosen: Sequence[Layouts], propagate: bool = True) -> LayoutPlan:
+def plan_layouts(part: Partition, chosen: Sequence[Layouts], propagate: bool = True,
+                 absorb: Absorb | None = None) -> LayoutPlan:
     """`part` with each subgraph's arguments in the layouts `chosen[i]` gives them (by DAG tensor name: a record's
-    layout steps; tensors inside a kernel are its own business), propagated along element-wise kernels, and the
-    conversion kernels and packed constants that makes necessary (module docstring). Graph inputs and outputs
-    keep their names and plain layouts."""
+    layout steps; tensors inside a kernel are its own business), propagated along element-wise kernels, inputs read
+    in their producers' layouts where `absorb` accepts, and the conversion kernels and packed constants that makes
+    necessary (module docstring). Graph inputs and outputs keep their names and plain layouts."""
     planner = _Planner(part)
     for i, (sub, layouts) in enumerate(zip(part.subgraphs, chosen)):
-        planner.place(i, sub, layouts, propagate)
+        planner.place(i, sub, layouts, propagate, absorb)
     for out in part.graph.outputs:
         planner.read(out, ())
-    return LayoutPlan(Partition(planner.graph, planner.subgraphs, planner.aliases), planner.origin, planner.source)
+    return LayoutPlan(Partition(planner.graph, planner.subgraphs, planner.aliases), planner.origin, planner.source,
+                      frozenset(planner.absorbed))
