@@ -13,6 +13,7 @@ from tensorgen.te.expr import (
     BinOp,
     Call,
     Cmp,
+    Const,
     Expr,
     Load,
     Reduce,
@@ -187,7 +188,7 @@ class ComputeDAG:
         if not self.is_injective(c.name) or c.shape != producer.shape:
             return None
         reads = [a for a in self.accesses[c.name] if a.tensor.name == name]
-        if all(a.indices == c.axes for a in reads):
+        if all(at_own_axes(a.indices, c.axes) for a in reads):
             return c.name
         return None
 
@@ -325,3 +326,9 @@ def stage_flops(t: Tensor) -> int:
 def rebind_axes(t: Tensor, axes: Sequence[Var]) -> Expr:
     """`t`'s body with its spatial axes replaced by `axes` (used when a step rebuilds a stage)."""
     return substitute(t.body, dict(zip(t.axes, axes)))
+
+
+def at_own_axes(indices: Sequence[Expr], axes: Sequence[Var]) -> bool:
+    """`indices` name exactly `axes` (an axis of extent 1 may read as 0: a laid-out tensor's simplified index)."""
+    return len(indices) == len(axes) and all(
+        i is a or (a.extent == 1 and isinstance(i, Const) and i.value == 0) for i, a in zip(indices, axes))

@@ -183,3 +183,21 @@ def test_the_own_layout_leads_before_other_layouts_are_tried():
     seen = _drive(policy, 6, 2, lambda i, s: 1e-3 * (1 + (i == 1) * -0.5))  # layout 1 is the fast one
     assert seen[:2] == [[0, 0], [0, 0]] and seen[2] == [0, 0]  # the lead, then the own layout's share of 2
     assert [policy.measured[i] for i in range(3)] == [6, 4, 2] and seen[-1] == [1, 1]
+
+
+def test_a_laid_out_conv_fuses_its_epilogue():
+    """A batch-1 tensor's laid-out index reads 0 on its batch axis (extent 1): the ReLU still reads the conv at its
+    own axes, so a sketch computes the conv inside the ReLU's tiles (the epilogue fused, as in the plain DAG)."""
+    import search_tasks
+
+    from tensorgen.search.alt_policy import laid_out_task
+    from tensorgen.search.rules import fusible_consumer
+
+    task = search_tasks.c2d_relu()
+    template = LAYOUT_TEMPLATES["tiling"]
+    laid = laid_out_task(task, template.layouts(task.dag, template.space(task.dag).sample(np.random.default_rng(0))))
+    state = State(laid.dag)
+    conv = next(i for i, s in enumerate(state.stages) if s.name == "conv2d")
+    assert fusible_consumer(state, conv) is not None
+    assert any(s.stage("conv2d").attach is not None and s.stage("conv2d").attach[0] == "relu"
+               for s in generate_sketches(laid))

@@ -20,7 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
-from tensorgen.dag import ComputeDAG
+from tensorgen.dag import ComputeDAG, at_own_axes
 from tensorgen.schedule.layout import LayoutPrimitive, Reorder, Split, Unfold, sliding_read
 from tensorgen.te.expr import Expr, Load, Var, walk
 from tensorgen.te.tensor import Tensor
@@ -182,8 +182,7 @@ def _tensors_of(dag: ComputeDAG, anchor: Tensor) -> list[tuple[Tensor, list[Expr
 
 def _elementwise(t: Tensor) -> bool:
     """Every read of a same-shaped tensor is at `t`'s own index (Y[i] = F(X[i]))."""
-    return all(len(ld.indices) == len(t.axes) and all(i is a for i, a in zip(ld.indices, t.axes))
-               for ld in _reads(t) if ld.tensor.shape == t.shape)
+    return all(at_own_axes(ld.indices, t.axes) for ld in _reads(t) if ld.tensor.shape == t.shape)
 
 
 LAYOUT_TEMPLATES: dict[str, LayoutTemplate] = {"tiling": TilingTemplate()}

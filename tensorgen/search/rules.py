@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from tensorgen.dag import ComputeDAG
+from tensorgen.dag import ComputeDAG, at_own_axes
 from tensorgen.errors import ScheduleError
 from tensorgen.schedule.packing import interleaves
 from tensorgen.schedule.stage import Split
@@ -103,7 +103,8 @@ def _reads_elementwise(state: State, producer: str, consumer: str) -> bool:
     p, c = state.stage(producer).tensor, state.stage(consumer).tensor
     if c.is_placeholder or isinstance(c.body, Reduce) or c.shape != p.shape:
         return False
-    return all(n.indices == c.axes for n in walk(c.body) if isinstance(n, Load) and n.tensor.name == producer)
+    reads = [n for n in walk(c.body) if isinstance(n, Load) and n.tensor.name == producer]
+    return all(at_own_axes(n.indices, c.axes) for n in reads)
 
 
 def fusible_consumer(state: State, i: int) -> int | None:
