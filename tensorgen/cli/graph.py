@@ -109,10 +109,10 @@ def tune_model(args: argparse.Namespace) -> int:
 
 
 def _tune_layout_tasks(graph, args: argparse.Namespace, trials: int, config, measure):
-    """The tasks a build following the database's layouts may add (graph.backend.build.layout_tasks), tuned with
+    """The tasks a build following the database's layouts may add (graph.backend.layout_choice.layout_tasks), tuned with
     `trials`, each search starting from the programs layout_tasks gives; their scheduler's result, or None when
     there are none."""
-    from tensorgen.graph.backend.build import layout_tasks
+    from tensorgen.graph.backend.layout_choice import layout_tasks
     from tensorgen.tuning.progress import ProgressTable
     from tensorgen.tuning.scheduler import TaskScheduler
     from tensorgen.tuning.tune import make_cost_model, make_policy

@@ -39,7 +39,7 @@ from tensorgen.task import SearchTask
 
 EXPLORATIONS = ("evolve", "halving", "uniform")
 JOINT_TRIALS_PER_LAYOUT = 8  # the joint budget when none is given: this many trials per layout
-OWN_LEAD = 16  # trials the task's own layout has before any other layout is tried
+OWN_LEAD = 48  # trials the task's own layout has before any other layout is tried (three rounds of the scheduler)
 GENERATIONS = 3  # of the "evolve" exploration
 
 

@@ -12,8 +12,9 @@ from fuzz_graph_check import compare, feeds, validate
 from fuzz_graphs import random_model
 from onnx import TensorProto, helper
 
-from tensorgen.graph.backend.build import build_model, layout_tasks
+from tensorgen.graph.backend.build import build_model
 from tensorgen.graph.backend.default_schedule import default_schedule
+from tensorgen.graph.backend.layout_choice import layout_tasks
 from tensorgen.graph.backend.layouts import conversion_dag
 from tensorgen.graph.backend.tasks import extract_tasks
 from tensorgen.graph.load import load_graph
@@ -171,7 +172,7 @@ def test_a_transpose_of_a_laid_out_value_is_absorbed_into_its_conversion(tmp_pat
                                                            (1e-6, 2e-6, 5e-6, False)])
 def test_a_layout_is_kept_only_where_it_pays_for_its_conversions(laid, plain, conversion, kept, tmp_path):
     """The first MatMul's laid-out record beats its plain one; the second reads m plain, so the layout costs a
-    conversion (untimed: its bytes at build.UNTIMED_GBS, about 0.1 us here; timed: its record). The layout stays
+    conversion (untimed: its bytes at layout_choice.UNTIMED_GBS, about 0.1 us here; timed: its record). The layout stays
     only where its gain is larger."""
     proto = _onnx([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("MatMul", ["m", "v"], ["y"])],
                   [_tensor("x", [8, 16])], [_tensor("y", [8, 4])], [_weight("w", [16, 12]), _weight("v", [12, 4])])
