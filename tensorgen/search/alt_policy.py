@@ -1,12 +1,13 @@
 """ALT's joint layout and loop search of one task (§5) as a search policy: a joint stage, then a loop-only stage.
 
-The joint stage explores layouts: each candidate (the task's own layout first, then tilings sampled from a layout
-template, search.layouts) is the task's DAG laid out (schedule.layout.lay_out), whose loops an Ansor search
-(SketchPolicy) tunes; the best program measured is that layout's reward. The joint budget goes in one equal share
-per layout ("uniform"), in rungs of successive halving ("halving": the better half of the layouts goes on), or in
-generations of an evolution whose genes are the template's tile sizes ("evolve": the better half goes on and the
-other half is replaced by its mutants, one tile changed each). The loop-only stage gives every later trial to the
-best layout's search.
+The task's own layout leads (OWN_LEAD trials: a task the task scheduler gives few trials is tuned as Ansor would,
+and the layouts compete with a tuned program); then the joint stage explores layouts: each candidate (the task's own
+layout first, then tilings sampled from a layout template, search.layouts) is the task's DAG laid out
+(schedule.layout.lay_out), whose loops an Ansor search (SketchPolicy) tunes; the best program measured is that
+layout's reward. The joint budget goes in one equal share per layout ("uniform"), in rungs of successive halving
+("halving": the better half of the layouts goes on), or in generations of an evolution whose genes are the
+template's tile sizes ("evolve": the better half goes on and the other half is replaced by its mutants, one tile
+changed each). The loop-only stage gives every later trial to the best layout's search.
 
 Every program it proposes is a program of the task itself: its layout steps, then the loop steps
 (schedule.state.with_layouts), so its records are the task's, a model build follows their layouts
