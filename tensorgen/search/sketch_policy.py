@@ -155,8 +155,9 @@ class SketchPolicy(SearchPolicy):
 
     def offer(self, states: Sequence[State]) -> None:
         """Programs of this task made elsewhere (adapted from similar tasks' best, tensorgen.search.transfer):
-        the next batch measures up to half of itself from them, in their order, and evolves from all of them."""
-        self._offered = list(states)
+        the next batch measures up to half of itself from them, in the order offered (offers before a batch add
+        up), and evolves from all of them."""
+        self._offered += states
 
     def next_batch(self, n: int) -> list[State]:
         with fewer_collections():

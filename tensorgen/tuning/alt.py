@@ -35,7 +35,7 @@ class AltConfig:
     layouts: int = 4
     joint_fraction: float = 0.5
     template: str = "tiling"
-    exploration: str = "uniform"  # or "halving", "evolve" (bench/results/alt_s19.md, alt_s20.md)
+    exploration: str = "uniform"  # or "halving", "evolve" (bench/results/alt_explorations_s21.md)
 
     def __post_init__(self) -> None:
         if self.layouts < 1 or not 0 < self.joint_fraction <= 1 or self.template not in LAYOUT_TEMPLATES \

@@ -207,3 +207,28 @@ def test_a_reader_reads_its_producers_layout_where_its_record_pays(absorbed, kep
     out = build_model(proto, tmp_path / "model", db=db)
     assert kernels(out) == (["mat_mul", "mat_mul"] if kept else ["mat_mul", "layout_transform", "mat_mul"])
     assert compare(run(proto, out), validate(proto)) is None
+
+
+def test_tune_policy_alt_tunes_the_kernels_its_layouts_add(tmp_path, capsys, monkeypatch):
+    """`tensorgen tune MODEL --policy alt`: after the model's tasks, the last tenth of the budget goes to the tasks
+    the database's layouts add (layout_tasks, here of a database where the first MatMul's layout won); a reader of
+    its producer's layout starts from its own loops, measured first."""
+    from tensorgen.cli.main import main
+
+    proto = _onnx([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("MatMul", ["m", "v"], ["y"])],
+                  [_tensor("x", [8, 16])], [_tensor("y", [8, 4])], [_weight("w", [16, 12]), _weight("v", [12, 4])])
+    path = tmp_path / "two_matmuls.onnx"
+    path.write_bytes(proto.SerializeToString())
+    first = extract_tasks(load_graph(proto))[0].task
+    with SQLiteDatabase(tmp_path / "won") as won:
+        commit_laid_out(won, first, {first.dag.outputs[0].name: [Split(1, (3, 4)), Reorder((1, 0, 2))]}, 1e-9)
+        found = layout_tasks(proto, won)
+    monkeypatch.setattr("tensorgen.graph.backend.layout_choice.layout_tasks", lambda *args: found)
+    db_path = tmp_path / "db"
+    assert main(["tune", str(path), "--policy", "alt", "--trials", "40", "--batch-size", "2",
+                 "--db", str(db_path)]) == 0  # 36 trials on the model's tasks, 2 on each layout task
+    assert "2 tasks of layout conversions" in capsys.readouterr().out
+    (reader, (seed,)) = found[1]
+    with SQLiteDatabase(db_path) as db:
+        records = db.top_k(reader.task.workload_key, "cpu", 5)
+        assert len(records) == 2 and seed.steps in [r.state(reader.task.dag).steps for r in records]
