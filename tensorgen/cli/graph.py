@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 
 from tensorgen.cli.args import positive_int, thread_count, usable_cpus
 from tensorgen.cli.inputs import add_input_args, model_inputs, parse_input_shapes
@@ -77,19 +78,28 @@ def tune_model(args: argparse.Namespace) -> int:
     config = SchedulerConfig(strategy=args.strategy, round_trials=args.batch_size or 16,
                              early_stopping=args.early_stopping, transfer=args.transfer)
     measure = MODEL_MEASURE.on_ray(args.ray) if args.ray else None
+
+    def tune(trials: int):
+        table = ProgressTable()
+        scheduler = TaskScheduler.from_models({graph.name: tasks}, seed=args.seed, callbacks=[table], config=config)
+        try:
+            return scheduler.tune(trials, db=args.db, policy=args.policy, cost_model=args.cost_model,
+                                  policy_options={"prefilter": args.prefilter} if args.prefilter else None,
+                                  measure=measure)
+        finally:
+            table.close()
+
     # ALT: the layouts found lay out the model's values; the conversion and propagated kernels that adds are
-    # tasks of their own, known once the layouts are, tuned (their loops) with the last tenth of the budget
+    # tasks of their own, known once the layouts are, tuned (their loops) with the last tenth of the budget; where
+    # no layout was kept, the model's tasks get that tenth too (resumed from the database)
     layout_share = args.trials // 10 if args.policy == "alt" else 0
-    table = ProgressTable()
-    scheduler = TaskScheduler.from_models({graph.name: tasks}, seed=args.seed, callbacks=[table], config=config)
-    try:
-        result = scheduler.tune(args.trials - layout_share, db=args.db, policy=args.policy, cost_model=args.cost_model,
-                                policy_options={"prefilter": args.prefilter} if args.prefilter else None,
-                                measure=measure)
-    finally:
-        table.close()
+    result = tune(args.trials - layout_share)
     extra = _tune_layout_tasks(graph, args, layout_share, config, measure) \
         if layout_share and not result.interrupted else None
+    if layout_share and extra is None and not result.interrupted:
+        more = tune(layout_share)
+        result = replace(more, trials=result.trials + more.trials, rounds=result.rounds + more.rounds,
+                         wall_s=result.wall_s + more.wall_s)
     latency = result.models.get(graph.name)
     print(f"estimated end-to-end latency: {latency * 1e3:.3f} ms" if latency else
           "estimated end-to-end latency: - (some task has no valid program yet)")

@@ -232,3 +232,17 @@ def test_tune_policy_alt_tunes_the_kernels_its_layouts_add(tmp_path, capsys, mon
     with SQLiteDatabase(db_path) as db:
         records = db.top_k(reader.task.workload_key, "cpu", 5)
         assert len(records) == 2 and seed.steps in [r.state(reader.task.dag).steps for r in records]
+
+
+def test_tune_policy_alt_without_layouts_spends_the_whole_budget_on_the_model(tmp_path, capsys):
+    """No record lays out anything (no layout task): the tenth kept for layout tasks goes to the model's tasks."""
+    from tensorgen.cli.main import main
+
+    proto = _onnx([helper.make_node("MatMul", ["x", "w"], ["y"])], [_tensor("x", [8, 16])], [_tensor("y", [8, 12])],
+                  [_weight("w", [16, 12])])
+    path = tmp_path / "matmul.onnx"
+    path.write_bytes(proto.SerializeToString())
+    assert main(["tune", str(path), "--policy", "alt", "--trials", "20", "--batch-size", "2",
+                 "--db", str(tmp_path / "db")]) == 0
+    out = capsys.readouterr().out
+    assert "layout conversions" not in out and "20 trials in" in out
