@@ -23,10 +23,12 @@ TUNE = [sys.executable, "-m", "tensorgen.cli", "tune", "gmm", "--shape", "64,64,
 
 
 def _start(db: Path, *args: str, stderr=subprocess.PIPE) -> subprocess.Popen:
-    """A tuner in its own process group (as a shell runs a command: Ctrl-C goes to the whole group)."""
+    """A tuner in its own process group (as a shell runs a command: Ctrl-C goes to the whole group), with Ctrl-C
+    enabled: a test session started in the background (`pytest &`) ignores SIGINT, and its children inherit that."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     return subprocess.Popen([*TUNE, "--db", str(db), *args], stdout=subprocess.PIPE, stderr=stderr, text=True,
-                            env=env, cwd=db.parent, start_new_session=True)
+                            env=env, cwd=db.parent, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _records(db: Path) -> list[tuple[str, str]]:
