@@ -61,10 +61,11 @@ def charged(part: Partition, schedules: Sequence[Schedule], target: Target, db: 
     def gain(i: int) -> float:
         return plains[i][1] - schedules[i][1]
 
-    current, best = list(schedules), _estimate(part, schedules, target, db, propagate)
+    memo: dict = {}  # absorber verdicts, shared by the trial builds (which reuse most kernels' programs)
+    current, best = list(schedules), _estimate(part, schedules, target, db, propagate, memo)
     for i in sorted(laid, key=gain):
         trial = [plains[i] if k == i else s for k, s in enumerate(current)]
-        cost = _estimate(part, trial, target, db, propagate)
+        cost = _estimate(part, trial, target, db, propagate, memo)
         if cost < best:
             current, best = trial, cost
     dropped = sum(not state_layouts(current[i][0]) for i in laid)
@@ -74,12 +75,12 @@ def charged(part: Partition, schedules: Sequence[Schedule], target: Target, db: 
     return current
 
 
-def _estimate(part: Partition, schedules: Sequence[Schedule], target: Target, db: Database,
-              propagate: bool) -> float:
+def _estimate(part: Partition, schedules: Sequence[Schedule], target: Target, db: Database, propagate: bool,
+              memo: dict) -> float:
     """Seconds a model built with `schedules` takes, estimated as the sum of its kernels' recorded times; a kernel
     the layouts add without a record (a conversion, an element-wise kernel in a propagated layout) takes its
-    plain counterpart's time, or moves its bytes at UNTIMED_GBS."""
-    plan = plan_for(part, schedules, propagate, absorber(part, schedules, target, db, propagate, measured=True))
+    plain counterpart's time, or moves its bytes at UNTIMED_GBS. `memo`: the absorber's, kept across calls."""
+    plan = plan_for(part, schedules, propagate, absorber(part, schedules, target, db, propagate, True, memo))
     if plan is None:
         return sum(_time(part.graph, sub, cost) for sub, (_, cost, _) in zip(part.subgraphs, schedules))
     total = 0.0
@@ -94,24 +95,30 @@ def _estimate(part: Partition, schedules: Sequence[Schedule], target: Target, db
     return total
 
 
+def own_loops(laid: ComputeDAG, state: State) -> State:
+    """The loops of `state`, a program of a DAG, over `laid`, that DAG laid out (ScheduleError where they do not
+    replay there): a reader's own program reading inputs in their producers' layouts."""
+    return State.replay(laid, loop_steps(state))
+
+
 def absorbed_state(dag: ComputeDAG, layouts: Layouts, state: State) -> State:
-    """A state of `dag` storing its arguments in `layouts` (a program's own and inputs in their producers'
-    layouts) with the loops of `state`, a program of `dag` (ScheduleError where they do not replay there)."""
-    return with_layouts(dag, layouts, State.replay(lay_out(dag, layouts), loop_steps(state)))
+    """own_loops as a state of `dag` itself: its layout steps, then the loops over `dag` in `layouts`."""
+    return with_layouts(dag, layouts, own_loops(lay_out(dag, layouts), state))
 
 
 def absorber(part: Partition, schedules: Sequence[Schedule], target: Target, db: Database | None, propagate: bool,
-              measured: bool) -> Absorb | None:
+             measured: bool, memo: dict | None = None) -> Absorb | None:
     """plan_layouts' `absorb` (with propagation only): a kernel reads inputs in their producers' layouts where its
     loops replay and lower over the laid-out DAG and, `measured`, that DAG's best record costs less than the kernel's
     own program plus the conversions it saves. Without `measured`, every program that replays is accepted: the
-    tasks worth tuning (layout_tasks)."""
+    tasks worth tuning (layout_tasks). `memo` keeps verdicts across calls whose `schedules` share programs (keyed
+    by the program object, so its owner keeps the schedules alive as long as the memo)."""
     if not propagate or db is None:
         return None
-    memo: dict[tuple[int, str], bool] = {}
+    memo = {} if memo is None else memo
 
     def absorb(i: int, layouts: Layouts) -> bool:
-        key = (i, layout_key(layouts))
+        key = (i, id(schedules[i][0]), layout_key(layouts), measured)
         if key not in memo:
             memo[key] = _absorbs(part.graph, part.subgraphs[i], schedules[i], layouts, target, db, measured)
         return memo[key]
@@ -177,6 +184,6 @@ def layout_tasks(model: object, db: Database, target: str | Target = "cpu",
                 entry = found.setdefault(dag.workload_key, [dag, sub.name.rsplit("_", 1)[0], set(), []])
                 entry[2].add(sub.name)
                 if k in plan.absorbed and not entry[3]:
-                    entry[3].append(State.replay(dag, loop_steps(schedules[source][0])))
+                    entry[3].append(own_loops(dag, schedules[source][0]))
     return [(ModelTask(SearchTask(dag, target, hw, desc=desc), len(names), tuple(sorted(names))), seeds)
             for dag, desc, names, seeds in found.values()]

@@ -65,9 +65,16 @@ def default_laid_out(sub: Subgraph, cores: int) -> State:
 @dataclass(frozen=True)
 class LayoutPlan:
     part: Partition
-    origin: list[int | None]  # per subgraph: its index in the plain partition, when its program stays the same
     source: list[int | None]  # per subgraph: its index in the plain partition (None: a conversion kernel)
+    propagated: frozenset[int]  # the subgraphs in layouts propagated to them (element-wise kernels)
     absorbed: frozenset[int]  # the subgraphs that read inputs in their producers' layouts (their own loops)
+
+    @property
+    def origin(self) -> list[int | None]:
+        """Per subgraph: its index in the plain partition where its program stays that subgraph's (None: a
+        conversion, or a DAG the layouts changed, which needs a program of its own)."""
+        relaid = self.propagated | self.absorbed
+        return [None if k in relaid else s for k, s in enumerate(self.source)]
 
 
 def _key(primitives: Sequence[LayoutPrimitive]) -> str:
@@ -79,8 +86,8 @@ class _Planner:
         self.part = part
         self.graph = replace(part.graph, values=dict(part.graph.values), constants=dict(part.graph.constants))
         self.subgraphs: list[Subgraph] = []
-        self.origin: list[int | None] = []
         self.source: list[int | None] = []
+        self.propagated_to: set[int] = set()
         self.absorbed: set[int] = set()
         self.written: dict[str, tuple[LayoutPrimitive, ...]] = {}  # value -> the layout its producer writes
         self.versions: dict[tuple[str, str], str] = {(x, ""): x for x in self.graph.inputs}  # (value, layout)
@@ -133,7 +140,6 @@ class _Planner:
         layouts = {name: tuple(p) for name, p in (("input0", source), (CONVERSION, primitives)) if p}
         self.subgraphs.append(Subgraph(f"{CONVERSION}_{len(self.subgraphs)}", "layout", [],
                                        [self.versions[(x, _key(source))]], [target], dag, layouts))
-        self.origin.append(None)
         self.source.append(None)
         self.versions[(x, key)] = target
         return target
@@ -185,8 +191,9 @@ class _Planner:
             self.versions[(o, _key(self.written[o]))] = outputs[-1]
         if absorbed:
             self.absorbed.add(len(self.subgraphs))
+        if planned and layouts:
+            self.propagated_to.add(len(self.subgraphs))
         self.subgraphs.append(replace(sub, inputs=inputs, outputs=outputs, layouts=layouts))
-        self.origin.append(None if (planned and layouts) or absorbed else i)
         self.source.append(i)
 
 
@@ -201,5 +208,5 @@ def plan_layouts(part: Partition, chosen: Sequence[Layouts], propagate: bool = T
         planner.place(i, sub, layouts, propagate, absorb)
     for out in part.graph.outputs:
         planner.read(out, ())
-    return LayoutPlan(Partition(planner.graph, planner.subgraphs, planner.aliases), planner.origin, planner.source,
-                      frozenset(planner.absorbed))
+    return LayoutPlan(Partition(planner.graph, planner.subgraphs, planner.aliases), planner.source,
+                      frozenset(planner.propagated_to), frozenset(planner.absorbed))
