@@ -201,3 +201,34 @@ def test_a_laid_out_conv_fuses_its_epilogue():
     assert fusible_consumer(state, conv) is not None
     assert any(s.stage("conv2d").attach is not None and s.stage("conv2d").attach[0] == "relu"
                for s in generate_sketches(laid))
+
+
+def test_the_template_may_store_a_bias_in_its_weight_and_computes_the_same():
+    """A dense layer with a constant bias: the template's STORE_AT gene stores the bias at the end of the weight's
+    reduction dimension (left untiled); every sampled layout, stored or not, computes x @ w + bias."""
+    from test_layout_dag import M, N, dense_bias
+
+    from tensorgen.search.layouts import STORE_AT
+
+    inputs, out = dense_bias()
+    task = make_task(inputs, [out], cores=2)
+    template = LAYOUT_TEMPLATES["tiling"]
+    space = template.space(task.dag)
+    assert space.choices[STORE_AT] == (0, 1)
+    rng = np.random.default_rng(0)
+    x, w, bias = (rng.uniform(-1, 1, t.shape).astype("float32") for t in task.dag.inputs)
+    arrays = {"x": x, "w": w, "bias": bias}
+    seen = set()
+    for _ in range(8):
+        layouts = template.layouts(task.dag, space.sample(rng))
+        dag = lay_out(task.dag, layouts)
+        stored = "bias" not in {t.name for t in dag.inputs}
+        seen.add(stored)
+        assert stored == any(p.name == "store_at" for p in layouts.get("w", []))
+        args = [Layout.of(t.shape, layouts[t.name]).pack(arrays[t.name], arrays) if t.name in layouts
+                else arrays[t.name] for t in task.dag.inputs if t.name in {u.name for u in dag.inputs}]
+        (got,) = build(State(dag)).run(*args)
+        if "z" in layouts:
+            got = Layout.of((M, N), layouts["z"]).unpack(got)
+        np.testing.assert_allclose(got, x @ w + bias, rtol=1e-5, atol=1e-5)
+    assert seen == {True, False}

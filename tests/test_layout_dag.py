@@ -9,7 +9,7 @@ from search_tasks import make_task
 
 from tensorgen.build import build
 from tensorgen.errors import ScheduleError
-from tensorgen.schedule.layout import Fuse, Layout, Pad, Reorder, Split, Unfold, lay_out
+from tensorgen.schedule.layout import Fuse, Layout, Pad, Reorder, Split, StoreAt, Unfold, lay_out
 from tensorgen.schedule.state import State
 from tensorgen.search.annotate import sample_initial_population
 from tensorgen.search.sketch import generate_sketches
@@ -141,3 +141,51 @@ def test_loop_steps_after_layout_steps_renumber_what_they_follow(operands):
         composed.apply(step.shifted(1))
     assert State.from_json(task.dag, composed.to_json()) == composed
     np.testing.assert_allclose(_run(composed, layouts, a, b), _run(tuned, layouts, a, b), rtol=1e-6, atol=1e-6)
+
+
+def dense_bias(bias_shape=(N,)):
+    """y = x @ w + bias, the weight and the bias constants (what store_at may put in one buffer)."""
+    from tensorgen import te
+
+    x = te.placeholder((M, K), name="x")
+    w = te.placeholder((K, N), name="w", constant=True)
+    bias = te.placeholder(bias_shape, name="bias", constant=True)
+    k = te.reduce_axis(K, "k")
+    y = te.compute((M, N), lambda i, j: te.sum(x[i, k] * w[k, j], axis=k), name="y")
+    z = te.compute((M, N), lambda i, j: y[i, j] + bias[(0,) * (len(bias_shape) - 1) + (j,)], name="z")
+    return (x, w, bias), z
+
+
+@pytest.mark.parametrize("bias_shape", [(N,), (1, N)])
+def test_a_bias_stored_at_its_weights_columns_computes_the_same(bias_shape):
+    """store_at: the bias is the last row of the weight's column panels, (N/16, K + 1, 16); the DAG takes no bias
+    argument, every read of it goes to the weight's buffer (under the default and under sampled schedules)."""
+    rng = np.random.default_rng(2)
+    x, w, bias = (rng.uniform(-1, 1, s).astype("float32") for s in ((M, K), (K, N), bias_shape))
+    prims = [StoreAt(0, "bias"), Split(1, (N // 16, 16)), Reorder((1, 0, 2))]
+    inputs, out = dense_bias(bias_shape)
+    task = make_task(inputs, [out], cores=2)
+    dag = lay_out(task.dag, {"w": prims})
+    assert [t.name for t in dag.inputs] == ["x", "w"] and dag.by_name["w"].shape == (N // 16, K + 1, 16)
+    packed = Layout.of((K, N), prims).pack(w, {"bias": bias})
+    assert np.array_equal(packed[:, K, :].reshape(-1), bias.reshape(-1))
+    assert np.array_equal(Layout.of((K, N), prims).unpack(packed), w)
+    want = x @ w + bias.reshape(1, N)
+    laid_task = make_task(dag.inputs, dag.outputs, cores=2)
+    states = [State(dag), *sample_initial_population(laid_task, generate_sketches(laid_task), 4,
+                                                     np.random.default_rng(1))]
+    for s in states:
+        (got,) = build(s).run(x, packed)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("inputs", "layouts", "message"), [
+    ("gmm", {"B": [StoreAt(1, "A")]}, "must be constant inputs"),  # neither constant
+    ("dense", {"w": [StoreAt(1, "bias")]}, "host's shape without"),  # (K,) is no (N,)
+    ("dense", {"w": [StoreAt(0, "x")]}, "must be constant inputs"),
+    ("dense", {"w": [StoreAt(0, "bias")], "bias": [Pad(0, 2)]}, "in no other layout"),
+])
+def test_a_guest_that_cannot_be_stored_says_why(inputs, layouts, message):
+    ins, out = gmm_relu() if inputs == "gmm" else dense_bias()
+    with pytest.raises(ScheduleError, match=message):
+        lay_out(make_task(ins, [out]).dag, layouts)

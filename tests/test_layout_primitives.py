@@ -22,6 +22,7 @@ from tensorgen.schedule.layout import (
     Pad,
     Reorder,
     Split,
+    StoreAt,
     Unfold,
     inverse_primitives,
 )
@@ -34,9 +35,15 @@ def _divisor_pair(n: int, draw) -> tuple[int, int]:
 
 
 @st.composite
-def layouts(draw, unfold: bool = True):
+def layouts(draw, unfold: bool = True, store: bool = False):
+    """A random shape, primitives and their layout; `store`: a guest stored at one dimension first."""
     shape = tuple(draw(st.lists(st.sampled_from([1, 2, 3, 4, 6, 8, 12]), min_size=1, max_size=4)))
     layout, prims = Layout.identity(shape), []
+    if store:  # at a dimension of more than one element (one of 1 has no digit to lengthen)
+        shape = (*shape, 2)
+        layout = Layout.identity(shape)
+        prims.append(StoreAt(draw(st.sampled_from([d for d, n in enumerate(shape) if n > 1])), "guest"))
+        layout = prims[0].apply(layout)
     for _ in range(draw(st.integers(0, 5))):
         n = len(layout.dims)
         kind = draw(st.sampled_from(["split", "reorder", "fuse", "pad", "unfold"] if unfold else
@@ -164,5 +171,40 @@ def test_unfold_is_overlapped_tiling():
     ([Fuse(1, 0)], "fuse"),
 ])
 def test_bad_primitives_say_why(prims, message):
+    with pytest.raises(ScheduleError, match=message):
+        Layout.of((8, 6), prims)
+
+
+@settings(max_examples=100, deadline=None)
+@given(layouts(unfold=False, store=True))
+def test_a_stored_guest_is_read_where_its_index_points_and_decouples(case):
+    """store_at: the host's elements and the guest's (shape: the host's without the dimension) are each where
+    `index` (of `guest_index` for the guest) points; the inverse primitives give the host back; records replay."""
+    shape, prims, layout = case
+    d = prims[0].dim
+    rng = np.random.default_rng(0)
+    host = rng.standard_normal(shape).astype(np.float32)
+    guest_shape = tuple(n for e, n in enumerate(shape) if e != d) or (1,)  # a 1-d host's guest: one element
+    guest = rng.standard_normal(guest_shape).astype(np.float32)
+    packed = layout.pack(host, {"guest": guest})
+    idx, axes, env = _grid(shape)
+    np.testing.assert_array_equal(packed[tuple(_values(layout.index(axes), env, idx.shape[1]))], host.reshape(-1))
+    gidx, gaxes, genv = _grid(guest_shape)
+    where = _values(layout.index(layout.guest_index(d, guest_shape, gaxes)), genv, gidx.shape[1])
+    np.testing.assert_array_equal(packed[tuple(where)], guest.reshape(-1))
+    np.testing.assert_array_equal(layout.unpack(packed), host)
+    back = Layout.of(shape, [*prims, *inverse_primitives(shape, prims)])
+    assert back.new_shape == shape and not back.guests
+    records = json.loads(json.dumps([p.to_json() for p in prims]))
+    assert Layout.of(shape, [LayoutPrimitive.from_json(r) for r in records]) == layout
+    assert prims[0].to_python() == f"store_at({d}, 'guest')"
+
+
+@pytest.mark.parametrize(("prims", "message"), [
+    ([StoreAt(0, "g"), StoreAt(1, "g")], "stored once"),
+    ([Pad(0, 1), StoreAt(0, "g")], "neither padded"),
+    ([Split(0, (2, 4)), StoreAt(0, "g")], "not split, fused or unfolded"),
+])
+def test_bad_store_at_says_why(prims, message):
     with pytest.raises(ScheduleError, match=message):
         Layout.of((8, 6), prims)

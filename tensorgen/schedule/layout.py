@@ -1,12 +1,14 @@
-"""Data layouts as compositions of layout primitives (ALT §4.1): split, reorder, fuse, unfold, pad and their
-inverses (fuse, reorder, split, fold, unpad).
+"""Data layouts as compositions of layout primitives (ALT §4.1): split, reorder, fuse, unfold, pad, store_at and
+their inverses (fuse, reorder, split, fold, unpad, decouple_at).
 
 A primitive transforms a tensor's layout, not a loop nest. A `Layout` is what a sequence of primitives makes of a
 tensor of `shape`: its new dimensions, outer to inner, each a mixed-radix number whose digits (`Part`s) are
 `(original dim // place) % extent`. Split, reorder and fuse regroup digits (a bijection: every element once);
 pad lengthens a digit past its dimension (the extra elements read as zero); unfold makes two overlapping digits
 of one dimension, tile index `t` and offset `b` with `i = t * stride + b` (an element in several tiles: the
-sliding-window input of a convolution cut into tiles that overlap by the window).
+sliding-window input of a convolution cut into tiles that overlap by the window); store_at lengthens a dimension by
+one place that holds another tensor, the guest (a dense layer's bias stored after each column of its weight: the
+inner product and the bias add read one buffer, ALT §4.1; constants only, packed together at build time).
 
 `source_index` maps a new-layout index back to the element it holds (with `in_bounds`, false on padding):
 how a stage computes a tensor in its new layout. `index` maps an element to its new-layout place: how a reader
@@ -65,10 +67,12 @@ class Part:
 
 @dataclass(frozen=True)
 class Layout:
-    """A tensor of `shape` laid out as `dims`: new dimensions outer to inner, each its digits outer to inner."""
+    """A tensor of `shape` laid out as `dims`: new dimensions outer to inner, each its digits outer to inner.
+    `guests`: (original dimension d, tensor name) of each tensor stored at place shape[d] of d (store_at)."""
 
     shape: tuple[int, ...]
     dims: tuple[tuple[Part, ...], ...]
+    guests: tuple[tuple[int, str], ...] = ()
 
     @classmethod
     def identity(cls, shape: Sequence[int]) -> Layout:
@@ -155,10 +159,16 @@ class Layout:
             out.append(value)
         return tuple(out)
 
+    def guest_index(self, d: int, guest_shape: Sequence[int], indices: Sequence[ExprLike]) -> tuple[Expr, ...]:
+        """The original index (past the end of dimension d) of element `indices` of the guest of `guest_shape`
+        stored at d: its indices go to the other dimensions in order, extent-1 dimensions of either aside."""
+        rest = iter([as_expr(i) for i, n in zip(indices, guest_shape) if n != 1])
+        return tuple(const(n) if e == d else (const(0) if n == 1 else next(rest)) for e, n in enumerate(self.shape))
+
     # ---- arrays -----------------------------------------------------------------------------------------
 
-    def _sources(self) -> tuple[np.ndarray, np.ndarray]:
-        """For every new-layout place (row-major), its original flat index and whether it holds an element."""
+    def _grid(self) -> list[np.ndarray]:
+        """For every new-layout place (row-major), its original index, per original dimension."""
         grid = np.indices(self.new_shape, dtype=np.int64).reshape(len(self.new_shape), -1)
         src = [np.zeros(grid.shape[1], np.int64) for _ in self.shape]
         for parts, axis in zip(self.dims, grid):
@@ -166,19 +176,33 @@ class Layout:
             for p in parts:
                 inner //= p.extent
                 src[p.dim] += (axis // inner) % p.extent * p.place
-        valid = np.ones(grid.shape[1], bool)
+        return src
+
+    def _sources(self) -> tuple[np.ndarray, np.ndarray]:
+        """For every new-layout place (row-major), its original flat index and whether it holds an element."""
+        src = self._grid()
+        valid = np.ones(len(src[0]) if src else 1, bool)
         for d, n in enumerate(self.shape):
             valid &= src[d] < n
-        flat = np.ravel_multi_index([np.minimum(s, n - 1) for s, n in zip(src, self.shape)], self.shape) \
-            if self.shape else np.zeros(grid.shape[1], np.int64)
-        return flat, valid
+        return _flat(src, self.shape, valid.shape[0]), valid
 
-    def pack(self, array: np.ndarray) -> np.ndarray:
-        """`array` (its own layout) in this layout; padding places hold 0."""
+    def pack(self, array: np.ndarray, guests: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
+        """`array` (its own layout) in this layout; padding places hold 0, a guest's places `guests[name]`."""
         if tuple(array.shape) != self.shape:
             raise ScheduleError(f"layout for shape {list(self.shape)} applied to an array of {list(array.shape)}")
         flat, valid = self._sources()
-        return np.where(valid, array.reshape(-1)[flat], 0).astype(array.dtype).reshape(self.new_shape)
+        out = np.where(valid, array.reshape(-1)[flat], 0).astype(array.dtype)
+        src = self._grid() if self.guests else []
+        for d, name in self.guests:
+            if guests is None or name not in guests:
+                raise ScheduleError(f"pack: the layout stores {name!r} at dimension {d}: its array is needed")
+            rest = [e for e in range(len(self.shape)) if e != d]
+            guest = np.asarray(guests[name]).reshape([self.shape[e] for e in rest])
+            at = src[d] == self.shape[d]
+            for e in rest:
+                at &= src[e] < self.shape[e]
+            out[at] = guest.reshape(-1)[_flat([src[e][at] for e in rest], guest.shape, int(at.sum()))]
+        return out.reshape(self.new_shape)
 
     def unpack(self, packed: np.ndarray) -> np.ndarray:
         """The array in its own layout from `packed` (this layout): the inverse of pack."""
@@ -188,6 +212,19 @@ class Layout:
         out = np.zeros(math.prod(self.shape), packed.dtype)
         out[flat[valid]] = packed.reshape(-1)[valid]
         return out.reshape(self.shape)
+
+
+def _flat(src: Sequence[np.ndarray], shape: Sequence[int], count: int) -> np.ndarray:
+    """Flat indices into `shape` of the per-dimension indices `src` (clamped into range)."""
+    if not shape:
+        return np.zeros(count, np.int64)
+    return np.ravel_multi_index([np.minimum(s, n - 1) for s, n in zip(src, shape)], tuple(shape))
+
+
+def guest_fits(host: Sequence[int], d: int, guest: Sequence[int]) -> bool:
+    """Whether a tensor of shape `guest` can be stored at dimension d of one of shape `host` (store_at): its
+    extents are the host's other ones, in order, extent-1 dimensions of either aside."""
+    return [n for n in guest if n != 1] == [n for e, n in enumerate(host) if e != d and n != 1]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -234,7 +271,7 @@ def _dim(layout: Layout, dim: int, what: str) -> tuple[Part, ...]:
 
 
 def _replace(layout: Layout, start: int, stop: int, new: Sequence[tuple[Part, ...]]) -> Layout:
-    return Layout(layout.shape, layout.dims[:start] + tuple(new) + layout.dims[stop:])
+    return Layout(layout.shape, layout.dims[:start] + tuple(new) + layout.dims[stop:], layout.guests)
 
 
 @layout_primitive
@@ -287,7 +324,7 @@ class Reorder(LayoutPrimitive):
     def apply(self, layout: Layout) -> Layout:
         if sorted(self.perm) != list(range(len(layout.dims))):
             raise ScheduleError(f"reorder {list(self.perm)} is no permutation of {len(layout.dims)} dimensions")
-        return Layout(layout.shape, tuple(layout.dims[p] for p in self.perm))
+        return Layout(layout.shape, tuple(layout.dims[p] for p in self.perm), layout.guests)
 
     def inverse(self, before: Layout) -> LayoutPrimitive:
         return Reorder(tuple(int(i) for i in np.argsort(self.perm)))
@@ -316,6 +353,13 @@ class Fuse(LayoutPrimitive):
 
     def inverse(self, before: Layout) -> LayoutPrimitive:
         return Split(self.first, before.new_shape[self.first:self.last + 1])
+
+
+def _resized(layout: Layout, dim: int, extent: int, guests: tuple[tuple[int, str], ...] | None = None) -> Layout:
+    """`layout` with whole dimension `dim` (see _whole) of `extent` places, and `guests` (default: the same)."""
+    (p,) = layout.dims[dim]
+    resized = _replace(layout, dim, dim + 1, [(Part(p.dim, 1, extent),)])
+    return resized if guests is None else Layout(resized.shape, resized.dims, guests)
 
 
 def _unfolded(layout: Layout, d: int) -> bool:
@@ -389,7 +433,7 @@ class Pad(LayoutPrimitive):
         p = _whole(layout, self.dim, "pad")
         if self.amount < 0:
             raise ScheduleError(f"pad of dimension {self.dim} by {self.amount}")
-        return _replace(layout, self.dim, self.dim + 1, [(Part(p.dim, 1, p.extent + self.amount),)])
+        return _resized(layout, self.dim, p.extent + self.amount)
 
     def inverse(self, before: Layout) -> LayoutPrimitive:
         return Unpad(self.dim, self.amount)
@@ -406,13 +450,55 @@ class Unpad(LayoutPrimitive):
 
     def apply(self, layout: Layout) -> Layout:
         p = _whole(layout, self.dim, "unpad")
-        if not 0 <= self.amount <= p.extent - layout.shape[p.dim]:
-            raise ScheduleError(f"unpad of dimension {self.dim} by {self.amount}: it has "
-                                f"{p.extent - layout.shape[p.dim]} places of padding")
-        return _replace(layout, self.dim, self.dim + 1, [(Part(p.dim, 1, p.extent - self.amount),)])
+        padding = p.extent - layout.shape[p.dim] - sum(d == p.dim for d, _ in layout.guests)
+        if not 0 <= self.amount <= padding:
+            raise ScheduleError(f"unpad of dimension {self.dim} by {self.amount}: it has {padding} places of padding")
+        return _resized(layout, self.dim, p.extent - self.amount)
 
     def inverse(self, before: Layout) -> LayoutPrimitive:
         return Pad(self.dim, self.amount)
+
+
+@layout_primitive
+@dataclass(frozen=True)
+class StoreAt(LayoutPrimitive):
+    """Tensor `guest` stored at the end of dimension `dim` (which gets one more place, ALT's store_at): element i of
+    the guest sits where the other dimensions' index is i (the guest's shape is this tensor's without `dim`,
+    extent-1 dimensions aside). A dense layer's bias stored at its weight's reduction dimension: each column ends
+    with its bias. Constants only (lay_out): they are packed into one buffer at build time."""
+
+    name: ClassVar[str] = "store_at"
+    dim: int
+    guest: str
+
+    def apply(self, layout: Layout) -> Layout:
+        p = _whole(layout, self.dim, "store_at")
+        if p.extent != layout.shape[p.dim] or any(g == self.guest for _, g in layout.guests):
+            raise ScheduleError(f"store_at of {self.guest!r} at dimension {self.dim}: the dimension must be neither "
+                                f"padded nor hold a guest already, and {self.guest!r} be stored once")
+        return _resized(layout, self.dim, p.extent + 1, (*layout.guests, (p.dim, self.guest)))
+
+    def inverse(self, before: Layout) -> LayoutPrimitive:
+        return DecoupleAt(self.dim, self.guest)
+
+
+@layout_primitive
+@dataclass(frozen=True)
+class DecoupleAt(LayoutPrimitive):
+    """The inverse of store_at: dimension `dim` loses its last place, where `guest` was stored."""
+
+    name: ClassVar[str] = "decouple_at"
+    dim: int
+    guest: str
+
+    def apply(self, layout: Layout) -> Layout:
+        p = _whole(layout, self.dim, "decouple_at")
+        if (p.dim, self.guest) not in layout.guests or p.extent != layout.shape[p.dim] + 1:
+            raise ScheduleError(f"decouple_at of {self.guest!r} at dimension {self.dim}: it is not stored there")
+        return _resized(layout, self.dim, p.extent - 1, tuple(g for g in layout.guests if g != (p.dim, self.guest)))
+
+    def inverse(self, before: Layout) -> LayoutPrimitive:
+        return StoreAt(self.dim, self.guest)
 
 
 def inverse_primitives(shape: Sequence[int], primitives: Sequence[LayoutPrimitive]) -> list[LayoutPrimitive]:
@@ -438,12 +524,17 @@ def lay_out(dag: ComputeDAG, layouts: Mapping[str, Sequence[LayoutPrimitive]]) -
     unknown = sorted(set(layouts) - set(plans))
     if unknown:
         raise ScheduleError(f"lay_out: no tensor {unknown} in the DAG (its tensors: {sorted(dag.by_name)})")
+    hosts = _hosts(dag, plans)
     new_of: dict[int, Tensor] = {}
 
     def reads_in(reader: Tensor):
         def read(n: Expr) -> Expr | None:
             if not isinstance(n, Load):
                 return None
+            if n.tensor.name in hosts:  # a guest: read where its host stores it
+                host, d = hosts[n.tensor.name]
+                layout = plans[host.name]
+                return Load(new_of[id(host)], layout.index(layout.guest_index(d, n.tensor.shape, n.indices)), n.dtype)
             new = new_of[id(n.tensor)]
             layout = plans.get(n.tensor.name)
             if layout is not None:
@@ -451,11 +542,18 @@ def lay_out(dag: ComputeDAG, layouts: Mapping[str, Sequence[LayoutPrimitive]]) -
             return Load(new, n.indices, n.dtype) if new is not n.tensor else None
         return read
 
+    for t in dag.inputs:  # first: a guest's reader reads its host
+        new_of[id(t)] = _laid_out(t, None, plans[t.name], [p.to_json() for p in layouts[t.name]]) \
+            if t.name in plans else t
     order = []
     for t in dag.tensors:
+        if t.name in hosts:
+            continue
         body = transform(t.body, reads_in(t)) if t.body is not None else None
         layout = plans.get(t.name)
-        if layout is not None:
+        if t.is_placeholder:
+            new = new_of[id(t)]
+        elif layout is not None:
             new = _laid_out(t, body, layout, [p.to_json() for p in layouts[t.name]])
         elif body is t.body:
             new = t
@@ -465,7 +563,26 @@ def lay_out(dag: ComputeDAG, layouts: Mapping[str, Sequence[LayoutPrimitive]]) -
             new = Tensor(new.shape, new.dtype, new.name, new.axes, simplify(new.body), new.tag, new.attrs)
         new_of[id(t)] = new
         order.append(new)
-    return ComputeDAG.from_parts(order, [new_of[id(t)] for t in dag.inputs], [new_of[id(t)] for t in dag.outputs])
+    return ComputeDAG.from_parts(order, [new_of[id(t)] for t in dag.inputs if t.name not in hosts],
+                                 [new_of[id(t)] for t in dag.outputs])
+
+
+def _hosts(dag: ComputeDAG, plans: Mapping[str, Layout]) -> dict[str, tuple[Tensor, int]]:
+    """Each guest stored in another tensor (store_at): its host and the host's dimension that holds it."""
+    out: dict[str, tuple[Tensor, int]] = {}
+    for name, layout in plans.items():
+        for d, guest in layout.guests:
+            host, g = dag.by_name[name], dag.by_name.get(guest)
+            if g is None or g.name in plans or g.name in out or g in dag.outputs \
+                    or not (host.is_placeholder and g.is_placeholder and host.attrs.get("constant")
+                            and g.attrs.get("constant")) or g.dtype != host.dtype \
+                    or not guest_fits(host.shape, d, g.shape):
+                raise ScheduleError(f"lay_out: {name} stores {guest!r} at dimension {d}: both must be constant "
+                                    f"inputs of one dtype, the guest in no other layout and of the host's shape "
+                                    f"without that dimension ({list(host.shape)} at {d}; the guest's: "
+                                    f"{list(g.shape) if g is not None else 'no such tensor'})")
+            out[guest] = (host, d)
+    return out
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,9 @@ axis, shared by every tensor that axis indexes. `TilingTemplate` is that templat
 (GEMM, dense, batch matmul, convolutions): a tensor dimension indexed by a plain loop axis is split by that axis'
 tile; one indexed by `a * stride + window` (a convolution's input row `h * stride + rh`) is unfolded into the
 overlapping tiles that a tile of `a` reads (ALT's h_t + KH - 1 rows); any other stays whole. The layout of the
-stage's output is propagated along the element-wise stages after it (ALT §4.2: same shape, element-wise).
+stage's output is propagated along the element-wise stages after it (ALT §4.2: same shape, element-wise). Where
+the epilogue adds a constant (a bias) shaped like a constant operand without its reduction dimension, a gene
+(`STORE_AT`) stores it at the end of that dimension (store_at: each weight column ends with its bias).
 
 A template is a registered rule (`LAYOUT_TEMPLATES`) with a condition (`space`: the tile parameters it offers
 for a DAG, or None) and an application (`layouts`: the primitives of each tensor for chosen tiles).
@@ -21,11 +23,12 @@ from typing import Protocol
 import numpy as np
 
 from tensorgen.dag import ComputeDAG, at_own_axes
-from tensorgen.schedule.layout import LayoutPrimitive, Reorder, Split, Unfold, sliding_read
+from tensorgen.schedule.layout import LayoutPrimitive, Reorder, Split, StoreAt, Unfold, guest_fits, sliding_read
 from tensorgen.te.expr import Expr, Load, Var, walk
 from tensorgen.te.tensor import Tensor
 
 Layouts = dict[str, list[LayoutPrimitive]]
+STORE_AT = "@store_at"  # the gene (0 or 1) of a TileSpace that stores a bias in its weight (no loop axis's name)
 
 
 @dataclass(frozen=True)
@@ -81,15 +84,23 @@ class TilingTemplate(LayoutTemplate):
         if anchor is None:
             return None
         axes = [a for a in (*anchor.axes, *anchor.reduce_axes) if a.extent and a.extent > 1]
-        return TileSpace(anchor.name, {a.name: _divisors(a.extent, self.smallest, self.largest) for a in axes})
+        choices = {a.name: _divisors(a.extent, self.smallest, self.largest) for a in axes}
+        if _stored(dag, anchor) is not None:
+            choices[STORE_AT] = (0, 1)
+        return TileSpace(anchor.name, choices)
 
     def layouts(self, dag: ComputeDAG, tiles: Mapping[str, int]) -> Layouts:
         anchor = dag.by_name[self.space(dag).anchor]
+        stored = _stored(dag, anchor) if tiles.get(STORE_AT) else None
         out: Layouts = {}
         for t, indices in _tensors_of(dag, anchor):
-            if self.constants_only and not t.attrs.get("constant"):
+            if (self.constants_only and not t.attrs.get("constant")) or (stored and t.name == stored[2]):
                 continue
-            prims = tiled(t.shape, [_tile_of(index, anchor, tiles) for index in indices])
+            dims = [_tile_of(index, anchor, tiles) for index in indices]
+            if stored and t.name == stored[0]:  # the stored dimension stays whole
+                dims[stored[1]] = 1
+            prims = [StoreAt(stored[1], stored[2])] if stored and t.name == stored[0] else []
+            prims += tiled(t.shape, dims)
             if prims:
                 out[t.name] = prims
         return out
@@ -178,6 +189,27 @@ def _tensors_of(dag: ComputeDAG, anchor: Tensor) -> list[tuple[Tensor, list[Expr
         return all(id(r) in inside for r in readers)
 
     return [(t, idx) for t, idx in out.values() if kept(t)]
+
+
+def _stored(dag: ComputeDAG, anchor: Tensor) -> tuple[str, int, str] | None:
+    """(host, dimension, guest) where a constant that a stage after the anchor reads (a bias) can be stored at the
+    end of a constant operand's reduction dimension (a weight's), else None."""
+    reduce = {id(a) for a in anchor.reduce_axes}
+    operands = {id(ld.tensor) for ld in _reads(anchor)}
+    for load in _reads(anchor):
+        host = load.tensor
+        if not (host.is_placeholder and host.attrs.get("constant")):
+            continue
+        for d, index in enumerate(load.indices):
+            if not (isinstance(index, Var) and id(index) in reduce):
+                continue
+            for t in dag.tensors:
+                for ld in _reads(t) if t.body is not None and t is not anchor else ():
+                    g = ld.tensor
+                    if g.is_placeholder and g.attrs.get("constant") and id(g) not in operands \
+                            and g.dtype == host.dtype and guest_fits(host.shape, d, g.shape):
+                        return host.name, d, g.name
+    return None
 
 
 def _elementwise(t: Tensor) -> bool:

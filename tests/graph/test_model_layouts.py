@@ -22,7 +22,7 @@ from tensorgen.measure.types import MeasureResult
 from tensorgen.records.database import SQLiteDatabase
 from tensorgen.records.record import Record
 from tensorgen.runtime.model import CompiledModel
-from tensorgen.schedule.layout import Fuse, Layout, Pad, Reorder, Split, lay_out
+from tensorgen.schedule.layout import Fuse, Layout, Pad, Reorder, Split, StoreAt, lay_out
 from tensorgen.schedule.state import with_layouts
 from tensorgen.search.layouts import LAYOUT_TEMPLATES
 from tensorgen.tuning.tune import make_task
@@ -246,3 +246,20 @@ def test_tune_policy_alt_without_layouts_spends_the_whole_budget_on_the_model(tm
                  "--db", str(tmp_path / "db")]) == 0
     out = capsys.readouterr().out
     assert "layout conversions" not in out and "20 trials in" in out
+
+
+def test_a_bias_stored_in_its_weights_buffer_is_packed_with_it(tmp_path):
+    """store_at: the MatMul + Add kernel's record stores the bias after each column of the weight; the build packs
+    both constants into one buffer, the kernel takes no bias argument, and the model computes what ORT does."""
+    proto = _onnx([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])],
+                  [_tensor("x", [8, 16])], [_tensor("y", [8, 12])], [_weight("w", [16, 12]), _weight("b", [12])])
+    db = SQLiteDatabase(tmp_path / "db")
+    (task,) = [t.task for t in extract_tasks(load_graph(proto))]
+    weight, bias = (t for t in task.dag.inputs if t.attrs.get("constant"))
+    commit_laid_out(db, task, {weight.name: [StoreAt(0, bias.name), Split(1, (3, 4)), Reorder((1, 0, 2))]})
+    out = build_model(proto, tmp_path / "model", db=db)
+    (kernel,) = json.loads((out / "model.json").read_text())["kernels"]
+    signature = next(line for line in (out / "model.c").read_text().splitlines()
+                     if line.startswith(f"void {kernel['name']}("))
+    assert signature.count("float*") == 3  # x, the weight with its bias, y
+    assert compare(run(proto, out), validate(proto)) is None

@@ -15,7 +15,9 @@ A tuned program may store its arguments in layouts of its own (ALT's records: la
   `reorder(perm)` makes, so its readers' conversions start from the value itself (one copy instead of two);
 - a kernel may read an input in the layout its producer writes (no unfold), its own loops over the laid-out DAG,
   when the caller's `absorb` accepts: the conversion is then folded into the reader (ALT's propagation between two
-  complex operators: the reader's input layout is its producer's output layout).
+  complex operators: the reader's input layout is its producer's output layout);
+- a constant that stores another (store_at: a bias in its weight's buffer) is packed with it, and the kernel takes
+  no argument for the guest.
 """
 
 from __future__ import annotations
@@ -94,7 +96,8 @@ class _Planner:
         self.aliases = dict(part.aliases)
         self.views: dict[str, tuple[str, tuple[LayoutPrimitive, ...]]] = {}  # value -> (source, its layout there)
 
-    def new_value(self, name: str, primitives: Sequence[LayoutPrimitive], data=None) -> str:
+    def new_value(self, name: str, primitives: Sequence[LayoutPrimitive], data=None,
+                  guests: Mapping[str, str] | None = None) -> str:
         v, n = self.graph.value(name), 0
         while f"{name}@{n}" in self.graph.values:
             n += 1
@@ -102,12 +105,14 @@ class _Planner:
         layout = Layout.of(te_shape(v.shape), primitives)
         self.graph.values[new] = Value(new, layout.new_shape, v.dtype)
         if data is not None:
-            self.graph.constants[new] = layout.pack(data.reshape(layout.shape))
+            stored = {g: self.graph.constants[value] for g, value in (guests or {}).items()}
+            self.graph.constants[new] = layout.pack(data.reshape(layout.shape), stored)
         return new
 
-    def read(self, x: str, primitives: Sequence[LayoutPrimitive]) -> str:
-        """The buffer holding value `x` in the layout `primitives` make, converted or packed if need be."""
-        key = _key(primitives)
+    def read(self, x: str, primitives: Sequence[LayoutPrimitive], guests: Mapping[str, str] | None = None) -> str:
+        """The buffer holding value `x` in the layout `primitives` make, converted or packed if need be; `guests`:
+        the constant each tensor the layout stores (store_at) is (the primitives name a kernel's tensors)."""
+        key = _key(primitives) + (json.dumps(sorted(guests.items())) if guests else "")
         if (x, key) in self.versions:
             return self.versions[(x, key)]
         if x in self.views:  # an absorbed Transpose: its source in the transposed layout, then in `primitives`
@@ -124,7 +129,7 @@ class _Planner:
         if self.graph.is_constant(x):
             if not primitives:
                 return x
-            self.versions[(x, key)] = self.new_value(x, primitives, self.graph.constants[x])
+            self.versions[(x, key)] = self.new_value(x, primitives, self.graph.constants[x], guests)
             return self.versions[(x, key)]
         root = self.aliases.get(x, x)
         if root != x:  # a reshape of `root`: the same memory, so `root` itself must exist plain
@@ -183,7 +188,12 @@ class _Planner:
                      if t.name not in layouts and (p := self.readable(x))}
             if extra and absorb(i, {**layouts, **extra}):
                 layouts, absorbed = {**layouts, **extra}, True
-        inputs = [self.read(x, layouts.get(t.name, ())) for x, t in zip(sub.inputs, sub.dag.inputs)]
+        values = {t.name: x for x, t in zip(sub.inputs, sub.dag.inputs)}
+        stored = {t.name: {g: values[g] for _, g in Layout.of(t.shape, layouts[t.name]).guests}
+                  for t in sub.dag.inputs if t.name in layouts}
+        guests = {g for of in stored.values() for g in of}  # read from their hosts' buffers (store_at)
+        inputs = [self.read(x, layouts.get(t.name, ()), stored.get(t.name)) for x, t in zip(sub.inputs, sub.dag.inputs)
+                  if t.name not in guests]
         outputs = []
         for o, t in zip(sub.outputs, sub.dag.outputs):
             self.written[o] = layouts.get(t.name, ())
