@@ -7,6 +7,7 @@ import pytest
 from search_tasks import make_task
 
 from tensorgen.build import build
+from tensorgen.costmodel.base import RandomModel
 from tensorgen.records.database import SQLiteDatabase
 from tensorgen.schedule.layout import Layout, lay_out
 from tensorgen.schedule.state import State, state_layouts
@@ -232,3 +233,45 @@ def test_the_template_may_store_a_bias_in_its_weight_and_computes_the_same():
             got = Layout.of((M, N), layouts["z"]).unpack(got)
         np.testing.assert_allclose(got, x @ w + bias, rtol=1e-5, atol=1e-5)
     assert seen == {True, False}
+
+
+class _Sure(RandomModel):
+    """Random scores that the search takes as trained (the screen's predictions are set by the test)."""
+
+    trained = True
+
+
+def test_the_cost_model_screens_the_layouts_it_predicts_slower(monkeypatch):
+    """After the own layout's lead, a layout whose predicted best is below SCREEN of the own layout's is never
+    measured; its joint share goes to the loop-only stage, and the layouts that pass compete as before."""
+    from tensorgen.search.alt_policy import SCREEN, AltPolicy
+
+    predicted = {0: 1.0, 1: SCREEN * 0.99, 2: 1.3}
+    monkeypatch.setattr(AltPolicy, "_predicted_best", lambda self, i: predicted[i])
+    policy = AltPolicy(gmm_relu(), _Sure(), layouts=3, joint_trials=6, own_lead=4, population=16, generations=0)
+    seen = _drive(policy, 6, 2, lambda i, s: 1e-3 * (1 + (i == 2) * -0.5))  # layout 2 is the fast one
+    assert seen[:3] == [[0, 0]] * 3 and policy.screened_out == [1]  # the lead, own's share, then the screen
+    assert [policy.measured[i] for i in range(3)] == [6, 0, 6] and seen[-1] == [2, 2]
+    unscreened = AltPolicy(gmm_relu(), _Sure(), layouts=3, joint_trials=6, own_lead=4, screen=None, population=16,
+                           generations=0)
+    _drive(unscreened, 6, 2, lambda i, s: 1e-3)
+    assert unscreened.screened_out == [] and [unscreened.measured[i] for i in range(3)] == [8, 2, 2]
+
+
+def test_the_screen_predicts_with_the_shared_model_after_real_measurements(tmp_path, monkeypatch):
+    """tune_alt with XGBoost and a lead: the screen scores every layout with the model the own layout's
+    measurements trained (finite scores), and the tuning ends with its budget spent."""
+    from tensorgen.search.alt_policy import AltPolicy
+
+    scores = []
+    predicted_best = AltPolicy._predicted_best
+    monkeypatch.setattr(AltPolicy, "_predicted_best", lambda self, i: scores.append(predicted_best(self, i))
+                        or scores[-1])
+    from tensorgen.costmodel.xgb import XGBModel
+    from tensorgen.tuning.tune import tune
+
+    task = gmm_relu()
+    policy = AltPolicy(task, XGBModel(seed=0, min_samples=8), layouts=3, own_lead=12, population=32, generations=1)
+    result = tune(task, 24, db=tmp_path / "s.db", policy=policy, batch_size=4)
+    assert len(scores) == 3 and all(np.isfinite(scores))  # the own layout's, then each other's
+    assert policy.screened and result.best_cost < np.inf

@@ -1,10 +1,12 @@
 """ALT's joint layout and loop search of one task (§5) as a search policy: a joint stage, then a loop-only stage.
 
 The task's own layout leads (OWN_LEAD trials: a task the task scheduler gives few trials is tuned as Ansor would,
-and the layouts compete with a tuned program); then the joint stage explores layouts: each candidate (the task's own
-layout first, then tilings sampled from a layout template, search.layouts) is the task's DAG laid out
-(schedule.layout.lay_out), whose loops an Ansor search (SketchPolicy) tunes; the best program measured is that
-layout's reward. The joint budget goes in one equal share per layout ("uniform"), in rungs of successive halving
+and the layouts compete with a tuned program); then the cost model, trained on those, screens the other layouts (a
+layout whose best program, found by an evolutionary search under the model, is predicted below SCREEN of the own
+layout's is not measured: its trials go to the loop-only stage); then the joint stage explores layouts: each
+candidate (the task's own layout first, then tilings sampled from a layout template, search.layouts) is the task's
+DAG laid out (schedule.layout.lay_out), whose loops an Ansor search (SketchPolicy) tunes; the best program measured
+is that layout's reward. The joint budget goes in one equal share per layout ("uniform"), in rungs of successive halving
 ("halving": the better half of the layouts goes on), or in generations of an evolution whose genes are the
 template's tile sizes ("evolve": the better half goes on and the other half is replaced by its mutants, one tile
 changed each). The loop-only stage gives every later trial to the best layout's search.
@@ -42,6 +44,8 @@ EXPLORATIONS = ("evolve", "halving", "uniform")
 JOINT_TRIALS_PER_LAYOUT = 8  # the joint budget when none is given: this many trials per layout
 OWN_LEAD = 48  # trials the task's own layout has before any other layout is tried (three rounds of the scheduler)
 GENERATIONS = 3  # of the "evolve" exploration
+SCREEN = 0.9  # a layout is measured where its predicted best program scores at least this share of the own layout's
+SCREEN_PROGRAMS = 16  # programs an evolutionary search finds per layout to screen it
 
 
 def exploration_rungs(count: int, budget: int, exploration: str) -> list[int]:
@@ -101,20 +105,25 @@ class LayoutTrial:
 class AltPolicy(SearchPolicy):
     """ALT's search of `task` (module docstring): `layouts` candidates from `template`, `joint_trials` in the joint
     stage (default 8 per layout) spread by `exploration`, after `own_lead` trials of the task's own layout (the
-    layouts then compete with a tuned program, and a task the scheduler gives few trials is tuned as Ansor would);
-    the other options are SketchPolicy's, for the search of every layout's loops (they share `cost_model`)."""
+    layouts then compete with a tuned program, and a task the scheduler gives few trials is tuned as Ansor would),
+    the other layouts measured only where the cost model predicts them within `screen` of the own layout (None: all
+    measured); the other options are SketchPolicy's, for the search of every layout's loops (they share
+    `cost_model`)."""
 
     def __init__(self, task: SearchTask, cost_model: CostModel | None = None, seed: int = 0, *,
                  skips: Skips | None = None, layouts: int = 4, joint_trials: int | None = None,
                  template: str = "tiling", exploration: str = "uniform", own_lead: int = OWN_LEAD,
-                 **knobs: Any) -> None:
+                 screen: float | None = SCREEN, **knobs: Any) -> None:
         if layouts < 1 or template not in LAYOUT_TEMPLATES or exploration not in EXPLORATIONS \
-                or (joint_trials is not None and joint_trials < 0) or own_lead < 0:
+                or (joint_trials is not None and joint_trials < 0) or own_lead < 0 \
+                or (screen is not None and not screen >= 0):
             raise TuneError(f"bad ALT options (layouts={layouts}, joint_trials={joint_trials}, template={template!r}, "
-                            f"exploration={exploration!r}, own_lead={own_lead}): need layouts >= 1, joint_trials >= 0, "
-                            f"own_lead >= 0, a template of {sorted(LAYOUT_TEMPLATES)} and an exploration of "
-                            f"{EXPLORATIONS}")
+                            f"exploration={exploration!r}, own_lead={own_lead}, screen={screen}): need layouts >= 1, "
+                            f"joint_trials >= 0, own_lead >= 0, screen >= 0 or None, a template of "
+                            f"{sorted(LAYOUT_TEMPLATES)} and an exploration of {EXPLORATIONS}")
         self.task, self.exploration = task, exploration
+        self.screen = screen
+        self.screened_out: list[int] = []  # the layouts the cost model kept from being measured
         self.knobs = knobs
         self.cost_model, self.seed, self.skips = cost_model, seed, skips
         self.rng = np.random.default_rng(seed)
@@ -135,6 +144,8 @@ class AltPolicy(SearchPolicy):
         joint = max(count, JOINT_TRIALS_PER_LAYOUT * count if joint_trials is None else joint_trials)
         self.rungs = [max(1, joint // count // GENERATIONS)] * GENERATIONS if exploration == "evolve" \
             else exploration_rungs(count, joint, exploration)
+        model = self.searches[0].cost_model  # screening compares scores of one model, shared by every layout
+        self.screened = screen is None or count == 1 or any(search.cost_model is not model for search in self.searches)
         self.rung, self.alive = 0, list(range(count))
         self.assigned = [self.rungs[0]] * count
         self.assigned[0] += own_lead
@@ -186,14 +197,43 @@ class AltPolicy(SearchPolicy):
             self.assigned[i] = self.proposed[i] + self.rungs[self.rung]
 
     def _candidate(self) -> int:
-        """The layout whose search proposes next: an alive one short of the rung's trials, else (the rung done)
-        the next rung's first, else the best layout (the loop-only stage, which samples as a plain search)."""
+        """The layout whose search proposes next: an alive one short of the rung's trials (the other layouts
+        screened first, once the own layout's are proposed), else (the rung done) the next rung's first, else the
+        best layout (the loop-only stage, which samples as a plain search)."""
         while self.joint:
             short = self._short()
+            if short and short[0] != 0 and not self.screened:
+                self._screen()
+                continue
             if short:
                 return short[0]
             self._next_rung()
         return self.chosen
+
+    def _screen(self) -> None:
+        """Keep the other layouts from being measured where the cost model (trained on the own layout's programs)
+        predicts their best program below `screen` of the own layout's."""
+        self.screened = True
+        rivals = [i for i in self.alive if i != 0]
+        if not rivals or not self.searches[0].cost_model.trained:
+            return
+        own = self._predicted_best(0)
+        if not (np.isfinite(own) and own > 0):  # no scale to compare against
+            return
+        for i in rivals:
+            if self._predicted_best(i) < self.screen * own:
+                self.alive.remove(i)
+                self.assigned[i] = self.proposed[i]
+                self.screened_out.append(i)
+
+    def _predicted_best(self, i: int) -> float:
+        """The cost model's score of the best program an evolutionary search finds for layout i."""
+        search = self.searches[i]
+        init = search.evolution.sample(search.config.samples)
+        if not init:
+            return -math.inf
+        best = search.evolution.search(init + search.best_measured(SCREEN_PROGRAMS), SCREEN_PROGRAMS, exclude=set())
+        return float(np.max(search.evolution.score(best or init)))
 
     @property
     def chosen(self) -> int:
@@ -202,8 +242,8 @@ class AltPolicy(SearchPolicy):
     def next_batch(self, n: int) -> list[State]:
         out: list[State] = []
         while len(out) < n:
-            if out and self.joint and not self._short():
-                break  # the next rung ranks the layouts by what this batch measures
+            if out and self.joint and (not self._short() or (not self.screened and self._short()[0] != 0)):
+                break  # the next rung ranks the layouts by what this batch measures; the screen learns from it
             i = self._candidate()
             want = min(n - len(out), self.assigned[i] - self.proposed[i]) if self.joint else n - len(out)
             batch = self.searches[i].next_batch(want)
