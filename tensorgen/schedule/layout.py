@@ -148,7 +148,7 @@ class Layout:
             outermost = max(digits, key=lambda x: x[2].place, default=None)
             for g, k, p in digits:
                 e = indices[d] // p.place if p.place != 1 else indices[d]
-                digit[g, k] = e if (g, k, p) == outermost else e % p.extent
+                digit[g, k] = const(0) if p.extent == 1 else e if (g, k, p) == outermost else e % p.extent
         out = []
         for g, parts in enumerate(self.dims):
             value: Expr = const(0)
@@ -186,10 +186,31 @@ class Layout:
             valid &= src[d] < n
         return _flat(src, self.shape, valid.shape[0]), valid
 
+    def _transposition(self) -> tuple[list[int], list[int]] | None:
+        """For a layout that only regroups digits (no padding, unfold or guest): the extents of the original
+        array's digits (each dimension's, outer to inner) and the order the new layout takes them in; else None."""
+        parts = [p for dim in self.dims for p in dim]
+        levels = sorted(range(len(parts)), key=lambda k: (parts[k].dim, -parts[k].place, k))
+        if self.guests or any(p.window for p in parts):
+            return None
+        for d, n in enumerate(self.shape):
+            place = 1
+            for k in reversed([k for k in levels if parts[k].dim == d]):
+                if parts[k].place != place:
+                    return None
+                place *= parts[k].extent
+            if place != n:
+                return None
+        return [parts[k].extent for k in levels], [levels.index(k) for k in range(len(parts))]
+
     def pack(self, array: np.ndarray, guests: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
         """`array` (its own layout) in this layout; padding places hold 0, a guest's places `guests[name]`."""
         if tuple(array.shape) != self.shape:
             raise ScheduleError(f"layout for shape {list(self.shape)} applied to an array of {list(array.shape)}")
+        moved = self._transposition()
+        if moved is not None:  # a transpose of the digits: no index arrays (a weight of 10^8 elements)
+            digits, order = moved
+            return np.ascontiguousarray(array.reshape(digits).transpose(order)).reshape(self.new_shape)
         flat, valid = self._sources()
         out = np.where(valid, array.reshape(-1)[flat], 0).astype(array.dtype)
         src = self._grid() if self.guests else []
@@ -208,6 +229,11 @@ class Layout:
         """The array in its own layout from `packed` (this layout): the inverse of pack."""
         if tuple(packed.shape) != self.new_shape:
             raise ScheduleError(f"layout of shape {list(self.new_shape)} unpacks an array of {list(packed.shape)}")
+        moved = self._transposition()
+        if moved is not None:
+            digits, order = moved
+            return np.ascontiguousarray(packed.reshape([digits[k] for k in order]).transpose(np.argsort(order))) \
+                .reshape(self.shape)
         flat, valid = self._sources()
         out = np.zeros(math.prod(self.shape), packed.dtype)
         out[flat[valid]] = packed.reshape(-1)[valid]

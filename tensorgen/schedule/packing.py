@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from tensorgen.errors import ScheduleError
+from tensorgen.schedule.layout import Layout, Part
 from tensorgen.schedule.relations import split_radices
 from tensorgen.schedule.stage import Fuse, Split, Stage, make_stage
 from tensorgen.schedule.steps import (
@@ -32,7 +33,7 @@ from tensorgen.schedule.steps import (
     unique_stage_name,
     with_body,
 )
-from tensorgen.te.expr import Expr, Load, Var, const, transform, walk
+from tensorgen.te.expr import Expr, Load, Var, transform, walk
 from tensorgen.te.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -41,42 +42,42 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class LayoutRewrite:
-    """How tensor `name` of `shape` is repacked: new dimensions outer to inner, each a tile level
-    (original dim, place value, extent) of one original dimension."""
+    """How tensor `name` is repacked: a `Layout` (schedule.layout) whose new dimensions are one tile level each,
+    outer to inner, `parts[k]` = (original dim, place value, extent) of level k; `loop_names`: the reader's loop
+    of each level."""
 
     name: str
-    shape: tuple[int, ...]
-    parts: tuple[tuple[int, int, int], ...]
-    loop_names: tuple[str, ...] = field(default=(), compare=False)  # the reader's loop of each part
+    layout: Layout
+    loop_names: tuple[str, ...] = field(default=(), compare=False)
+
+    @classmethod
+    def of(cls, name: str, shape: tuple[int, ...], parts: tuple[tuple[int, int, int], ...],
+           loop_names: tuple[str, ...] = ()) -> LayoutRewrite:
+        return cls(name, Layout(tuple(shape), tuple((Part(d, p, e),) for d, p, e in parts)), loop_names)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.layout.shape
+
+    @property
+    def parts(self) -> tuple[tuple[int, int, int], ...]:
+        return tuple((p.dim, p.place, p.extent) for (p,) in self.layout.dims)
 
     @property
     def new_shape(self) -> tuple[int, ...]:
-        return tuple(extent for _, _, extent in self.parts)
+        return self.layout.new_shape
 
     def index(self, indices: tuple[Expr, ...]) -> tuple[Expr, ...]:
         """Indices into the new layout of the element at original `indices`."""
-        out: list[Expr] = []
-        for dim, place, extent in self.parts:
-            e = indices[dim] // place if place != 1 else indices[dim]
-            out.append(const(0) if extent == 1 else e % extent if place * extent != self.shape[dim] else e)
-        return tuple(out)
+        return self.layout.index(indices)
 
     def source_index(self, axes: tuple[Var, ...]) -> tuple[Expr, ...]:
         """Indices into the original layout of the element at new-layout `axes`."""
-        terms: list[list[Expr]] = [[] for _ in self.shape]
-        for (dim, place, _), axis in zip(self.parts, axes):  # every axis, extent-1 ones too: an axis
-            terms[dim].append(axis * place if place != 1 else axis)  # not read would look like reuse
-        return tuple(sum(ts[1:], ts[0]) if ts else const(0) for ts in terms)
+        return self.layout.source_index(axes)
 
     def pack(self, array: np.ndarray) -> np.ndarray:
         """`array` (original layout) in the new layout."""
-        if tuple(array.shape) != self.shape:
-            raise ValueError(f"layout rewrite of {self.name}: expected shape {list(self.shape)}, "
-                             f"got {list(array.shape)}")
-        levels = sorted(self.parts, key=lambda p: (p[0], -p[1]))  # per dim, outer to inner
-        where = {p: k for k, p in enumerate(levels)}
-        split = array.reshape([extent for _, _, extent in levels])
-        return np.ascontiguousarray(split.transpose([where[p] for p in self.parts]))
+        return self.layout.pack(array)
 
 
 def tile_layout(stage: Stage, t: Tensor, every_level: bool = False) -> LayoutRewrite | None:
@@ -96,7 +97,7 @@ def tile_layout(stage: Stage, t: Tensor, every_level: bool = False) -> LayoutRew
     parts = sorted((position[leaf], dim, place, extent, leaf)
                    for dim, root in enumerate(roots) for leaf, (r, place, extent) in levels.items()
                    if r == root and (extent > 1 or every_level))
-    plan = LayoutRewrite(t.name, t.shape, tuple((d, p, e) for _, d, p, e, _ in parts), tuple(p[-1] for p in parts))
+    plan = LayoutRewrite.of(t.name, t.shape, tuple((d, p, e) for _, d, p, e, _ in parts), tuple(p[-1] for p in parts))
     identity = tuple((d, 1, n) for d, n in enumerate(t.shape) if n > 1)
     return None if plan.parts == identity and not every_level else plan
 
@@ -207,7 +208,7 @@ class PackLayoutStep(Step):
             raise ScheduleError(f"pack_layout of {st.name}: {reader.name} must be its only reader")
         t = st.tensor
         layout = tile_layout(reader, t, every_level=True) \
-            or LayoutRewrite(t.name, t.shape, tuple((d, 1, n) for d, n in enumerate(t.shape)))  # its own
+            or LayoutRewrite.of(t.name, t.shape, tuple((d, 1, n) for d, n in enumerate(t.shape)))  # its own
         packed, new_reader = _packed_tensors(t, reader.tensor, layout, unique_stage_name(state, f"{t.name}_packed"))
         stages = list(state.stages)
         stages[self.reader_stage_id] = reader.with_(tensor=new_reader, body_text=str(new_reader.body))
