@@ -9,7 +9,8 @@ from search_tasks import make_task
 from tensorgen.build import build
 from tensorgen.costmodel.base import RandomModel
 from tensorgen.records.database import SQLiteDatabase
-from tensorgen.schedule.layout import Layout, lay_out
+from tensorgen.schedule.laid_out import lay_out
+from tensorgen.schedule.layout import Layout
 from tensorgen.schedule.state import State, state_layouts
 from tensorgen.search.alt_policy import exploration_rungs, layout_candidates, layout_key
 from tensorgen.search.annotate import sample_initial_population

@@ -1,4 +1,4 @@
-"""Tensors of a DAG laid out by layout primitives (tensorgen.schedule.layout.lay_out): inputs, intermediates and
+"""Tensors of a DAG laid out by layout primitives (tensorgen.schedule.laid_out.lay_out): inputs, intermediates and
 outputs in new layouts compute what NumPy computes, under the default schedule and under sampled schedules."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from search_tasks import make_task
 
 from tensorgen.build import build
 from tensorgen.errors import ScheduleError
-from tensorgen.schedule.layout import Fuse, Layout, Pad, Reorder, Split, StoreAt, Unfold, lay_out
+from tensorgen.schedule.laid_out import lay_out
+from tensorgen.schedule.layout import Fuse, Layout, Pad, Reorder, Split, StoreAt, Unfold
 from tensorgen.schedule.state import State
 from tensorgen.search.annotate import sample_initial_population
 from tensorgen.search.sketch import generate_sketches

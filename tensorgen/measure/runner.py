@@ -237,7 +237,7 @@ class LocalRunner(Runner):
         if br.path is None:
             return MeasureResult((), ErrorKind.UNKNOWN, "build reported success but no shared object",
                                  br.build_seconds)
-        dag = inp.state.dag  # the task's, or its laid-out form (schedule.layout): the arguments in their layouts
+        dag = inp.state.dag  # the task's, or its laid-out form (schedule.laid_out): the arguments in their layouts
         with tempfile.TemporaryDirectory(prefix="tensorgen-run-") as tmp:
             out_path = os.path.join(tmp, "outputs.bin") if self.check_correctness else None
             timeout = self.timeout_for(inp.task)

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 from tensorgen.dag import ComputeDAG
 from tensorgen.errors import ScheduleError
-from tensorgen.schedule.layout import LayoutPrimitive, TransformLayoutStep
+from tensorgen.schedule.laid_out import TransformLayoutStep
+from tensorgen.schedule.layout import LayoutPrimitive
 from tensorgen.schedule.packing import PackLayoutStep
 from tensorgen.schedule.stage import Stage, make_stage, producers_of
 from tensorgen.schedule.steps import (
@@ -42,7 +43,7 @@ class State:
 
     def __init__(self, dag: ComputeDAG | Tensor | Sequence[Tensor]):
         self.dag = dag if isinstance(dag, ComputeDAG) else ComputeDAG(dag)
-        self.source = self.dag  # what the steps replay from: `dag` differs after a layout step (schedule.layout)
+        self.source = self.dag  # what the steps replay from: `dag` differs after a layout step (schedule.laid_out)
         self.stages: tuple[Stage, ...] = tuple(make_stage(t) for t in self.dag.tensors)
         self.steps: tuple[Step, ...] = ()
 

@@ -5,7 +5,7 @@ and the layouts compete with a tuned program); then the cost model, trained on t
 layout whose best program, found by an evolutionary search under the model, is predicted below SCREEN of the own
 layout's is not measured: its trials go to the loop-only stage); then the joint stage explores layouts: each
 candidate (the task's own layout first, then tilings sampled from a layout template, search.layouts) is the task's
-DAG laid out (schedule.layout.lay_out), whose loops an Ansor search (SketchPolicy) tunes; the best program measured
+DAG laid out (schedule.laid_out.lay_out), whose loops an Ansor search (SketchPolicy) tunes; the best program measured
 is that layout's reward. The joint budget goes in one equal share per layout ("uniform"), in rungs of successive halving
 ("halving": the better half of the layouts goes on), or in generations of an evolution whose genes are the
 template's tile sizes ("evolve": the better half goes on and the other half is replaced by its mutants, one tile
@@ -32,7 +32,7 @@ import numpy as np
 from tensorgen.costmodel.base import CostModel
 from tensorgen.errors import TuneError
 from tensorgen.measure.types import MeasureInput, MeasureResult
-from tensorgen.schedule.layout import lay_out
+from tensorgen.schedule.laid_out import lay_out
 from tensorgen.schedule.state import State, loop_steps, state_layouts, with_layouts
 from tensorgen.search.layouts import LAYOUT_TEMPLATES, Layouts, LayoutTemplate, TileSpace
 from tensorgen.search.policy import SearchPolicy

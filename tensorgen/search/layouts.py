@@ -23,7 +23,8 @@ from typing import Protocol
 import numpy as np
 
 from tensorgen.dag import ComputeDAG, at_own_axes
-from tensorgen.schedule.layout import LayoutPrimitive, Reorder, Split, StoreAt, Unfold, guest_fits, sliding_read
+from tensorgen.schedule.laid_out import sliding_read
+from tensorgen.schedule.layout import LayoutPrimitive, Reorder, Split, StoreAt, Unfold, guest_fits
 from tensorgen.te.expr import Expr, Load, Var, walk
 from tensorgen.te.tensor import Tensor
 

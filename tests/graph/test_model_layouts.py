@@ -22,7 +22,8 @@ from tensorgen.measure.types import MeasureResult
 from tensorgen.records.database import SQLiteDatabase
 from tensorgen.records.record import Record
 from tensorgen.runtime.model import CompiledModel
-from tensorgen.schedule.layout import Fuse, Layout, Pad, Reorder, Split, StoreAt, lay_out
+from tensorgen.schedule.laid_out import lay_out
+from tensorgen.schedule.layout import Fuse, Layout, Pad, Reorder, Split, StoreAt
 from tensorgen.schedule.state import with_layouts
 from tensorgen.search.layouts import LAYOUT_TEMPLATES
 from tensorgen.tuning.tune import make_task

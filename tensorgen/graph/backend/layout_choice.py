@@ -26,7 +26,8 @@ from tensorgen.graph.load import load_graph
 from tensorgen.graph.passes.fusion import Partition, Subgraph, partition
 from tensorgen.hardware import hardware_for
 from tensorgen.records.database import Database
-from tensorgen.schedule.layout import LayoutPrimitive, lay_out
+from tensorgen.schedule.laid_out import lay_out
+from tensorgen.schedule.layout import LayoutPrimitive
 from tensorgen.schedule.lower import lower
 from tensorgen.schedule.state import State, loop_steps, state_layouts, with_layouts
 from tensorgen.search.alt_policy import layout_key

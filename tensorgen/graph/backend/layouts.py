@@ -32,7 +32,8 @@ from tensorgen.graph.ir import Value
 from tensorgen.graph.ops import op_kind
 from tensorgen.graph.ops.base import te_shape
 from tensorgen.graph.passes.fusion import Partition, Subgraph
-from tensorgen.schedule.layout import Layout, LayoutPrimitive, Reorder, lay_out
+from tensorgen.schedule.laid_out import lay_out
+from tensorgen.schedule.layout import Layout, LayoutPrimitive, Reorder
 from tensorgen.schedule.state import State, with_layouts
 from tensorgen.te.tensor import compute, placeholder
 
