@@ -248,7 +248,7 @@ def test_the_cost_model_screens_the_layouts_it_predicts_slower(monkeypatch):
     from tensorgen.search.alt_policy import SCREEN, AltPolicy
 
     predicted = {0: 1.0, 1: SCREEN * 0.99, 2: 1.3}
-    monkeypatch.setattr(AltPolicy, "_predicted_best", lambda self, i: predicted[i])
+    monkeypatch.setattr(AltPolicy, "_predicted_best", lambda self, i, seeds: predicted[i])
     policy = AltPolicy(gmm_relu(), _Sure(), layouts=3, joint_trials=6, own_lead=4, population=16, generations=0)
     seen = _drive(policy, 6, 2, lambda i, s: 1e-3 * (1 + (i == 2) * -0.5))  # layout 2 is the fast one
     assert seen[:3] == [[0, 0]] * 3 and policy.screened_out == [1]  # the lead, own's share, then the screen
@@ -266,8 +266,8 @@ def test_the_screen_predicts_with_the_shared_model_after_real_measurements(tmp_p
 
     scores = []
     predicted_best = AltPolicy._predicted_best
-    monkeypatch.setattr(AltPolicy, "_predicted_best", lambda self, i: scores.append(predicted_best(self, i))
-                        or scores[-1])
+    monkeypatch.setattr(AltPolicy, "_predicted_best", lambda self, i, seeds: scores.append(
+        predicted_best(self, i, seeds)) or scores[-1])
     from tensorgen.costmodel.xgb import XGBModel
     from tensorgen.tuning.tune import tune
 
@@ -276,3 +276,31 @@ def test_the_screen_predicts_with_the_shared_model_after_real_measurements(tmp_p
     result = tune(task, 24, db=tmp_path / "s.db", policy=policy, batch_size=4)
     assert len(scores) == 3 and all(np.isfinite(scores))  # the own layout's, then each other's
     assert policy.screened and result.best_cost < np.inf
+
+
+def test_the_other_layouts_start_from_the_own_layouts_best_loops(monkeypatch):
+    """A layout of the weight only keeps the loop nest: its search's first batch measures the own layout's best
+    loops over it (the layouts compete at the same loops, not a tuned program against random ones)."""
+    from tensorgen import te
+    from tensorgen.measure.types import MeasureInput, MeasureResult
+    from tensorgen.schedule.state import loop_steps
+    from tensorgen.search.alt_policy import AltPolicy
+
+    x = te.placeholder((32, 40), name="x")
+    w = te.placeholder((40, 48), name="w", constant=True)
+    k = te.reduce_axis(40, "k")
+    y = te.compute((32, 48), lambda i, j: te.sum(x[i, k] * w[k, j], axis=k), name="y")
+    task = make_task([x, w], [y], cores=2)
+    monkeypatch.setitem(LAYOUT_TEMPLATES, "weights", TilingTemplate(name="weights", constants_only=True))
+    policy = AltPolicy(task, layouts=2, joint_trials=4, own_lead=2, template="weights", screen=None, population=16,
+                       generations=0)
+    own, costs = [], [4e-3, 3e-3, 1e-3, 2e-3]  # the third program is the own layout's best
+    for _ in range(2):  # the lead and the own layout's share
+        batch = policy.next_batch(2)
+        assert all(not state_layouts(s) for s in batch)
+        policy.update([MeasureInput(task, s) for s in batch],
+                      [MeasureResult((costs[len(own) + n],)) for n in range(len(batch))])
+        own += batch
+    challenger = policy.next_batch(2)
+    assert all(state_layouts(s) for s in challenger)
+    assert loop_steps(own[2]) in [loop_steps(s) for s in challenger]

@@ -1,9 +1,11 @@
 """ALT's joint layout and loop search of one task (§5) as a search policy: a joint stage, then a loop-only stage.
 
 The task's own layout leads (OWN_LEAD trials: a task the task scheduler gives few trials is tuned as Ansor would,
-and the layouts compete with a tuned program); then the cost model, trained on those, screens the other layouts (a
-layout whose best program, found by an evolutionary search under the model, is predicted below SCREEN of the own
-layout's is not measured: its trials go to the loop-only stage); then the joint stage explores layouts: each
+and the layouts compete with a tuned program); then every other layout's search is offered the own layout's best
+loops where they replay over its DAG (a layout of the operands keeps the loop nest), and the cost model, trained on
+the lead, screens the other layouts (a layout whose best program, found by an evolutionary search under the model,
+is predicted below SCREEN of the own layout's is not measured: its trials go to the loop-only stage); then the
+joint stage explores layouts: each
 candidate (the task's own layout first, then tilings sampled from a layout template, search.layouts) is the task's
 DAG laid out (schedule.laid_out.lay_out), whose loops an Ansor search (SketchPolicy) tunes; the best program measured
 is that layout's reward. The joint budget goes in one equal share per layout ("uniform"), in rungs of successive halving
@@ -30,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from tensorgen.costmodel.base import CostModel
-from tensorgen.errors import TuneError
+from tensorgen.errors import TensorgenError, TuneError
 from tensorgen.measure.types import MeasureInput, MeasureResult
 from tensorgen.schedule.laid_out import lay_out
 from tensorgen.schedule.state import State, loop_steps, state_layouts, with_layouts
@@ -46,6 +48,7 @@ OWN_LEAD = 48  # trials the task's own layout has before any other layout is tri
 GENERATIONS = 3  # of the "evolve" exploration
 SCREEN = 0.9  # a layout is measured where its predicted best program scores at least this share of the own layout's
 SCREEN_PROGRAMS = 16  # programs an evolutionary search finds per layout to screen it
+SEEDS = 4  # of the own layout's best programs, replayed over every other layout as its search's first offer
 
 
 def exploration_rungs(count: int, budget: int, exploration: str) -> list[int]:
@@ -146,6 +149,7 @@ class AltPolicy(SearchPolicy):
             else exploration_rungs(count, joint, exploration)
         model = self.searches[0].cost_model  # screening compares scores of one model, shared by every layout
         self.screened = screen is None or count == 1 or any(search.cost_model is not model for search in self.searches)
+        self.opened = False  # whether the other layouts' searches were seeded (and screened)
         self.rung, self.alive = 0, list(range(count))
         self.assigned = [self.rungs[0]] * count
         self.assigned[0] += own_lead
@@ -198,41 +202,60 @@ class AltPolicy(SearchPolicy):
 
     def _candidate(self) -> int:
         """The layout whose search proposes next: an alive one short of the rung's trials (the other layouts
-        screened first, once the own layout's are proposed), else (the rung done) the next rung's first, else the
-        best layout (the loop-only stage, which samples as a plain search)."""
+        seeded and screened first, once the own layout's are proposed), else (the rung done) the next rung's first,
+        else the best layout (the loop-only stage, which samples as a plain search)."""
         while self.joint:
             short = self._short()
-            if short and short[0] != 0 and not self.screened:
-                self._screen()
+            if short and short[0] != 0 and not self.opened:
+                self._open()
                 continue
             if short:
                 return short[0]
             self._next_rung()
         return self.chosen
 
-    def _screen(self) -> None:
-        """Keep the other layouts from being measured where the cost model (trained on the own layout's programs)
-        predicts their best program below `screen` of the own layout's."""
-        self.screened = True
+    def _open(self) -> None:
+        """Open the joint stage to the other layouts: each layout's search starts from the own layout's best loops
+        where they replay over its DAG (a layout of the operands only keeps the loop nest: the layouts then compete
+        at the same loops, not a tuned program against random ones); then the screen (`screen`)."""
+        self.opened = True
         rivals = [i for i in self.alive if i != 0]
+        own_best = self.searches[0].best_measured(SEEDS)
+        seeds = {i: self._replayed(i, own_best) for i in rivals}
+        for i in rivals:
+            self.searches[i].offer(seeds[i])
+        if self.screened:
+            return
+        self.screened = True
         if not rivals or not self.searches[0].cost_model.trained:
             return
-        own = self._predicted_best(0)
+        own = self._predicted_best(0, own_best)
         if not (np.isfinite(own) and own > 0):  # no scale to compare against
             return
         for i in rivals:
-            if self._predicted_best(i) < self.screen * own:
+            if self._predicted_best(i, seeds[i]) < self.screen * own:
                 self.alive.remove(i)
                 self.assigned[i] = self.proposed[i]
                 self.screened_out.append(i)
 
-    def _predicted_best(self, i: int) -> float:
-        """The cost model's score of the best program an evolutionary search finds for layout i."""
+    def _replayed(self, i: int, states: Sequence[State]) -> list[State]:
+        """The loops of `states` (programs of the own layout) over layout i's DAG, where they replay."""
+        out = []
+        for state in states:
+            try:
+                out.append(State.replay(self.variants[i].dag, loop_steps(state)))
+            except TensorgenError:
+                continue
+        return out
+
+    def _predicted_best(self, i: int, seeds: Sequence[State]) -> float:
+        """The cost model's score of the best program an evolutionary search from `seeds` and random programs
+        finds for layout i."""
         search = self.searches[i]
-        init = search.evolution.sample(search.config.samples)
+        init = search.evolution.sample(search.config.samples) + list(seeds)
         if not init:
             return -math.inf
-        best = search.evolution.search(init + search.best_measured(SCREEN_PROGRAMS), SCREEN_PROGRAMS, exclude=set())
+        best = search.evolution.search(init, SCREEN_PROGRAMS, exclude=set())
         return float(np.max(search.evolution.score(best or init)))
 
     @property
