@@ -30,7 +30,8 @@ import numpy as np  # noqa: E402
 from tensorgen.build import build  # noqa: E402
 from tensorgen.dag import ComputeDAG  # noqa: E402
 from tensorgen.runtime import aligned, aligned_empty  # noqa: E402
-from tensorgen.schedule.layout import Layout, Reorder, Split, lay_out  # noqa: E402
+from tensorgen.schedule.laid_out import lay_out  # noqa: E402
+from tensorgen.schedule.layout import Layout, Reorder, Split  # noqa: E402
 from tensorgen.te.ops.suite import make_c2d  # noqa: E402
 from tensorgen.timing import add_arguments, compare, protocol_from  # noqa: E402
 from tensorgen.tuning.alt import AltConfig, tune_alt  # noqa: E402
