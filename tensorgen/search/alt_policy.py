@@ -3,8 +3,8 @@
 The task's own layout leads (OWN_LEAD trials: a task the task scheduler gives few trials is tuned as Ansor would,
 and the layouts compete with a tuned program); then every other layout's search is offered the own layout's best
 loops where they replay over its DAG (a layout of the operands keeps the loop nest), and the cost model, trained on
-the lead, screens the other layouts (a layout whose best program, found by an evolutionary search under the model,
-is predicted below SCREEN of the own layout's is not measured: its trials go to the loop-only stage); then the
+the lead, screens the other layouts (a layout whose best program among the seeds and a batch of random programs
+is predicted below SCREEN of the own layout's best is not measured: its trials go to the loop-only stage); then the
 joint stage explores layouts: each
 candidate (the task's own layout first, then tilings sampled from a layout template, search.layouts) is the task's
 DAG laid out (schedule.laid_out.lay_out), whose loops an Ansor search (SketchPolicy) tunes; the best program measured
@@ -47,7 +47,6 @@ JOINT_TRIALS_PER_LAYOUT = 8  # the joint budget when none is given: this many tr
 OWN_LEAD = 48  # trials the task's own layout has before any other layout is tried (three rounds of the scheduler)
 GENERATIONS = 3  # of the "evolve" exploration
 SCREEN = 0.9  # a layout is measured where its predicted best program scores at least this share of the own layout's
-SCREEN_PROGRAMS = 16  # programs an evolutionary search finds per layout to screen it
 SEEDS = 4  # of the own layout's best programs, replayed over every other layout as its search's first offer
 
 
@@ -249,14 +248,11 @@ class AltPolicy(SearchPolicy):
         return out
 
     def _predicted_best(self, i: int, seeds: Sequence[State]) -> float:
-        """The cost model's score of the best program an evolutionary search from `seeds` and random programs
-        finds for layout i."""
+        """The cost model's best score among `seeds` and a batch of random programs of layout i (no evolution: the
+        screen costs one batch's sampling and scoring per layout, once per task)."""
         search = self.searches[i]
         init = search.evolution.sample(search.config.samples) + list(seeds)
-        if not init:
-            return -math.inf
-        best = search.evolution.search(init, SCREEN_PROGRAMS, exclude=set())
-        return float(np.max(search.evolution.score(best or init)))
+        return float(np.max(search.evolution.score(init))) if init else -math.inf
 
     @property
     def chosen(self) -> int:
