@@ -62,66 +62,115 @@ class StaticAnalyzer:
 
     def latency(self, state: State) -> float:
         """PSA latency of one program; inf for a state that is not a complete program."""
-        try:
-            stmts = program_statements(state)
-        except TensorgenError:
-            return math.inf
-        return sum(self.statement_latency(st) for st in stmts)
+        return float(self.latencies([state])[0])
 
     def latencies(self, states: Sequence[State]) -> np.ndarray:
-        return np.array([self.latency(s) for s in states], dtype=np.float64)
+        """PSA latency of each program (inf where a state is not a complete program)."""
+        programs: list[Sequence[Statement] | None] = []
+        for state in states:
+            try:
+                programs.append(program_statements(state))
+            except TensorgenError:
+                programs.append(None)
+        return self.program_latencies(programs)
 
-    def statement_latency(self, st: Statement) -> float:
-        ext = np.asarray(st.extents, dtype=np.float64)
-        work = max(float(st.ops[:_FLOAT_OPS].sum()), 1.0) * float(ext.prod())  # a copy still costs a store each
-        return max(self._compute(st, ext, work), self._memory(st, ext))
+    def program_latencies(self, programs: Sequence[Sequence[Statement] | None]) -> np.ndarray:
+        """The latency of each program given by its statements (None: inf), all statements at once: statements
+        of one shape (loop count, accessed buffers in order) are stacked and every term is one array operation."""
+        out = np.array([0.0 if p is not None else math.inf for p in programs])
+        groups: dict[tuple, list[tuple[int, Statement]]] = {}
+        for p, stmts in enumerate(programs):
+            for st in stmts or ():
+                groups.setdefault((len(st.extents), tuple(a.buffer.name for a in st.accesses)), []).append((p, st))
+        for (n_loops, names), members in groups.items():
+            stack = _Stack.of([st for _, st in members], n_loops, names)
+            np.add.at(out, [p for p, _ in members], np.maximum(self._compute(stack), self._memory(stack)))
+        return out
 
-    def _compute(self, st: Statement, ext: np.ndarray, work: float) -> float:
-        n, lanes, kinds = len(ext), self.lanes, st.kinds
-        vec = max((k for k in range(n) if kinds[k] == "vectorize"), default=None)
-        if vec is None and n and ext[-1] > 1 and st.accesses[0].coef[-1] == 1:
-            vec = n - 1  # gcc -O3 vectorizes a unit-stride innermost loop by itself
-        fill = ext[vec] / math.ceil(ext[vec] / lanes) if vec is not None else 1.0  # lanes used per instruction
-        par = [ext[k] for k in range(n) if kinds[k] == "parallel"]
-        p = float(np.prod(par)) if par else 1.0
-        busy = p / math.ceil(p / self.hw.cores)  # cores kept busy on average
-        store = st.accesses[0]
-        reads = [a for a in st.accesses[1:] if a.buffer.name != store.buffer.name]
-        updates = any(a.buffer.name == store.buffer.name for a in st.accesses[1:])
-        reduce = [k for k in range(n) if updates and store.coef[k] == 0 and ext[k] > 1]
-        if reduce:  # the register tile: loops inside the innermost reduction loop
-            inner = range(reduce[-1] + 1, n)
-            in_vec = vec is not None and vec > reduce[-1]
-            acc = float(np.prod([ext[k] for k in inner])) / (fill if in_vec else 1.0)
-            loads = 0.0
-            for a in reads:
-                pts = float(np.prod([ext[k] for k in inner if a.coef[k] != 0]))
-                loads += pts / fill if in_vec and a.coef[vec] == 1 else pts
-            regs = self.registers or self.hw.vector_registers
-            thread = (1 + loads / acc) * max((acc + loads) / regs, 1.0)
-            chains = max(self.fma_chain / acc, 1.0)
-        else:
-            thread, chains = 1.0 + len(reads), 1.0
+    def _compute(self, s: _Stack) -> np.ndarray:
+        n, L, lanes, ext = len(s.ext), s.ext.shape[1], self.lanes, s.ext
+        rows = np.arange(n)
+        vec = _last(s.kinds == "vectorize")
+        if L:  # gcc -O3 vectorizes a unit-stride innermost loop by itself
+            vec = np.where((vec < 0) & (ext[:, -1] > 1) & (s.coef[:, 0, -1] == 1), L - 1, vec)
+        vec_ext = ext[rows, np.maximum(vec, 0)] if L else np.ones(n)
+        fill = np.where(vec >= 0, vec_ext / np.ceil(vec_ext / lanes), 1.0)  # lanes used per instruction
+        p = np.prod(np.where(s.kinds == "parallel", ext, 1.0), axis=1)
+        busy = p / np.ceil(p / self.hw.cores)  # cores kept busy on average
+        work = np.maximum(s.ops[:, :_FLOAT_OPS].sum(1), 1.0) * ext.prod(1)  # a copy still costs a store each
+        reads = ~s.same_as_store[1:]  # accesses after the store to other buffers
+        updates = bool(s.same_as_store[1:].any())
+        reduce = updates & (s.coef[:, 0, :] == 0) & (ext > 1)
+        has_reduce = reduce.any(1)
+        last = np.where(has_reduce, _last(reduce), L)  # the innermost reduction loop
+        inner = np.arange(L)[None, :] > last[:, None]  # the register tile: loops inside it
+        in_vec = (vec >= 0) & (vec > last)
+        acc = np.prod(np.where(inner, ext, 1.0), axis=1) / np.where(in_vec, fill, 1.0)
+        coef_r = s.coef[:, 1:, :][:, reads, :]  # (n, reads, L)
+        pts = np.prod(np.where(inner[:, None, :] & (coef_r != 0), ext[:, None, :], 1.0), axis=2)
+        unit_vec = coef_r[rows, :, np.maximum(vec, 0)] == 1 if L else np.zeros(pts.shape, bool)
+        loads = np.sum(np.where(in_vec[:, None] & unit_vec, pts / fill[:, None], pts), axis=1)
+        regs = self.registers or self.hw.vector_registers
+        tile = (1 + loads / acc) * np.maximum((acc + loads) / regs, 1.0)
+        thread = np.where(has_reduce, tile, 1.0 + int(reads.sum()))
+        chains = np.where(has_reduce, np.maximum(self.fma_chain / acc, 1.0), 1.0)
         return work / (self.peak() * 1e9) * (lanes / fill) * (self.hw.cores / busy) * thread * chains
 
-    def _memory(self, st: Statement, ext: np.ndarray) -> float:
-        n, line = len(ext), float(self.hw.cache_line_bytes)
-        accesses = list({(a.buffer.name, tuple(a.coef)): a for a in st.accesses}.values())
-        feet = []
-        for a in accesses:  # bytes touched under each loop level (level n: one execution)
-            span = np.append(np.cumsum((a.coef * (ext - 1))[::-1])[::-1] + 1, 1.0)
-            points = np.append(np.cumprod(np.where(a.coef > 0, ext, 1.0)[::-1])[::-1], 1.0)
-            feet.append(np.minimum(np.minimum(span, points), a.buffer.size) * a.buffer.nbytes / max(a.buffer.size, 1))
-        fits = np.nonzero(np.sum(feet, axis=0) <= self.hw.l2_bytes)[0]
-        level = int(fits[0]) if fits.size else n
-        around = float(ext[:level].prod())
-        traffic = 0.0
-        for a, foot in zip(accesses, feet):
-            if np.any(a.coef[level:] != 0):  # lines used: the contiguous run inside the cached level
-                unit = [ext[k] for k in range(level, n) if a.coef[k] == 1]
-                elem = a.buffer.nbytes / max(a.buffer.size, 1)
-                use = min(line, elem * max(unit, default=1.0)) / line
-            else:
-                use = 1.0
-            traffic += foot[level] * around / use
+    def _memory(self, s: _Stack) -> np.ndarray:
+        n, A, L = s.coef.shape
+        line, ext = float(self.hw.cache_line_bytes), s.ext[:, None, :]
+        # bytes each access touches under each loop level (level L: one execution)
+        span = np.concatenate([np.cumsum((s.coef * (ext - 1))[..., ::-1], axis=2)[..., ::-1] + 1,
+                               np.ones((n, A, 1))], axis=2)
+        points = np.concatenate([np.cumprod(np.where(s.coef > 0, ext, 1.0)[..., ::-1], axis=2)[..., ::-1],
+                                 np.ones((n, A, 1))], axis=2)
+        feet = np.minimum(np.minimum(span, points), s.size[..., None]) * s.elem[..., None]
+        feet = np.where(s.distinct[..., None], feet, 0.0)  # one access per (buffer, strides)
+        fits = feet.sum(1) <= self.hw.l2_bytes  # (n, L + 1); the last level always fits or nothing does
+        level = np.where(fits.any(1), np.argmax(fits, axis=1), L)
+        levels = np.arange(L)[None, :]
+        around = np.prod(np.where(levels < level[:, None], s.ext, 1.0), axis=1)
+        below = (levels >= level[:, None])[:, None, :]  # (n, 1, L)
+        moves = np.any(below & (s.coef != 0), axis=2)  # the access changes inside the cached level
+        unit = np.max(np.where(below & (s.coef == 1), ext, 1.0), axis=2, initial=1.0)
+        use = np.where(moves, np.minimum(line, s.elem * unit) / line, 1.0)  # share of each cache line used
+        foot = np.take_along_axis(feet, level[:, None, None].repeat(A, 1), axis=2)[..., 0]
+        traffic = np.sum(foot * around[:, None] / use, axis=1)
         return traffic / ((self.miss_gbs or 20.0 * self.hw.cores) * 1e9)
+
+
+def _last(mask: np.ndarray) -> np.ndarray:
+    """The index of each row's last set entry (-1: none)."""
+    return np.where(mask, np.arange(mask.shape[1]), -1).max(axis=1, initial=-1)
+
+
+@dataclass(frozen=True)
+class _Stack:
+    """Statements of one shape as arrays: `ext` (n, L), `kinds` (n, L), `coef` (n, A, L), per access `size`
+    (elements), `elem` (bytes per element) and `distinct` (not a repeat of an earlier access's buffer and
+    strides), `ops` (n, N_OPS); `same_as_store` (A,): the access is to the store's buffer."""
+
+    ext: np.ndarray
+    kinds: np.ndarray
+    coef: np.ndarray
+    size: np.ndarray
+    elem: np.ndarray
+    distinct: np.ndarray
+    ops: np.ndarray
+    same_as_store: np.ndarray
+
+    @classmethod
+    def of(cls, stmts: Sequence[Statement], n_loops: int, names: tuple[str, ...]) -> _Stack:
+        n, A, L = len(stmts), len(names), n_loops
+        coef = np.array([[a.coef for a in st.accesses] for st in stmts], dtype=float).reshape(n, A, L)
+        size = np.array([[a.buffer.size for a in st.accesses] for st in stmts], dtype=float).reshape(n, A)
+        nbytes = np.array([[a.buffer.nbytes for a in st.accesses] for st in stmts], dtype=float).reshape(n, A)
+        distinct = np.ones((n, A), bool)
+        for j in range(A):
+            for i in range(j):
+                if names[i] == names[j]:
+                    distinct[:, j] &= ~np.all(coef[:, i] == coef[:, j], axis=1)
+        return cls(np.array([st.extents for st in stmts], dtype=float).reshape(n, L),
+                   np.array([st.kinds for st in stmts], dtype=object).reshape(n, L), coef, np.maximum(size, 0.0),
+                   nbytes / np.maximum(size, 1.0), distinct, np.array([st.ops for st in stmts], dtype=float),
+                   np.array([nm == names[0] for nm in names]))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -181,21 +181,25 @@ class EvolutionarySearch:
 
     # ---- the loop -------------------------------------------------------------------------
 
-    def search(self, init: Sequence[State], num_best: int, exclude: Collection[str] = frozenset()) -> list[State]:
-        """The `num_best` best-predicted distinct states met in `generations` generations from `init`,
-        best first, leaving out those whose `state_key` is in `exclude` (e.g. already measured)."""
+    def search(self, init: Sequence[State], num_best: int, exclude: Collection[str] = frozenset(), *,
+               score: Callable[[Sequence[State]], np.ndarray] | None = None,
+               generations: int | None = None) -> list[State]:
+        """The `num_best` best-predicted distinct states met in `generations` generations (default the config's)
+        from `init`, best first, leaving out those whose `state_key` is in `exclude` (e.g. already measured).
+        `score` is the fitness (default: the cost model's, `self.score`; higher is better, -inf invalid)."""
+        score = score or self.score
         self.history = []
         pop = list(init)
         if not pop or num_best <= 0:
             return []
         seen: dict[tuple[Step, ...], tuple[float, State]] = {}
         scores = np.empty(0)
-        for gen in range(self.config.generations + 1):
+        for gen in range((self.config.generations if generations is None else generations) + 1):
             t0 = time.perf_counter()
             stats = GenerationStats(gen, len(pop), 0.0, 0.0, 0.0)
             if gen:
                 pop = self._children(pop, scores, stats)
-            scores = self.score(pop)
+            scores = score(pop)
             for s, v in zip(pop, scores):
                 if np.isfinite(v):
                     seen.setdefault(s.steps, (float(v), s))

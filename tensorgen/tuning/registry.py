@@ -26,6 +26,7 @@ from tensorgen.measure.runner import LocalRunner, Runner
 from tensorgen.registry import Registry
 from tensorgen.search.alt_policy import AltPolicy
 from tensorgen.search.policy import SearchPolicy
+from tensorgen.search.pruner_policy import PrunerPolicy
 from tensorgen.search.random_policy import RandomPolicy
 from tensorgen.search.sketch_policy import SketchPolicy
 
@@ -33,6 +34,7 @@ POLICIES: Registry[SearchPolicy] = Registry("search policy", TuneError)
 POLICIES.register("ansor", SketchPolicy.from_options)
 POLICIES.register("random", RandomPolicy)
 POLICIES.register("alt", AltPolicy)  # ALT's joint layout + loop search (search.alt_policy)
+POLICIES.register("pruner", PrunerPolicy.from_options)  # Pruner's draft-then-verify (search.pruner_policy)
 
 COST_MODELS: Registry[CostModel] = Registry("cost model", TuneError)
 COST_MODELS.register("xgb", XGBModel)

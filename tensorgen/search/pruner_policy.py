@@ -1,0 +1,135 @@
+"""Pruner's draft-then-verify search (Pruner §2.2-2.3) for one task: the static analyzer drafts, the learned cost
+model verifies.
+
+Every `draft_every` batches (and whenever the draft runs dry) an evolutionary search scored by the parameterized
+static analyzer alone (costmodel.psa: a formula, nothing to train) explores the space from random programs and the
+best measured ones and keeps its `potential` best programs (the paper's target space, 512). Each batch the learned
+cost model then verifies: one generation (`verify_generations`) of the evolution over the unmeasured part of the
+potential space, a `verify_random` share of fresh random programs and the best measured programs, and the batch is
+the best predicted of what it met, with an `eps_greedy` share (the paper: 0.1) of plain random programs so that the
+space the analyzer prunes stays reachable. Before the cost model has learned anything (`trained` false) the batch
+is the potential space in the analyzer's order.
+
+Everything else (sketches, annotation, mutations, the cost model's training, offers from similar tasks, resume) is
+Ansor's search, SketchPolicy, whose knobs are taken flat alongside these.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from tensorgen.costmodel.psa import StaticAnalyzer
+from tensorgen.errors import TuneError
+from tensorgen.features.extractor import state_key as feature_key
+from tensorgen.schedule.state import State
+from tensorgen.search.policy import state_key
+from tensorgen.search.sketch_policy import SketchConfig, SketchPolicy
+from tensorgen.task import SearchTask
+
+
+@dataclass(frozen=True)
+class DraftConfig:
+    """The knobs of the draft and the verification (module docstring); the paper's values by default."""
+
+    potential: int = 512  # programs the analyzer's search keeps (the target space)
+    draft_every: int = 4  # batches between drafts
+    draft_generations: int = 4  # of the analyzer's evolutionary search
+    verify_generations: int = 1  # of the cost model's
+    verify_random: float = 0.25  # random programs joining the verification, as a share of `potential`
+
+    def __post_init__(self) -> None:
+        if not (self.potential >= 1 and self.draft_every >= 1 and self.draft_generations >= 0
+                and self.verify_generations >= 0 and self.verify_random >= 0):
+            raise TuneError(f"need potential >= 1, draft_every >= 1, draft_generations >= 0, verify_generations >= 0 "
+                            f"and verify_random >= 0; got {self}")
+
+
+_DRAFT_KNOBS = tuple(f.name for f in fields(DraftConfig))
+
+
+class StaticScore:
+    """The analyzer's fitness of programs: 1 / estimated latency (-inf: not a program), cached per program."""
+
+    def __init__(self, analyzer: StaticAnalyzer, capacity: int = 100_000) -> None:
+        self.analyzer, self.capacity = analyzer, capacity
+        self._cache: OrderedDict[tuple, float] = OrderedDict()
+
+    def __call__(self, states: Sequence[State]) -> np.ndarray:
+        keys = [feature_key(s) for s in states]
+        missing = {k: s for k, s in zip(keys, states) if k not in self._cache}
+        for k, latency in zip(missing, self.analyzer.latencies(list(missing.values()))):
+            self._cache[k] = 1.0 / latency if math.isfinite(latency) and latency > 0 else -math.inf
+        while len(self._cache) > self.capacity:
+            self._cache.popitem(last=False)
+        return np.array([self._cache[k] if k in self._cache else -math.inf for k in keys])
+
+
+class PrunerPolicy(SketchPolicy):
+    """Pruner's search of `task` (module docstring): `draft` holds the draft's and the verification's knobs,
+    `config` Ansor's (its `eps_greedy` is the random share of each batch)."""
+
+    def __init__(self, task: SearchTask, cost_model=None, seed: int = 0, config: SketchConfig | None = None,
+                 draft: DraftConfig = DraftConfig(), **parts: Any) -> None:
+        super().__init__(task, cost_model, seed, config or SketchConfig(eps_greedy=0.1), **parts)
+        self.draft = draft
+        self.static = StaticScore(StaticAnalyzer(task.hw))
+        self.potential: list[State] = []  # the latest draft, best first
+        self.batches = 0
+
+    @classmethod
+    def from_options(cls, task: SearchTask, cost_model=None, seed: int = 0, **options: Any) -> PrunerPolicy:
+        """The policy with its knobs flat: DraftConfig's, SketchConfig's (eps_greedy 0.1 unless given, as in the
+        paper), and SketchPolicy's parts (sketches, rules, ...)."""
+        draft = DraftConfig(**{k: options.pop(k) for k in list(options) if k in _DRAFT_KNOBS})
+        policy = super().from_options(task, cost_model, seed, **{"eps_greedy": 0.1, **options})
+        policy.draft = draft
+        return policy
+
+    def _draft(self, offered: Sequence[State]) -> None:
+        """A new potential space: the analyzer's best programs met by an evolution from random and the best
+        measured programs."""
+        init = self._sample()
+        seeds = self.best_measured(int(self.config.seed_fraction * len(init))) + list(offered)
+        self.potential = self.evolution.search(init + seeds, self.draft.potential, exclude=self.seen,
+                                               score=self.static, generations=self.draft.draft_generations)
+
+    def _next_batch(self, n: int) -> list[State]:
+        out: list[State] = []
+        keys: set[str] = set()
+        offered, self._offered = self._offered, []
+        self._fresh(offered, max(n // 2, 1), out, keys)
+        for _ in range(self.config.patience):
+            if len(out) >= n:
+                break
+            pool = self._unseen(self.potential, keys)
+            if self.batches % self.draft.draft_every == 0 or len(pool) < n - len(out):
+                self._draft(offered)
+                pool = self._unseen(self.potential, keys)
+            self.batches += 1
+            need = n - len(out)
+            randoms = self.evolution.sample(max(1, int(self.draft.verify_random * self.draft.potential)))
+            n_random = min(need, int(round(self.config.eps_greedy * need)))
+            if self.cost_model.trained:
+                seeds = self.best_measured(int(self.config.seed_fraction * len(pool)))
+                best = self.evolution.search(pool + randoms + seeds, need, exclude=self.seen | keys,
+                                             generations=self.draft.verify_generations)
+            else:  # nothing learned yet: the analyzer's order
+                best = pool
+            self._fresh(best, need - n_random, out, keys)
+            self._fresh(randoms, n - len(out), out, keys)  # eps-greedy share
+            self._fresh(best, n - len(out), out, keys)  # too few random ones: more of the best
+        self.seen |= keys
+        return out
+
+    def _unseen(self, states: Sequence[State], keys: set[str]) -> list[State]:
+        return [s for s in states if (k := state_key(s)) not in self.seen and k not in keys]
+
+    def __repr__(self) -> str:
+        return (f"PrunerPolicy({self.task}, seed={self.seed}, {len(self.sketches)} sketches, "
+                f"{len(self.measured)} measured, {len(self.potential)} in the potential space)")

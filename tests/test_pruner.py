@@ -1,0 +1,148 @@
+"""Pruner's draft-then-verify search (search/pruner_policy.py) and the vectorized static analyzer it drafts with.
+
+The analyzer's stacked formula is checked against a statement-at-a-time reference written here from Pruner §2.3's
+CPU terms (the analyzer's docstring), on random programs of several tasks; the policy is checked for what it
+proposes (the analyzer's best before the model learns, never a program twice, seeded), and end to end: the best
+program it tunes computes what NumPy does.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from search_tasks import c2d_relu, gmm, make_task, nrm
+
+from tensorgen.build import build
+from tensorgen.costmodel.base import RandomModel
+from tensorgen.costmodel.psa import StaticAnalyzer
+from tensorgen.errors import TuneError
+from tensorgen.features.nest import program_statements
+from tensorgen.features.statement import Statement
+from tensorgen.search.policy import state_key
+from tensorgen.search.pruner_policy import PrunerPolicy
+from tensorgen.search.sketch_policy import SketchPolicy
+from tensorgen.te import ops
+from tensorgen.tuning.registry import POLICIES
+from tensorgen.tuning.tune import tune
+
+FLOAT_OPS = 7
+
+
+def reference_latency(psa: StaticAnalyzer, st: Statement) -> float:
+    """One statement's PSA latency, term by term (costmodel.psa's docstring), without stacking."""
+    hw, ext, n, lanes, kinds = psa.hw, np.asarray(st.extents, float), len(st.extents), psa.lanes, st.kinds
+    work = max(float(st.ops[:FLOAT_OPS].sum()), 1.0) * float(ext.prod())
+    vec = max((k for k in range(n) if kinds[k] == "vectorize"), default=None)
+    if vec is None and n and ext[-1] > 1 and st.accesses[0].coef[-1] == 1:
+        vec = n - 1
+    fill = ext[vec] / math.ceil(ext[vec] / lanes) if vec is not None else 1.0
+    p = float(np.prod([ext[k] for k in range(n) if kinds[k] == "parallel"] or [1.0]))
+    busy = p / math.ceil(p / hw.cores)
+    store = st.accesses[0]
+    reads = [a for a in st.accesses[1:] if a.buffer.name != store.buffer.name]
+    updates = any(a.buffer.name == store.buffer.name for a in st.accesses[1:])
+    reduce = [k for k in range(n) if updates and store.coef[k] == 0 and ext[k] > 1]
+    if reduce:
+        inner = range(reduce[-1] + 1, n)
+        in_vec = vec is not None and vec > reduce[-1]
+        acc = float(np.prod([ext[k] for k in inner])) / (fill if in_vec else 1.0)
+        loads = 0.0
+        for a in reads:
+            pts = float(np.prod([ext[k] for k in inner if a.coef[k] != 0]))
+            loads += pts / fill if in_vec and a.coef[vec] == 1 else pts
+        thread = (1 + loads / acc) * max((acc + loads) / hw.vector_registers, 1.0)
+        chains = max(psa.fma_chain / acc, 1.0)
+    else:
+        thread, chains = 1.0 + len(reads), 1.0
+    compute = work / (psa.peak() * 1e9) * (lanes / fill) * (hw.cores / busy) * thread * chains
+    line = float(hw.cache_line_bytes)
+    accesses = list({(a.buffer.name, tuple(a.coef)): a for a in st.accesses}.values())
+    feet = []
+    for a in accesses:
+        span = np.append(np.cumsum((a.coef * (ext - 1))[::-1])[::-1] + 1, 1.0)
+        points = np.append(np.cumprod(np.where(a.coef > 0, ext, 1.0)[::-1])[::-1], 1.0)
+        feet.append(np.minimum(np.minimum(span, points), a.buffer.size) * a.buffer.nbytes / max(a.buffer.size, 1))
+    fits = np.nonzero(np.sum(feet, axis=0) <= hw.l2_bytes)[0]
+    level = int(fits[0]) if fits.size else n
+    traffic = 0.0
+    for a, foot in zip(accesses, feet):
+        use = 1.0
+        if np.any(a.coef[level:] != 0):
+            unit = [ext[k] for k in range(level, n) if a.coef[k] == 1]
+            use = min(line, a.buffer.nbytes / max(a.buffer.size, 1) * max(unit, default=1.0)) / line
+        traffic += foot[level] * float(ext[:level].prod()) / use
+    return max(compute, traffic / (20.0 * hw.cores * 1e9))
+
+
+def gmm_relu_two_cores():
+    ins, (out,) = ops.make_gmm(24, 40, 56)
+    return make_task(ins, [ops.relu(out)], cores=2)
+
+
+@pytest.mark.parametrize("make", [gmm, c2d_relu, nrm, gmm_relu_two_cores])
+def test_the_stacked_analyzer_equals_the_statement_at_a_time_formula(make):
+    task = make()
+    programs = [program_statements(s) for s in SketchPolicy.from_options(task, workers=1).evolution.sample(120)]
+    psa = StaticAnalyzer(task.hw)
+    got = psa.program_latencies([*programs, None])
+    want = [sum(reference_latency(psa, st) for st in stmts) for stmts in programs]
+    np.testing.assert_allclose(got[:-1], want, rtol=1e-12)
+    assert got[-1] == math.inf and np.all(got[:-1] > 0)
+
+
+def test_before_the_model_learns_a_batch_is_the_analyzers_best_and_a_random_share():
+    task = c2d_relu()
+    policy = PrunerPolicy.from_options(task, RandomModel(0), potential=32, draft_generations=1, population=64,
+                                       workers=1)
+    batch = policy.next_batch(10)
+    assert len(policy.potential) == 32 and policy.draft.potential == 32 and policy.config.eps_greedy == 0.1
+    assert [s.steps for s in batch[:9]] == [s.steps for s in policy.potential[:9]]  # the analyzer's order
+    assert batch[9].steps not in {s.steps for s in policy.potential[:9]}  # one random program in ten
+    latencies = StaticAnalyzer(task.hw).latencies(policy.potential)
+    assert np.all(np.diff(latencies) >= 0)  # the potential space is kept best first
+
+
+def test_batches_never_repeat_and_the_draft_is_redone_every_few_batches():
+    policy = PrunerPolicy.from_options(gmm(), RandomModel(0), potential=16, draft_every=2, draft_generations=1,
+                                       population=32, workers=1)
+    drafts = []
+    seen: set[str] = set()
+    for _ in range(5):
+        batch = policy.next_batch(6)
+        keys = {state_key(s) for s in batch}
+        assert len(keys) == len(batch) == 6 and not keys & seen
+        seen |= keys
+        drafts.append(tuple(s.steps for s in policy.potential))
+    assert len(set(drafts)) >= 3  # batches 1, 3, 5 drafted (and whenever the potential space ran short)
+
+
+def test_same_seed_same_batches():
+    def batches(seed):
+        policy = PrunerPolicy.from_options(gmm(), RandomModel(0), seed=seed, potential=16, draft_generations=1,
+                                           population=32, workers=1)
+        return [[s.steps for s in policy.next_batch(5)] for _ in range(2)]
+
+    assert batches(3) == batches(3)
+
+
+def test_bad_options_say_which():
+    with pytest.raises(TuneError, match="potential >= 1"):
+        PrunerPolicy.from_options(gmm(), RandomModel(0), potential=0)
+    with pytest.raises(TuneError, match="no knob 'drafts'"):
+        PrunerPolicy.from_options(gmm(), RandomModel(0), drafts=3)
+    assert "pruner" in POLICIES
+
+
+def test_pruner_tunes_a_program_that_matches_numpy(tmp_path):
+    """Real measurements, the XGBoost model trained after the first 64 programs: the later batches are verified by
+    the model over the analyzer's potential space."""
+    task = gmm(32)
+    result = tune(task, trials=80, policy="pruner", batch_size=16, db=tmp_path / "p.db",
+                  policy_options={"potential": 64, "draft_generations": 1, "population": 128, "workers": 1})
+    assert result.trials == 80 and result.best_state is not None
+    rng = np.random.default_rng(0)
+    a, b = (rng.random((1, 32, 32), dtype=np.float32) for _ in range(2))
+    (c,) = build(result.best_state).run(a, b)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
