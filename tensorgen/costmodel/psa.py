@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorgen.errors import TensorgenError
+from tensorgen.features.access import footprints
 from tensorgen.features.layout import OP_CATEGORIES
 from tensorgen.features.nest import program_statements
 from tensorgen.features.statement import Statement
@@ -120,11 +121,7 @@ class StaticAnalyzer:
         n, A, L = s.coef.shape
         line, ext = float(self.hw.cache_line_bytes), s.ext[:, None, :]
         # bytes each access touches under each loop level (level L: one execution)
-        span = np.concatenate([np.cumsum((s.coef * (ext - 1))[..., ::-1], axis=2)[..., ::-1] + 1,
-                               np.ones((n, A, 1))], axis=2)
-        points = np.concatenate([np.cumprod(np.where(s.coef > 0, ext, 1.0)[..., ::-1], axis=2)[..., ::-1],
-                                 np.ones((n, A, 1))], axis=2)
-        feet = np.minimum(np.minimum(span, points), s.size[..., None]) * s.elem[..., None]
+        feet = np.minimum(footprints(s.coef, s.ext), s.size[..., None]) * s.elem[..., None]
         feet = np.where(s.distinct[..., None], feet, 0.0)  # one access per (buffer, strides)
         fits = feet.sum(1) <= self.hw.l2_bytes  # (n, L + 1); the last level always fits or nothing does
         level = np.where(fits.any(1), np.argmax(fits, axis=1), L)

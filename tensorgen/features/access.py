@@ -33,6 +33,16 @@ class Access:
     offset: int
 
 
+def footprints(coef: np.ndarray, ext: np.ndarray) -> np.ndarray:
+    """Unique elements each access touches under each loop level (the module docstring's approximation, not capped
+    by the buffer): `coef` (..., A, L) strides, `ext` (..., L) extents; the result is (..., A, L + 1), level L
+    being one execution of the statement (1 element)."""
+    e = ext[..., None, :]
+    span = np.cumsum((coef * (e - 1))[..., ::-1], axis=-1)[..., ::-1] + 1
+    points = np.cumprod(np.where(coef > 0, e, 1.0)[..., ::-1], axis=-1)[..., ::-1]
+    return np.concatenate([np.minimum(span, points), np.ones(coef.shape[:-1] + (1,))], axis=-1)
+
+
 def coefficients(index: Expr, loop_vars: list[Var], extents: np.ndarray) -> tuple[np.ndarray, int]:
     """|d index / d loop_var| for each loop (in elements) and the constant part of `index`."""
     terms, c = linear(index)

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from tensorgen.features.access import footprints
 from tensorgen.features.layout import (
     BUF_WIDTH,
     CURVE_POINTS,
@@ -126,23 +127,19 @@ def _rows(stmts: list[Statement], serial: np.ndarray, n_loops: int, names: tuple
         rows[at, off + 3 + pos] = 1.0
 
     # per access: footprints under each loop level, innermost moving loop and its stride
-    span = np.ones((n, A, L + 1))
-    points = np.ones((n, A, L + 1))
+    footprint = footprints(coef, ext)
     suffix = np.ones((n, L + 1))  # iterations of loops k.. (k = L: the statement alone)
     moving = np.zeros((n, A), dtype=bool)
     inner = np.zeros((n, A), dtype=int)
     stride = np.zeros((n, A))
     smallest = np.full((n, A), np.inf)
     if L:
-        span[..., :L] = np.cumsum((coef * (ext - 1)[:, None, :])[..., ::-1], axis=-1)[..., ::-1] + 1
-        points[..., :L] = np.cumprod(np.where(coef > 0, ext[:, None, :], 1.0)[..., ::-1], axis=-1)[..., ::-1]
         suffix[:, :L] = np.cumprod(ext[:, ::-1], axis=1)[:, ::-1]
         nz = coef != 0
         moving = nz.any(axis=-1)
         inner = L - 1 - np.argmax(nz[..., ::-1], axis=-1)
         stride = np.where(moving, np.take_along_axis(coef, inner[..., None], -1)[..., 0], 0.0)
         smallest = np.where(nz, coef, np.inf).min(axis=-1)
-    footprint = np.minimum(span, points)
     per_line = np.minimum(1.0, stride * elem / line)
     lines_each = np.where(moving, trip[:, None] / suffix[at[:, None], np.minimum(inner + 1, L)] * per_line, 1.0)
 
