@@ -20,13 +20,19 @@ class CostModel(Protocol):
     """What the search needs from a cost model: learn from measurements, rank candidates, persist.
 
     Made by a factory registered in tensorgen.tuning.registry.COST_MODELS, called as `factory(seed=...)`.
-    Subclass this protocol to inherit the default of `trained`."""
+    Subclass this protocol to inherit the defaults of `trained` and `dataflow`."""
 
     @property
     def trained(self) -> bool:
         """Whether the scores carry information yet: while they are random the search samples instead of
         evolving against noise, as TVM's SketchPolicy does with a random model. The default: always."""
         return True
+
+    @property
+    def dataflow(self) -> bool:
+        """Whether the model reads each program's data-flow row (features.dataflow), which the feature extractor
+        then appends as the program's last row. The default: no."""
+        return False
 
     def update(self, features: list[np.ndarray], throughputs: np.ndarray, groups: np.ndarray | None = None) -> None:
         """Add measured programs (throughput = flop / seconds; 0 for failures); ``groups`` are task ids."""

@@ -19,6 +19,7 @@ import numpy as np
 
 from tensorgen.errors import TensorgenError
 from tensorgen.features.ansor import batch_features
+from tensorgen.features.dataflow import dataflow_row
 from tensorgen.features.layout import N_FEATURES
 from tensorgen.features.nest import program_statements
 from tensorgen.schedule.state import State
@@ -31,15 +32,16 @@ def state_key(state: State) -> tuple:
 
 
 class FeatureExtractor:
-    """`extract(states)` -> one (n_statements, N_FEATURES) array per state, cached (LRU, `capacity`).
+    """`extract(states)` -> one (n_statements, N_FEATURES) array per state, cached (LRU, `capacity`); with
+    `dataflow`, one more row last: the program's data-flow row (features.dataflow, for PaCM).
 
     Returned arrays are read-only and shared with the cache, so repeated calls return identical
     objects; copy before modifying. `stats` counts hits/misses/failures and seconds spent lowering
     and computing features.
     """
 
-    def __init__(self, hw: HardwareParams, capacity: int = 200_000):
-        self.hw = hw
+    def __init__(self, hw: HardwareParams, capacity: int = 200_000, dataflow: bool = False):
+        self.hw, self.dataflow = hw, dataflow
         self.capacity = capacity
         self._cache: OrderedDict[tuple, np.ndarray] = OrderedDict()
         self.stats = {"hits": 0, "misses": 0, "failures": 0, "added": 0, "lower_s": 0.0, "features_s": 0.0}
@@ -103,6 +105,8 @@ class FeatureExtractor:
         t1 = time.perf_counter()
         self.stats["lower_s"] += t1 - t0
         out = [f if ok else np.zeros((0, N_FEATURES)) for f, ok in zip(batch_features(programs, self.hw), valid)]
+        if self.dataflow:  # the program's data-flow row last (features.dataflow)
+            out = [np.vstack([f, dataflow_row(p, self.hw)]) if ok else f for f, p, ok in zip(out, programs, valid)]
         for f in out:
             f.setflags(write=False)
         self.stats["features_s"] += time.perf_counter() - t1

@@ -105,7 +105,8 @@ class SketchPolicy(SearchPolicy):
         self.task, self.seed, self.config = task, seed, config
         self.rng = np.random.default_rng(seed)
         self.cost_model = cost_model if cost_model is not None else XGBModel(seed=seed)
-        self.extractor = extractor if extractor is not None else FeatureExtractor(task.hw)
+        self.extractor = extractor if extractor is not None \
+            else FeatureExtractor(task.hw, dataflow=self.cost_model.dataflow)
         self.annotation = annotation or AnnotationPolicy()
         self.skips = skips if skips is not None else Skips()
         self.sketches = list(sketches) if sketches is not None \

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from tensorgen.costmodel.base import CostModel, RandomModel
+from tensorgen.costmodel.pacm import PaCM
 from tensorgen.costmodel.xgb import XGBModel
 from tensorgen.errors import TuneError
 from tensorgen.measure.builder import Builder, LocalBuilder
@@ -39,6 +40,7 @@ POLICIES.register("pruner", PrunerPolicy.from_options)  # Pruner's draft-then-ve
 COST_MODELS: Registry[CostModel] = Registry("cost model", TuneError)
 COST_MODELS.register("xgb", XGBModel)
 COST_MODELS.register("random", RandomModel)
+COST_MODELS.register("pacm", PaCM)  # Pruner's pattern-aware model; "pacm:FILE" starts from a pretrained one
 
 BUILDERS: Registry[Builder] = Registry("builder", TuneError)
 BUILDERS.register("local", LocalBuilder)

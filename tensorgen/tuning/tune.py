@@ -169,8 +169,12 @@ def ablation_policy(name: str, task: SearchTask) -> tuple[str, dict[str, Any]]:
 
 
 def make_cost_model(cost_model: str | CostModel, seed: int = 0) -> CostModel:
-    """The cost model a name of tuning.registry.COST_MODELS stands for ("xgb", "random"); instances pass through."""
-    return COST_MODELS.create(cost_model, seed=seed) if isinstance(cost_model, str) else cost_model
+    """The cost model a name of tuning.registry.COST_MODELS stands for ("xgb", "random", "pacm"; "NAME:FILE" starts
+    from the saved model FILE, e.g. a pretrained "pacm:model.pt"); instances pass through."""
+    if not isinstance(cost_model, str):
+        return cost_model
+    name, _, path = cost_model.partition(":")
+    return COST_MODELS.create(name, seed=seed, **({"path": path} if path else {}))
 
 
 @dataclass(frozen=True)
