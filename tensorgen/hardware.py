@@ -321,12 +321,32 @@ def local_hardware(measure: bool = False, overrides: dict[str, Any] | None = Non
     return hw.replace(**changes) if changes else hw
 
 
+@cache
+def march_simd_bytes(march: str) -> int | None:
+    """The widest FP vector register gcc's `-march=MARCH` may use (64 with AVX-512F, 32 with AVX, else 16), from
+    the macros it predefines; None where gcc does not know the name."""
+    try:
+        run = subprocess.run(["gcc", f"-march={march}", "-dM", "-E", "-"], input="", capture_output=True, text=True,
+                             timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if run.returncode != 0:
+        return None
+    macros = set(re.findall(r"#define (__\w+__) 1", run.stdout))
+    return 64 if "__AVX512F__" in macros else 32 if "__AVX__" in macros else 16
+
+
 def hardware_for(target: Target | str) -> HardwareParams:
-    """Params for compiling to `target`: the local CPU, with `-cores=N` limiting threads (and peak with it)."""
+    """Params for compiling to `target`: the local CPU, with `-cores=N` limiting threads (and peak with it) and
+    `-mcpu=NAME` the vector width gcc may use for NAME (narrower than the machine's: `cpu -mcpu=haswell` makes AVX2
+    programs on an AVX-512 machine; peak scales with it)."""
     target = Target.parse(target)
     if target.kind == "cuda":
         raise TensorgenError("CUDA targets need a GPU machine; not supported yet")
     hw = local_hardware()
+    simd = march_simd_bytes(target.march) if target.get("mcpu") else None
+    if simd is not None and simd < hw.simd_bytes:
+        hw = hw.replace(simd_bytes=simd, peak_gflops=hw.peak_gflops and hw.peak_gflops * simd / hw.simd_bytes)
     if (text := target.get("cores")) is None:
         return hw
     if not text.isdigit() or int(text) < 1:

@@ -20,6 +20,7 @@ from tensorgen.hardware import (
     hardware_for,
     load_cache,
     local_hardware,
+    march_simd_bytes,
     parse_cpuinfo,
     parse_getconf,
     parse_key_values,
@@ -183,13 +184,21 @@ def test_hardware_for_targets():
     local = local_hardware()
     assert hardware_for("cpu") == local
     save_measurement(local.extra["fingerprint"], 200.0, 20.0)
-    one = hardware_for("cpu -mcpu=znver3 -cores=1")
-    assert one.cores == 1 and one.peak_gflops == pytest.approx(200.0 / local.cores) and one.bandwidth_gbs == 20.0
+    one = hardware_for("cpu -mcpu=znver3 -cores=1")  # AVX2: 32-byte vectors, narrower than an AVX-512 machine's
+    narrow = min(32, local.simd_bytes) / local.simd_bytes
+    assert one.cores == 1 and one.simd_bytes == min(32, local.simd_bytes) and one.bandwidth_gbs == 20.0
+    assert one.peak_gflops == pytest.approx(200.0 / local.cores * narrow)
     assert hardware_for("cpu -cores=64").peak_gflops == 200.0  # more threads than cores: no more peak
     with pytest.raises(TensorgenError, match="-cores must be a positive integer"):
         hardware_for("cpu -cores=zero")
     with pytest.raises(TensorgenError, match="CUDA targets need a GPU machine; not supported yet"):
         hardware_for("cuda -arch=sm_90")
+
+
+@pytest.mark.parametrize("march, simd", [("haswell", 32), ("skylake-avx512", 64), ("x86-64", 16),
+                                         ("no-such-cpu", None)])
+def test_vector_width_of_a_gcc_cpu_name(march, simd):
+    assert march_simd_bytes(march) == simd
 
 
 # ---------------------------------------------------------------- micro-benchmarks (tiny sizes)
