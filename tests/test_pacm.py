@@ -21,10 +21,10 @@ pytest.importorskip("torch")
 import torch  # noqa: E402
 
 from tensorgen.build import build  # noqa: E402
+from tensorgen.costmodel.base import CostModelError  # noqa: E402
 from tensorgen.costmodel.metrics import pairwise_accuracy  # noqa: E402
 from tensorgen.costmodel.pacm import PaCM, PaCMConfig, lambda_rank_loss  # noqa: E402
 from tensorgen.costmodel.psa import StaticAnalyzer  # noqa: E402
-from tensorgen.errors import TensorgenError  # noqa: E402
 from tensorgen.features.dataflow import TOKEN_FIELDS, WORKLOAD_FIELDS, split_dataflow  # noqa: E402
 from tensorgen.features.extractor import FeatureExtractor  # noqa: E402
 from tensorgen.search.sketch_policy import SketchPolicy  # noqa: E402
@@ -107,7 +107,7 @@ def test_a_saved_model_is_the_pretrained_copy_and_moves_by_momentum(tmp_path):
 def test_bad_model_files_say_so(tmp_path):
     bad = tmp_path / "bad.pt"
     bad.write_text("not a model")
-    with pytest.raises(TensorgenError, match="not a PaCM model file"):
+    with pytest.raises(CostModelError, match="not a PaCM model file"):
         make_cost_model(f"pacm:{bad}")
     run = subprocess.run([sys.executable, "-m", "tensorgen.cli", "tune", "gmm", "--shape", "16,16,16", "--trials", "1",
                           "--cost-model", f"pacm:{tmp_path / 'missing.pt'}"], capture_output=True, text=True)

@@ -7,7 +7,7 @@ import signal
 import sys
 import threading
 
-from tensorgen.cli import graph, hw, records, report, tune, worker
+from tensorgen.cli import costmodel, graph, hw, records, report, tune, worker
 from tensorgen.cli.args import ArgumentParser
 from tensorgen.errors import TensorgenError
 from tensorgen.version import __version__
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         fn=_demo
     )
     sub.add_parser("ops", help="list the operator benchmark suite (Ansor Appendix C)").set_defaults(fn=_ops)
-    for commands in (graph, hw, records, report, tune, worker):
+    for commands in (costmodel, graph, hw, records, report, tune, worker):
         commands.register(sub)
     args = parser.parse_args(argv)
     args.argv = ["tensorgen", *(sys.argv[1:] if argv is None else argv)]  # the command, as typed

@@ -12,7 +12,13 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["CostModel", "RandomModel", "normalize_throughput", "pack_features"]
+from tensorgen.errors import TensorgenError
+
+__all__ = ["CostModel", "CostModelError", "RandomModel", "normalize_throughput", "pack_features"]
+
+
+class CostModelError(TensorgenError, ValueError):
+    """A saved model that cannot be read: a missing file, another format."""
 
 
 @runtime_checkable

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorgen.costmodel.base import CostModel, normalize_throughput
+from tensorgen.costmodel.base import CostModel, CostModelError, normalize_throughput
 from tensorgen.errors import TensorgenError
 from tensorgen.features.dataflow import TOKEN_WIDTH, TOKENS, WORKLOAD_WIDTH, split_dataflow
 from tensorgen.features.layout import N_FEATURES
@@ -267,11 +267,11 @@ class PaCM(CostModel):
         try:
             meta = torch.load(path, map_location="cpu", weights_only=True)
         except OSError as err:
-            raise TensorgenError(f"{path}: cannot read the model ({err.strerror or err})") from None
+            raise CostModelError(f"{path}: cannot read the model ({err.strerror or err})") from None
         except Exception as err:  # torch raises many kinds (pickle, zip, runtime) for a file that is not one
-            raise TensorgenError(f"{path}: not a PaCM model file ({type(err).__name__})") from None
+            raise CostModelError(f"{path}: not a PaCM model file ({type(err).__name__})") from None
         if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
-            raise TensorgenError(f"{path}: not a {_FORMAT} file")
+            raise CostModelError(f"{path}: not a {_FORMAT} file")
         self.config = PaCMConfig(**{**asdict(self.config), **meta["config"]})
         self.net = _network(self.config, self.seed)
         self.net.load_state_dict(meta["state"])

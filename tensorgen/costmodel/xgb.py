@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import xgboost as xgb
 
-from tensorgen.costmodel.base import CostModel, normalize_throughput, pack_features
+from tensorgen.costmodel.base import CostModel, CostModelError, normalize_throughput, pack_features
 
 __all__ = ["XGBModel", "pack_sum_loss", "pack_sum_objective", "pack_sum_predict"]
 
@@ -46,7 +46,8 @@ def pack_sum_objective(
 
 
 class XGBModel(CostModel):
-    """Pack-sum XGBoost cost model; random (seeded) scores until ``min_samples`` programs have been measured."""
+    """Pack-sum XGBoost cost model; random (seeded) scores until ``min_samples`` programs have been measured
+    (`path`: start from a saved model)."""
 
     def __init__(
         self,
@@ -57,6 +58,7 @@ class XGBModel(CostModel):
         max_depth: int = 10,
         eta: float = 0.2,
         xgb_params: dict[str, Any] | None = None,
+        path: str | os.PathLike | None = None,
     ) -> None:
         self.seed = seed
         self.num_rounds = num_rounds
@@ -86,6 +88,8 @@ class XGBModel(CostModel):
         self._trained_on = 0
         self._loaded_best: dict[str, float] = {}
         self.booster: xgb.Booster | None = None
+        if path is not None:
+            self.load(path)
 
     @property
     def num_samples(self) -> int:
@@ -170,10 +174,15 @@ class XGBModel(CostModel):
 
     def load(self, path: str | os.PathLike) -> None:
         """Restore a saved model; later updates retrain on measurements given after the load (as in Ansor)."""
-        with open(path) as f:
-            meta = json.load(f)
-        if meta.get("format") != _FORMAT:
-            raise ValueError(f"{path}: not a {_FORMAT} file")
+        try:
+            with open(path) as f:
+                meta = json.load(f)
+        except OSError as err:
+            raise CostModelError(f"{path}: cannot read the model ({err.strerror or err})") from None
+        except ValueError:  # not JSON, not text
+            meta = None
+        if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
+            raise CostModelError(f"{path}: not a {_FORMAT} file")
         self.__init__(seed=meta["seed"], num_rounds=meta["num_rounds"], min_samples=meta["min_samples"])
         self.params = dict(meta["params"], nthread=self.nthread)
         self._n_features = meta["n_features"]
