@@ -91,3 +91,18 @@ def test_tune_gmm_bench_smoke(tmp_path, capsys):
     data = json.loads(out.read_text())
     assert data["ratio"] == pytest.approx(data["tuned_gflops"] / data["numpy_gflops"]) and data["reliable"]
     assert "rounds" in capsys.readouterr().out
+
+
+def test_dataset_bench_measures_random_then_searched_programs_and_resumes(tmp_path, capsys):
+    from tensorgen.tuning.training import load_training_set
+
+    dataset = _bench_module("dataset")
+    db = tmp_path / "d.db"
+    argv = ["--models", "dcgan", "--programs", "2", "--db", str(db), "--minutes", "0"]
+    assert dataset.main(argv) == 0  # one task, then the time is up
+    out = capsys.readouterr().out
+    data = load_training_set([db], min_programs=1)
+    assert len(data.tasks) == 1 and data.tasks[0].target == "cpu" and 1 <= data.programs <= 2  # a small space
+    assert f"[1/7] dcgan: transpose (0.0 MFLOP): {data.programs} programs" in out
+    assert "stopped after 0.0 minutes, 1 of 7" in out
+    assert dataset.main(argv) == 0 and load_training_set([db], min_programs=1).programs == data.programs  # resumed
