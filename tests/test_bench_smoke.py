@@ -106,3 +106,27 @@ def test_dataset_bench_measures_random_then_searched_programs_and_resumes(tmp_pa
     assert f"[1/7] dcgan: transpose (0.0 MFLOP): {data.programs} programs" in out
     assert "stopped after 0.0 minutes, 1 of 7" in out
     assert dataset.main(argv) == 0 and load_training_set([db], min_programs=1).programs == data.programs  # resumed
+
+
+def test_pruner_quality_bench_tables(tmp_path):
+    """Both tables from two small databases of random programs: the cost models on a task they were not trained on,
+    and PSA's pruned space (whose Best-1 can only be at most 1: the space's best over a subset's best)."""
+    from search_tasks import gmm, nrm
+
+    from tensorgen.tuning.tune import tune
+
+    train, test = tmp_path / "train.db", tmp_path / "test.db"
+    tune(gmm(32), trials=16, policy="random", batch_size=16, db=train)
+    tune(nrm(), trials=20, policy="random", batch_size=20, db=test)
+    quality = _bench_module("pruner_quality")
+    out = tmp_path / "models.json"
+    assert quality.main(["models", "--train-db", str(train), "--test-db", str(test), "--online", "8", "--steps", "10",
+                         "--workdir", str(tmp_path), "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["test_tasks"] == 1 and report["train_tasks"] == 1 and len(report["models"]) == 6
+    assert all(0 <= m["pairwise"] <= 1 and 0 < m["top-5"] <= 1 for m in report["models"].values())
+    out = tmp_path / "psa.json"
+    assert quality.main(["psa", "--db", str(test), "--db", str(train), "--sizes", "4,8", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["tasks"] == 2 and set(report["best_k"]) == {"size 4", "size 8"}
+    assert all(0 < v <= 1 for size in report["best_k"].values() for v in size.values())
