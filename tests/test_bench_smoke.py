@@ -130,3 +130,11 @@ def test_pruner_quality_bench_tables(tmp_path):
     report = json.loads(out.read_text())
     assert report["tasks"] == 2 and set(report["best_k"]) == {"size 4", "size 8"}
     assert all(0 < v <= 1 for size in report["best_k"].values() for v in size.values())
+
+
+def test_pruner_networks_time_to_reach_ansor():
+    networks = _bench_module("pruner_networks")
+    curve = [(1.0, 16, 9.0), (2.0, 32, 5.0), (3.5, 48, 4.0)]
+    assert networks.time_to_reach(curve, 5.0) == (2.0, 32) and networks.time_to_reach(curve, 3.9) is None
+    with pytest.raises(SystemExit, match="need ansor"):
+        networks.main(["--variants", "pruner"])

@@ -1,0 +1,108 @@
+"""Pruner's headline on this machine (Pruner §3.3, Fig. 10): the search time Pruner needs to reach the latency Ansor
+reaches with its whole budget, on whole networks.
+
+    python bench/pruner_networks.py --models resnet50,mobilenet_v2 --trials 2000 [--pretrained model.pt] \\
+                                    [--variants ansor,pruner,pruner-mtl] [--dbs pruner_networks] [--json F]
+
+Variants, each from an empty database `<dbs>_<model>_<variant>.db`, one after the other in one run:
+
+    ansor       Ansor: sketch policy, XGBoost learned online
+    pruner      Pruner without transfer: draft-then-verify (policy "pruner"), PaCM learned online
+    pruner-mtl  Pruner: draft-then-verify, PaCM pretrained (`--pretrained`, tensorgen costmodel train) with
+                momentum transfer
+
+Each run's curve is the task scheduler's estimated end-to-end latency (sum of each task's best measured latency
+times its weight) against wall-clock seconds. The figures: Ansor's final estimate and time; for every other variant
+the first time its estimate is at or below Ansor's final one (and the ratio of Ansor's time to it), and its final
+estimate. Time the compiled models next to ONNX Runtime with bench/networks.py --trials 0 --db <the database>.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import thread_env  # noqa: E402, F401  (first: the thread counts of NumPy and torch)
+
+from tensorgen.graph.backend.tasks import extract_tasks  # noqa: E402
+from tensorgen.graph.load import load_graph  # noqa: E402
+from tensorgen.tuning.progress import SchedulerProgress  # noqa: E402
+from tensorgen.tuning.scheduler import TaskScheduler  # noqa: E402
+
+VARIANTS = {"ansor": ("ansor", "xgb"), "pruner": ("pruner", "pacm"), "pruner-mtl": ("pruner", "pacm:{pretrained}")}
+
+
+def run_variant(model: str, variant: str, trials: int, db: str, pretrained: str | None, seed: int) -> dict[str, Any]:
+    policy, cost_model = VARIANTS[variant]
+    if "{pretrained}" in cost_model:
+        if pretrained is None:
+            raise SystemExit(f"variant {variant} needs --pretrained MODEL.pt (tensorgen costmodel train)")
+        cost_model = cost_model.format(pretrained=pretrained)
+    graph = load_graph(model)
+    curve: list[tuple[float, int, float]] = []
+
+    def record(p: SchedulerProgress) -> None:
+        latency = p.models.get(graph.name)
+        if p.phase == "round" and latency is not None:
+            curve.append((p.elapsed_s, p.trials_done, latency))
+            if len(curve) % 10 == 0:
+                print(f"  {variant} {model}: {p.trials_done}/{p.trials} trials, {p.elapsed_s:.0f} s, estimate "
+                      f"{latency * 1e3:.3f} ms", flush=True)
+
+    scheduler = TaskScheduler.from_models({graph.name: extract_tasks(graph)}, seed=seed, callbacks=[record])
+    t0 = time.perf_counter()
+    result = scheduler.tune(trials, db=db, policy=policy, cost_model=cost_model)
+    return {"variant": variant, "policy": policy, "cost_model": cost_model, "db": db, "trials": result.trials,
+            "wall_s": time.perf_counter() - t0, "final_ms": curve[-1][2] * 1e3 if curve else None,
+            "curve": [(round(t, 2), n, lat * 1e3) for t, n, lat in curve]}
+
+
+def time_to_reach(curve: list, target_ms: float) -> tuple[float, int] | None:
+    """(seconds, trials) at the first point of `curve` at or below `target_ms`; None if it never gets there."""
+    return next(((t, n) for t, n, ms in curve if ms <= target_ms), None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default="resnet50,mobilenet_v2")
+    p.add_argument("--trials", type=int, default=2000)
+    p.add_argument("--variants", default="ansor,pruner,pruner-mtl")
+    p.add_argument("--pretrained", default=None, help="a PaCM file (tensorgen costmodel train) for pruner-mtl")
+    p.add_argument("--dbs", default="pruner_networks", help="prefix of the databases")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None)
+    p.add_argument("--threads", default="2", help="(read by thread_env)")
+    args = p.parse_args(argv)
+    variants = args.variants.split(",")
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown or "ansor" not in variants:
+        raise SystemExit(f"--variants: need ansor and any of {', '.join(VARIANTS)}; unknown: {unknown}")
+    report: dict[str, Any] = {"trials": args.trials, "models": {}}
+    for model in args.models.split(","):
+        runs = {v: run_variant(model, v, args.trials, f"{args.dbs}_{model}_{v}.db", args.pretrained, args.seed)
+                for v in variants}
+        base = runs["ansor"]
+        rows = {}
+        for v, run in runs.items():
+            reach = time_to_reach(run["curve"], base["final_ms"]) if base["final_ms"] is not None else None
+            rows[v] = {"final_ms": run["final_ms"], "wall_s": run["wall_s"],
+                       "reaches_ansor_final_at_s": reach[0] if reach else None,
+                       "reaches_ansor_final_at_trials": reach[1] if reach else None,
+                       "time_ratio": reach[0] / base["wall_s"] if reach else None}
+            final = f"{run['final_ms']:.3f} ms" if run["final_ms"] is not None else "- (a task has no program yet)"
+            print(f"{model} {v}: final {final} in {run['wall_s']:.0f} s; reaches Ansor's final "
+                  + (f"at {reach[0]:.0f} s ({reach[1]} trials, {reach[0] / base['wall_s']:.2f}x Ansor's time)"
+                     if reach else "never"), flush=True)
+        report["models"][model] = {"summary": rows, "runs": runs}
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
