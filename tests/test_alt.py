@@ -304,3 +304,35 @@ def test_the_other_layouts_start_from_the_own_layouts_best_loops(monkeypatch):
     challenger = policy.next_batch(2)
     assert all(state_layouts(s) for s in challenger)
     assert loop_steps(own[2]) in [loop_steps(s) for s in challenger]
+
+
+SMALL_SUITE = {  # every operator family of the suite at a small shape, batch 2 (the template tiles N too)
+    "C1D": (20, 8, 16, 3, 2, 1), "C2D": (9, 9, 4, 8, 3, 2, 1), "C3D": (4, 6, 6, 4, 8, 3, 1, 1),
+    "GMM": (16, 24, 8), "GRP": (8, 8, 8, 16, 3, 1, 1, 4), "DIL": (12, 12, 4, 8, 3, 1, 2, 2),
+    "DEP": (8, 8, 16, 3, 1, 1), "T2D": (4, 4, 8, 8, 4, 2, 1), "CAP": (6, 6, 4, 8, 3, 1, 1, 2),
+    "ConvLayer": (8, 8, 4, 8, 3, 1, 1), "TBS": (8, 4, 16),
+}
+
+
+@pytest.mark.parametrize("op", sorted(SMALL_SUITE))
+def test_every_operator_familys_template_layouts_compute_the_same(op):
+    """The tiling template on each operator family of the suite (conv 1-d/2-d/3-d, grouped, dilated, depthwise,
+    transposed, capsule, conv + epilogue, GEMM, batched transposed matmul): a few sampled layouts of its operands
+    and output, laid out, compute what the task does, checked with NumPy-packed arrays."""
+    from tensorgen.te.ops.suite import SUITE
+
+    make, _ = SUITE[op]
+    inputs, outputs = make(*SMALL_SUITE[op], batch=2)
+    task = make_task(inputs, outputs, cores=2)
+    rng = np.random.default_rng(0)
+    arrays = [rng.uniform(-1, 1, t.shape).astype("float32") for t in task.dag.inputs]
+    want = build(State(task.dag)).run(*arrays)
+    candidates = layout_candidates(task, 4, "tiling", np.random.default_rng(1))
+    assert len(candidates) >= 2, f"{op}: the template offers no layout"
+    for layouts in candidates[1:]:
+        packed = [Layout.of(x.shape, layouts[t.name]).pack(x) if t.name in layouts else x
+                  for t, x in zip(task.dag.inputs, arrays)]
+        got = build(State(lay_out(task.dag, layouts))).run(*packed)
+        for t, g, w in zip(task.dag.outputs, got, want):
+            g = Layout.of(w.shape, layouts[t.name]).unpack(g) if t.name in layouts else g
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4, err_msg=f"{op} {layouts}")
