@@ -17,6 +17,8 @@ from tensorgen.dag import ComputeDAG
 from tensorgen.te.ops.suite import SUITE
 from tensorgen.tuning.tune import ABLATIONS, TuneError, ablation_policy, make_policy, make_task, tune
 
+pytestmark = pytest.mark.serial  # measures with real timeouts: run alone, not beside other tests
+
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 torch = pytest.importorskip("torch")
 

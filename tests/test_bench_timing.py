@@ -15,6 +15,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from tensorgen import timing  # noqa: E402
 
+pytestmark = pytest.mark.serial  # measures with real timeouts: run alone, not beside other tests
+
 # 1 warm-up call (warm_s=0) + 3 samples of 1 call: an engine's k-th block is its calls 4k..4k+3
 FAST = timing.Protocol(rounds=3, max_rounds=7, bound=0.1, samples=3, calls=1, pause_s=0.0, warm_s=0.0,
                       clock=time.thread_time)

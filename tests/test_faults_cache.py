@@ -19,6 +19,8 @@ from tensorgen.runtime.model import CompiledModel
 from tensorgen.te.ops.suite import make_gmm
 from tensorgen.tuning.tune import tune
 
+pytestmark = pytest.mark.serial  # measures with real timeouts: run alone, not beside other tests
+
 SCALE = "void scale(float* restrict x, float* restrict y) { for (int i = 0; i < 64; i++) y[i] = 3.0f * x[i]; }\n"
 
 

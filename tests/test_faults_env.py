@@ -26,6 +26,8 @@ from tensorgen.search.random_policy import RandomPolicy
 from tensorgen.te.ops.suite import make_gmm
 from tensorgen.tuning.tune import MeasureConfig, make_task, tune
 
+pytestmark = pytest.mark.serial  # measures with real timeouts: run alone, not beside other tests
+
 ROOT = Path(__file__).resolve().parents[1]
 TUNE = ["tune", "gmm", "--shape", "32,32,32", "--trials", "4", "--batch-size", "4", "--policy", "random"]
 

@@ -30,6 +30,8 @@ from tensorgen.schedule import State
 from tensorgen.target import HardwareParams, Target
 from tensorgen.task import SearchTask
 
+pytestmark = pytest.mark.serial  # measures with real timeouts: run alone, not beside other tests
+
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = "cpu -cores=2 -mcpu=x86-64"
 

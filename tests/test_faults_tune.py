@@ -17,6 +17,8 @@ import pytest
 
 from tensorgen.tuning.tune import RETIMES
 
+pytestmark = pytest.mark.serial  # measures with real timeouts: run alone, not beside other tests
+
 REPO = Path(__file__).resolve().parents[1]
 TUNE = [sys.executable, "-m", "tensorgen.cli", "tune", "gmm", "--shape", "64,64,64", "--batch-size", "4",
         "--target", "cpu -cores=2"]

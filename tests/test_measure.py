@@ -24,6 +24,8 @@ from tensorgen.measure.runner import LocalRunner, compare_outputs
 from tensorgen.target import HardwareParams, Target
 from tensorgen.task import SearchTask
 
+pytestmark = pytest.mark.serial  # measures with real timeouts: run alone, not beside other tests
+
 AT_START = {
     "segfault": "*(volatile int*)0 = 0;",
     "abort": "abort();",
@@ -211,7 +213,6 @@ def test_give_up_factor_is_relative_to_the_fastest_so_far(builder):
     assert runner.give_up_after(t) == pytest.approx(1.5 * first.median_cost)
 
 
-@pytest.mark.timing
 def test_a_small_kernel_is_not_given_up_for_its_cold_first_call(builder):
     """The first call of a fresh harness starts the OpenMP threads: milliseconds, many times a small
     kernel. Judged by it, every candidate after a fast one was timed by that call alone (GMM 128: most
@@ -267,7 +268,6 @@ def test_model_inputs_are_rewritten_by_the_threads_before_every_call(builder):
     assert_good(measure(builder, LocalRunner(), [inp])[0])
 
 
-@pytest.mark.timing
 def test_evicting_weights_does_not_stretch_a_repeat_past_min_repeat_ms(builder):
     """Evicting a GEMV's 5 MB of weights costs ~20x its call. Growing `number` until the calls alone
     filled min_repeat_ms made each repeat take 20x that: MobileNet's fc candidates, the fastest most
@@ -290,7 +290,6 @@ def test_evicting_weights_does_not_stretch_a_repeat_past_min_repeat_ms(builder):
     assert run.wall_seconds < 3 * 3 * 0.05 + 0.5  # three repeats of ~50 ms, not ~1 s each
 
 
-@pytest.mark.timing
 def test_timing_noise(builder):
     """The runner's costs are the program's time, not noise or overhead: ten measurements of one program agree
     (interquartile range within 25% of the median; a runner that timed one cold call, or let the flush or the

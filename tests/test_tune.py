@@ -21,6 +21,8 @@ from tensorgen.search.random_policy import RandomPolicy
 from tensorgen.te.ops.suite import make_gmm
 from tensorgen.tuning.tune import MeasureConfig, TuneError, TuneProgress, make_task, tune
 
+pytestmark = pytest.mark.serial  # measures with real timeouts: run alone, not beside other tests
+
 FAST = dict(policy="random", batch_size=8, measure=MeasureConfig(build_timeout=20.0, run_timeout=5.0))
 
 
