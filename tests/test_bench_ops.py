@@ -17,8 +17,6 @@ from tensorgen.dag import ComputeDAG
 from tensorgen.te.ops.suite import SUITE
 from tensorgen.tuning.tune import ABLATIONS, TuneError, ablation_policy, make_policy, make_task, tune
 
-pytestmark = pytest.mark.serial  # measures with real timeouts: run alone, not beside other tests
-
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 torch = pytest.importorskip("torch")
 
@@ -72,6 +70,7 @@ def test_torch_reference_is_the_same_math(op):
     assert ops.check(naive * 1.01 + 0.1, ref64, "wrong") is not None
 
 
+@pytest.mark.serial  # times candidates and checks what the timing says: alone, not beside other tests
 def test_ops_bench_smoke(tmp_path, capsys):
     ops = load_bench("ops")
     out = tmp_path / "ops.json"
@@ -103,6 +102,7 @@ def test_ops_bench_smoke(tmp_path, capsys):
     assert "GMM(16,16,16) batch=1" in printed and "geometric mean" in printed
 
 
+@pytest.mark.serial  # times candidates and checks what the timing says: alone, not beside other tests
 def test_ops_bench_resumes_from_db_and_reports_mismatch(tmp_path, monkeypatch, capsys):
     """With --db the budget is a total (a second run measures nothing new); a wrong answer is an
     error, never a speed."""
@@ -209,6 +209,7 @@ def test_parse_workload_accepts_zero_padding():
     assert name == "C2D" and config[-1] == 0 and dag.flop_count > 0
 
 
+@pytest.mark.serial  # times candidates and checks what the timing says: alone, not beside other tests
 def test_unreliable_cases_are_marked_and_left_out_of_the_means(tmp_path, capsys):
     """A bound no timing can meet: the case is re-measured up to --max-rounds, then published as
     UNRELIABLE with its spreads, and the geometric means leave it out."""
@@ -227,6 +228,7 @@ def test_unreliable_cases_are_marked_and_left_out_of_the_means(tmp_path, capsys)
     assert data["summary"] == {}
 
 
+@pytest.mark.serial  # times candidates and checks what the timing says: alone, not beside other tests
 def test_load_option_runs_a_competing_process(tmp_path):
     ops = load_bench("ops")
     out = tmp_path / "ops.json"

@@ -116,8 +116,8 @@ def test_pruner_quality_bench_tables(tmp_path):
     from tensorgen.tuning.tune import tune
 
     train, test = tmp_path / "train.db", tmp_path / "test.db"
-    tune(gmm(32), trials=16, policy="random", batch_size=16, db=train)
-    tune(nrm(), trials=20, policy="random", batch_size=20, db=test)
+    tune(gmm(16), trials=12, policy="random", batch_size=12, db=train)
+    tune(nrm(), trials=16, policy="random", batch_size=16, db=test)
     quality = _bench_module("pruner_quality")
     out = tmp_path / "models.json"
     assert quality.main(["models", "--train-db", str(train), "--test-db", str(test), "--online", "8", "--steps", "10",
@@ -126,9 +126,9 @@ def test_pruner_quality_bench_tables(tmp_path):
     assert report["test_tasks"] == 1 and report["train_tasks"] == 1 and len(report["models"]) == 6
     assert all(0 <= m["pairwise"] <= 1 and 0 < m["top-5"] <= 1 for m in report["models"].values())
     out = tmp_path / "psa.json"
-    assert quality.main(["psa", "--db", str(test), "--db", str(train), "--sizes", "4,8", "--json", str(out)]) == 0
+    assert quality.main(["psa", "--db", str(test), "--db", str(train), "--sizes", "3,6", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
-    assert report["tasks"] == 2 and set(report["best_k"]) == {"size 4", "size 8"}
+    assert report["tasks"] == 2 and set(report["best_k"]) == {"size 3", "size 6"}
     assert all(0 < v <= 1 for size in report["best_k"].values() for v in size.values())
 
 

@@ -21,8 +21,6 @@ from tensorgen.errors import MemoryBudgetError
 from tensorgen.graph.ir import GraphError
 from tensorgen.graph.load import load_graph
 
-pytestmark = pytest.mark.serial  # measures with real timeouts: run alone, not beside other tests
-
 ROOT = Path(__file__).resolve().parents[1]
 ADDRESS_SPACE = 4 << 30
 TIMEOUT = 120  # seconds; each file takes a few, most of it importing tensorgen

@@ -30,8 +30,6 @@ from tensorgen.schedule import State
 from tensorgen.target import HardwareParams, Target
 from tensorgen.task import SearchTask
 
-pytestmark = pytest.mark.serial  # measures with real timeouts: run alone, not beside other tests
-
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = "cpu -cores=2 -mcpu=x86-64"
 
@@ -184,6 +182,7 @@ def test_steps_that_do_not_replay_are_skipped_by_db_best(records_db, tmp_path, c
 # tune (resume) and build, in their own processes
 
 
+@pytest.mark.serial  # counts what a tuning run measured: alone, where no candidate times out for another's load
 def test_tune_resumes_past_corrupt_records(tmp_path):
     argv = ["tune", "gmm", "--shape", "16,16,16", "--policy", "random", "--db", "t.db"]
     first = run_cli([*argv, "--trials", "4", "--batch-size", "4"], tmp_path)
@@ -333,6 +332,7 @@ def _limit_file_size(limit: int):
     return preexec
 
 
+@pytest.mark.serial  # counts what a tuning run measured: alone, where no candidate times out for another's load
 @pytest.mark.parametrize("how", ["tmpfs", "rlimit"])
 def test_full_disk_during_tuning_is_one_line_and_keeps_what_was_committed(how, tmp_path):
     directory = tmp_path / "small"

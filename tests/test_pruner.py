@@ -17,6 +17,7 @@ from search_tasks import c2d_relu, gmm, make_task, nrm
 from tensorgen.build import build
 from tensorgen.costmodel.base import RandomModel
 from tensorgen.costmodel.psa import StaticAnalyzer
+from tensorgen.costmodel.xgb import XGBModel
 from tensorgen.errors import TuneError
 from tensorgen.features.nest import program_statements
 from tensorgen.features.statement import Statement
@@ -136,12 +137,12 @@ def test_bad_options_say_which():
 
 
 def test_pruner_tunes_a_program_that_matches_numpy(tmp_path):
-    """Real measurements, the XGBoost model trained after the first 64 programs: the later batches are verified by
+    """Real measurements, the XGBoost model trained after the first 16 programs: the second batch is verified by
     the model over the analyzer's potential space."""
-    task = gmm(32)
-    result = tune(task, trials=80, policy="pruner", batch_size=16, db=tmp_path / "p.db",
-                  policy_options={"potential": 64, "draft_generations": 1, "population": 128, "workers": 1})
-    assert result.trials == 80 and result.best_state is not None
+    model = XGBModel(min_samples=16)
+    result = tune(gmm(32), trials=32, policy="pruner", cost_model=model, batch_size=16, db=tmp_path / "p.db",
+                  policy_options={"potential": 32, "draft_generations": 1, "population": 64, "workers": 1})
+    assert result.trials == 32 and result.best_state is not None and model.trained
     rng = np.random.default_rng(0)
     a, b = (rng.random((1, 32, 32), dtype=np.float32) for _ in range(2))
     (c,) = build(result.best_state).run(a, b)
