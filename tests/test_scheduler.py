@@ -17,6 +17,7 @@ import pytest
 from tensorgen.build import build
 from tensorgen.costmodel.xgb import XGBModel
 from tensorgen.dag import ComputeDAG
+from tensorgen.measure.types import ErrorKind
 from tensorgen.records import SQLiteDatabase
 from tensorgen.records.record import steps_hash
 from tensorgen.target import HardwareParams, Target
@@ -378,8 +379,11 @@ def test_end_to_end_with_the_real_tuner_and_resume(tmp_path):
     assert "Estimated total latency" in plain.getvalue()
 
     # relu(32) has few distinct programs: it may run out, and the scheduler then drops it
+    with SQLiteDatabase(path) as db:  # a program that failed for the machine's sake (a timeout under load) is
+        again = sum(ErrorKind(r.error_kind).retryable for t in tasks for r in db.records(t.workload_key, "cpu"))
     second = sched.tune(4, db=path, policy="random", measure=MeasureConfig(build_timeout=20.0, run_timeout=5.0))
-    assert second.trials == 4 and sum(r.trials for r in second.rows) == 16  # resumed counts continue
+    # resumed counts continue; a program measured again is one trial of this call, not a new program
+    assert second.trials == 4 and 16 - again <= sum(r.trials for r in second.rows) <= 16
     assert sum(r.rounds for r in second.rows) == 1 + sum(math.ceil(r.trials / 4) for r in first.rows)
     assert all(s <= f for s, f in zip(second.best_costs, first.best_costs))
     with SQLiteDatabase(path) as db:
