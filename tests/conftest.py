@@ -27,10 +27,15 @@ def evaluate(request):
 
 @pytest.fixture(autouse=True, scope="session")
 def _kernel_cache(tmp_path_factory):
-    """Compiled kernels go to a per-session cache so tests never see stale objects."""
+    """Compiled kernels go to a cache of this test run so tests never see stale objects; the workers of one run
+    (pytest-xdist) share it (entries are written by rename: a reader never sees a partial one), and so compile a
+    kernel the other worker compiled only once. $TENSORGEN_CACHE_DIR, where set, wins."""
     import os
 
-    os.environ.setdefault("TENSORGEN_CACHE_DIR", str(tmp_path_factory.mktemp("kernels")))
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "kernels"
+    shared.mkdir(exist_ok=True)
+    os.environ.setdefault("TENSORGEN_CACHE_DIR", str(shared))
 
 
 @pytest.fixture
@@ -40,3 +45,20 @@ def fresh_kernel_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("TENSORGEN_CACHE_DIR", str(d))
     monkeypatch.delenv("CC", raising=False)
     return d
+
+
+@pytest.fixture
+def quick_timing(monkeypatch):
+    """`tensorgen bench` and the other users of tensorgen.timing.Protocol time in two rounds without pauses: for
+    tests of what a command reports, not of how steady the timing is."""
+    from dataclasses import dataclass
+
+    import tensorgen.timing as timing
+
+    @dataclass(frozen=True)
+    class QuickProtocol(timing.Protocol):
+        max_rounds: int = 2
+        pause_s: float = 0.0
+        warm_s: float = 0.0
+
+    monkeypatch.setattr(timing, "Protocol", QuickProtocol)

@@ -32,7 +32,7 @@ def _bench(tmp_path, capsys) -> tuple[int, str, dict]:
     return rc, capsys.readouterr().out, json.loads((tmp_path / "b.json").read_text())
 
 
-def test_bench_reports_the_speedup_of_a_correct_output(tmp_path, capsys):
+def test_bench_reports_the_speedup_of_a_correct_output(tmp_path, capsys, quick_timing):
     rc, out, result = _bench(tmp_path, capsys)
     assert rc == 0 and "as fast" in out and "WRONG OUTPUT" not in out
     assert result["output_ok"] is True and result["max_rel_err_vs_onnxruntime"] <= result["output_rtol"]
@@ -41,7 +41,7 @@ def test_bench_reports_the_speedup_of_a_correct_output(tmp_path, capsys):
     assert result["torch_ms"] is None and "torch " not in out
 
 
-def test_bench_refuses_a_speedup_for_a_wrong_output(tmp_path, capsys, monkeypatch):
+def test_bench_refuses_a_speedup_for_a_wrong_output(tmp_path, capsys, monkeypatch, quick_timing):
     """Against a peer that computes twice the model, tensorgen's output differs: no speedup, exit 1."""
     real = compare.onnxruntime_engine
 

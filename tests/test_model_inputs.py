@@ -151,7 +151,7 @@ def test_inputs_that_do_not_match_the_model_are_one_line_naming_the_input(gpt2, 
     assert "inputs file 'junk.npz' is not an .npz of arrays" in capsys.readouterr().err
 
 
-def test_a_gpt2_style_model_benches_end_to_end_with_its_outputs_equal_to_onnxruntime(gpt2, capsys):
+def test_a_gpt2_style_model_benches_end_to_end_with_its_outputs_equal_to_onnxruntime(gpt2, capsys, quick_timing):
     assert main(["bench", gpt2, "--shape", "input_ids=1x16", "--candidates", "1", "--blocks", "2", "--threads", "1",
                  "--json", "b.json"]) == 0
     out = capsys.readouterr().out

@@ -29,7 +29,7 @@ from tensorgen.target import HardwareParams, Target  # noqa: E402
 from tensorgen.task import SearchTask  # noqa: E402
 from tensorgen.tuning.tune import MeasureConfig, tune  # noqa: E402
 
-pytestmark = [pytest.mark.ray, pytest.mark.serial, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 
 TARGET = "cpu"  # test_measure's tasks
 OTHER = "cpu -cores=1"

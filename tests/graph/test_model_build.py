@@ -260,7 +260,7 @@ def test_c_example_runs_the_model_without_python(tmp_path):
                                rtol=1e-6)
 
 
-def test_cli_models_build_bench(tmp_path, capsys, monkeypatch):
+def test_cli_models_build_bench(tmp_path, capsys, monkeypatch, quick_timing):
     monkeypatch.chdir(tmp_path)  # no tuning.db here, and no --db: every kernel untuned
     assert cli(["models"]) == 0
     assert "resnet50" in capsys.readouterr().out
