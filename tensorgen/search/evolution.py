@@ -87,7 +87,8 @@ class EvolutionarySearch:
                  sketches: Sequence[State] | None = None, mutations: Sequence[Mutation] | None = None,
                  annotation: AnnotationPolicy | None = None, workers: int = 1, skips: Skips | None = None):
         self.task, self.cost_model, self.config = task, cost_model, config
-        self.extractor = extractor if extractor is not None else FeatureExtractor(task.hw)
+        self.extractor = extractor if extractor is not None \
+            else FeatureExtractor(task.hw, dataflow=cost_model.dataflow)
         self.rng = rng if rng is not None else np.random.default_rng(0)
         if mutations is None and annotation is not None:  # the default table, under this policy's knobs
             mutations = [copy.copy(r) for r in DEFAULT_MUTATIONS]
