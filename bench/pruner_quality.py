@@ -94,7 +94,7 @@ def compare_models(args: argparse.Namespace) -> dict[str, Any]:
         q = row["quality"]
         table[name] = {"pairwise": float(np.mean([x["pairwise"] for x in q])),
                        "recall@10": float(np.mean([x["recall@10"] for x in q])),
-                       "top-1": _weighted(q, "top-1"), "top-5": _weighted(q, "top-5"),
+                       "top-1": _task_mean(q, "top-1"), "top-5": _task_mean(q, "top-5"),
                        "update_s": float(np.mean(row["update_s"])), "predict_s": float(np.mean(row["predict_s"]))}
     return {"train_dbs": args.train_db, "test_dbs": args.test_db, "online": args.online, "steps": args.steps,
             "train_tasks": len(train.tasks), "train_programs": train.programs, "test_tasks": len(test.tasks),
@@ -102,7 +102,7 @@ def compare_models(args: argparse.Namespace) -> dict[str, Any]:
             "models": table}
 
 
-def _weighted(qualities: list[dict[str, float]], key: str) -> float:
+def _task_mean(qualities: list[dict[str, float]], key: str) -> float:
     """The mean over tasks of a per-task ratio (each held-out task counted once)."""
     return float(np.mean([q[key] for q in qualities]))
 
