@@ -12,9 +12,11 @@ Variants, each from an empty database `<dbs>_<model>_<variant>.db`, one after th
                 momentum transfer
 
 Each run's curve is the task scheduler's estimated end-to-end latency (sum of each task's best measured latency
-times its weight) against wall-clock seconds. The figures: Ansor's final estimate and time; for every other variant
-the first time its estimate is at or below Ansor's final one (and the ratio of Ansor's time to it), and its final
-estimate. Time the compiled models next to ONNX Runtime with bench/networks.py --trials 0 --db <the database>.
+times its weight) against wall-clock seconds; Ansor runs first, and every other variant stops once its estimate
+reaches Ansor's final one (`--full`: runs the whole budget). The figures: Ansor's final estimate and time; for
+every other variant the first time its estimate is at or below Ansor's final one (and the ratio of Ansor's time to
+it), and its final estimate. Time the compiled models next to ONNX Runtime with
+bench/networks.py --trials 0 --db <the database>.
 """
 
 from __future__ import annotations
@@ -31,13 +33,15 @@ import thread_env  # noqa: E402, F401  (first: the thread counts of NumPy and to
 
 from tensorgen.graph.backend.tasks import extract_tasks  # noqa: E402
 from tensorgen.graph.load import load_graph  # noqa: E402
-from tensorgen.tuning.progress import SchedulerProgress  # noqa: E402
+from tensorgen.tuning.progress import SchedulerProgress, StopTuning  # noqa: E402
 from tensorgen.tuning.scheduler import TaskScheduler  # noqa: E402
 
 VARIANTS = {"ansor": ("ansor", "xgb"), "pruner": ("pruner", "pacm"), "pruner-mtl": ("pruner", "pacm:{pretrained}")}
 
 
-def run_variant(model: str, variant: str, trials: int, db: str, pretrained: str | None, seed: int) -> dict[str, Any]:
+def run_variant(model: str, variant: str, trials: int, db: str, pretrained: str | None, seed: int,
+                stop_ms: float | None = None) -> dict[str, Any]:
+    """Tune `model` from an empty `db` with one variant; `stop_ms`: end the run once the estimate reaches it."""
     policy, cost_model = VARIANTS[variant]
     if "{pretrained}" in cost_model:
         if pretrained is None:
@@ -53,11 +57,14 @@ def run_variant(model: str, variant: str, trials: int, db: str, pretrained: str 
             if len(curve) % 10 == 0:
                 print(f"  {variant} {model}: {p.trials_done}/{p.trials} trials, {p.elapsed_s:.0f} s, estimate "
                       f"{latency * 1e3:.3f} ms", flush=True)
+            if stop_ms is not None and latency * 1e3 <= stop_ms:
+                raise StopTuning
 
     scheduler = TaskScheduler.from_models({graph.name: extract_tasks(graph)}, seed=seed, callbacks=[record])
     t0 = time.perf_counter()
     result = scheduler.tune(trials, db=db, policy=policy, cost_model=cost_model)
     return {"variant": variant, "policy": policy, "cost_model": cost_model, "db": db, "trials": result.trials,
+            "stopped": result.stopped,
             "wall_s": time.perf_counter() - t0, "final_ms": curve[-1][2] * 1e3 if curve else None,
             "curve": [(round(t, 2), n, lat * 1e3) for t, n, lat in curve]}
 
@@ -75,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pretrained", default=None, help="a PaCM file (tensorgen costmodel train) for pruner-mtl")
     p.add_argument("--dbs", default="pruner_networks", help="prefix of the databases")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--full", action="store_true",
+                   help="run every variant to the whole budget (default: stop one once it reaches Ansor's final)")
     p.add_argument("--json", default=None)
     p.add_argument("--threads", default="2", help="(read by thread_env)")
     args = p.parse_args(argv)
@@ -84,9 +93,11 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--variants: need ansor and any of {', '.join(VARIANTS)}; unknown: {unknown}")
     report: dict[str, Any] = {"trials": args.trials, "models": {}}
     for model in args.models.split(","):
-        runs = {v: run_variant(model, v, args.trials, f"{args.dbs}_{model}_{v}.db", args.pretrained, args.seed)
-                for v in variants}
-        base = runs["ansor"]
+        db = f"{args.dbs}_{model}_{{}}.db".format
+        base = run_variant(model, "ansor", args.trials, db("ansor"), args.pretrained, args.seed)
+        stop = None if args.full else base["final_ms"]
+        runs = {"ansor": base} | {v: run_variant(model, v, args.trials, db(v), args.pretrained, args.seed, stop)
+                                  for v in variants if v != "ansor"}
         rows = {}
         for v, run in runs.items():
             reach = time_to_reach(run["curve"], base["final_ms"]) if base["final_ms"] is not None else None

@@ -35,7 +35,7 @@ from tensorgen.tuning.objectives import (
     similarity_tag,
     task_gradient,
 )
-from tensorgen.tuning.progress import ProgressTable, SchedulerProgress, format_table
+from tensorgen.tuning.progress import ProgressTable, SchedulerProgress, StopTuning, format_table
 from tensorgen.tuning.scheduler import ModelTasks, RoundTuner, SchedulerConfig, SchedulerError, TaskScheduler
 from tensorgen.tuning.tune import RETIMES, MeasureConfig
 
@@ -214,6 +214,17 @@ def test_interrupt_keeps_what_was_measured():
 
     early = TaskScheduler(TASKS[:1]).run([Refuses(TASKS[0], flat(1.0))], trials=100)
     assert early.interrupted and early.trials == 0 and early.rows[0].rounds == 0
+
+
+def test_a_callback_ends_the_run_at_a_target():
+    def until_estimate(p):
+        if p.phase == "round" and p.models["model"] is not None and p.models["model"] <= 2e-3 + 1e-12:
+            raise StopTuning
+
+    sched = TaskScheduler(TASKS[:2], config=SchedulerConfig(round_trials=4), callbacks=[until_estimate])
+    result = sched.run([FakeTuner(t, lambda r: 4e-3 / r) for t in TASKS[:2]], trials=400)
+    assert result.stopped == "callback" and not result.interrupted
+    assert result.models["model"] <= 2e-3 + 1e-12 and 0 < result.trials < 400
 
 
 # ---------------------------------------------------------------------------------------------

@@ -32,6 +32,11 @@ class TaskRow:
         return self.flops / self.latency / 1e9 if 0 < self.latency < math.inf else 0.0
 
 
+class StopTuning(Exception):
+    """Raised by a scheduler callback to end the run after the round it saw (ScheduleResult.stopped "callback"):
+    e.g. once the estimate reaches a target. Every measured record is in the database."""
+
+
 @dataclass(frozen=True)
 class SchedulerProgress:
     """What a callback sees after the resume (phase "resume"), after every round (phase "round") and after the
@@ -56,7 +61,8 @@ class SchedulerProgress:
 @dataclass
 class ScheduleResult:
     """The outcome of one scheduler run. `stopped`: "budget", "converged" (no task can lower the objective),
-    "exhausted" (every task ran out of new programs or stopped early) or "interrupted"."""
+    "exhausted" (every task ran out of new programs or stopped early), "callback" (a callback raised StopTuning)
+    or "interrupted"."""
 
     tasks: list[SearchTask]
     rows: tuple[TaskRow, ...]

@@ -51,7 +51,7 @@ from tensorgen.tuning.objectives import (
     stalled,
     task_gradient,
 )
-from tensorgen.tuning.progress import SchedulerCallback, ScheduleResult, SchedulerProgress, TaskRow
+from tensorgen.tuning.progress import SchedulerCallback, ScheduleResult, SchedulerProgress, StopTuning, TaskRow
 from tensorgen.tuning.runinfo import model_run
 from tensorgen.tuning.tune import MeasureConfig, MeasureSetup, TaskTuner, make_cost_model, make_policy
 
@@ -352,6 +352,8 @@ class TaskScheduler:
                 session.history[i].append(tuners[i].best_cost)
                 self._report(session, "round", i, measured)
             self._confirm(session)
+        except StopTuning:
+            stopped = "callback"
         except KeyboardInterrupt:
             stopped = "interrupted"
             LOGGER.info("scheduler interrupted after %d trials; every measured record is in the database",
