@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -22,8 +22,13 @@ from tensorgen.features.ansor import batch_features
 from tensorgen.features.dataflow import dataflow_row
 from tensorgen.features.layout import N_FEATURES
 from tensorgen.features.nest import program_statements
+from tensorgen.features.statement import Statement
 from tensorgen.schedule.state import State
 from tensorgen.target import HardwareParams
+
+# a number per program from its statements, for many programs at once (None: not a program -> inf), e.g. the
+# latency Pruner's static analyzer estimates (costmodel.psa.StaticAnalyzer.program_latencies)
+ProgramEstimate = Callable[[Sequence[Sequence[Statement] | None]], np.ndarray]
 
 
 def state_key(state: State) -> tuple:
@@ -33,24 +38,31 @@ def state_key(state: State) -> tuple:
 
 class FeatureExtractor:
     """`extract(states)` -> one (n_statements, N_FEATURES) array per state, cached (LRU, `capacity`); with
-    `dataflow`, one more row last: the program's data-flow row (features.dataflow, for PaCM).
+    `dataflow`, one more row last: the program's data-flow row (features.dataflow, for PaCM). With `estimate`
+    (ProgramEstimate), every program's estimate is computed from the same statements and cached alongside its
+    features (`estimates(states)`): a search that drafts with a static analyzer lowers each program once, in
+    whichever process made it.
 
     Returned arrays are read-only and shared with the cache, so repeated calls return identical
     objects; copy before modifying. `stats` counts hits/misses/failures and seconds spent lowering
     and computing features.
     """
 
-    def __init__(self, hw: HardwareParams, capacity: int = 200_000, dataflow: bool = False):
-        self.hw, self.dataflow = hw, dataflow
+    def __init__(self, hw: HardwareParams, capacity: int = 200_000, dataflow: bool = False,
+                 estimate: ProgramEstimate | None = None):
+        self.hw, self.dataflow, self.estimate = hw, dataflow, estimate
         self.capacity = capacity
         self._cache: OrderedDict[tuple, np.ndarray] = OrderedDict()
-        self.stats = {"hits": 0, "misses": 0, "failures": 0, "added": 0, "lower_s": 0.0, "features_s": 0.0}
+        self._estimates: OrderedDict[tuple, float] = OrderedDict()  # with `estimate`: its value per program
+        self.stats = {"hits": 0, "misses": 0, "failures": 0, "added": 0, "estimates": 0, "lower_s": 0.0,
+                      "features_s": 0.0}
 
     def __len__(self) -> int:
         return len(self._cache)
 
     def clear(self) -> None:
         self._cache.clear()
+        self._estimates.clear()
 
     def extract(self, states: Sequence[State]) -> list[np.ndarray]:
         """Features of every state; the misses of one call are computed together (one vectorized pass)."""
@@ -69,39 +81,70 @@ class FeatureExtractor:
                 missing[key] = [len(out)]
             out.append(feats)
         if missing:
-            computed = self._compute([states[pos[0]] for pos in missing.values()])
-            for (key, pos), feats in zip(missing.items(), computed):
-                self._store(key, feats)
+            computed, estimates = self._compute([states[pos[0]] for pos in missing.values()])
+            for (key, pos), feats, estimate in zip(missing.items(), computed, estimates):
+                self._store(key, feats, estimate)
                 for p in pos:
                     out[p] = feats
         return out  # type: ignore[return-value]
 
-    def add(self, key: tuple, feats: np.ndarray) -> None:
-        """Cache features computed elsewhere (a worker process) under `state_key`'s key."""
+    def estimates(self, states: Sequence[State]) -> np.ndarray:
+        """`estimate` of every state (inf: not a program), cached; where not cached, from the statements alone
+        (no features: a search scored by the estimate never needs most programs' features)."""
+        if self.estimate is None:
+            raise ValueError("this extractor was made without an estimate")
+        keys = [state_key(s) for s in states]
+        found = {k: v for k in keys if (v := self._estimates.get(k)) is not None}
+        missing = {k: s for k, s in zip(keys, states) if k not in found}
+        if missing:
+            t0 = time.perf_counter()
+            programs = [self._statements(s) for s in missing.values()]
+            self.stats["estimates"] += len(programs)
+            for key, v in zip(missing, self.estimate(programs)):
+                found[key] = float(v)
+                self.add_estimate(key, float(v))
+            self.stats["lower_s"] += time.perf_counter() - t0
+        return np.array([found[k] for k in keys])
+
+    def add_estimate(self, key: tuple, estimate: float) -> None:
+        """Cache an estimate computed elsewhere (a worker process) under `state_key`'s key."""
+        self._estimates[key] = estimate
+        self._estimates.move_to_end(key)
+        if len(self._estimates) > self.capacity:
+            self._estimates.popitem(last=False)
+
+    def estimate_of(self, key: tuple) -> float | None:
+        """The cached estimate of the program with `state_key` `key` (None: not cached)."""
+        return self._estimates.get(key)
+
+    def add(self, key: tuple, feats: np.ndarray, estimate: float | None = None) -> None:
+        """Cache features (and the estimate) computed elsewhere (a worker process) under `state_key`'s key."""
         feats.setflags(write=False)
         self.stats["added"] += 1
-        self._store(key, feats)
+        self._store(key, feats, estimate)
 
-    def _store(self, key: tuple, feats: np.ndarray) -> None:
+    def _store(self, key: tuple, feats: np.ndarray, estimate: float | None) -> None:
         self._cache[key] = feats
+        if estimate is not None and self.estimate is not None:
+            self.add_estimate(key, estimate)
         if len(self._cache) > self.capacity:
             self._cache.popitem(last=False)
+
+    def _statements(self, state: State) -> Sequence[Statement] | None:
+        try:
+            return program_statements(state)
+        except TensorgenError:
+            self.stats["failures"] += 1
+            return None
 
     def extract_one(self, state: State) -> np.ndarray:
         return self.extract([state])[0]
 
-    def _compute(self, states: Sequence[State]) -> list[np.ndarray]:
+    def _compute(self, states: Sequence[State]) -> tuple[list[np.ndarray], list[float | None]]:
         t0 = time.perf_counter()
         self.stats["misses"] += len(states)
-        programs, valid = [], []
-        for state in states:
-            try:
-                programs.append(program_statements(state))
-                valid.append(True)
-            except TensorgenError:
-                self.stats["failures"] += 1
-                programs.append([])
-                valid.append(False)
+        lowered = [self._statements(state) for state in states]
+        programs, valid = [p if p is not None else [] for p in lowered], [p is not None for p in lowered]
         t1 = time.perf_counter()
         self.stats["lower_s"] += t1 - t0
         out = [f if ok else np.zeros((0, N_FEATURES)) for f, ok in zip(batch_features(programs, self.hw), valid)]
@@ -109,5 +152,8 @@ class FeatureExtractor:
             out = [np.vstack([f, dataflow_row(p, self.hw)]) if ok else f for f, p, ok in zip(out, programs, valid)]
         for f in out:
             f.setflags(write=False)
+        estimates: list[float | None] = [None] * len(out)
+        if self.estimate is not None:
+            estimates = [float(v) for v in self.estimate(lowered)]
         self.stats["features_s"] += time.perf_counter() - t1
-        return out
+        return out, estimates

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorgen.errors import ScheduleError
-from tensorgen.features.extractor import FeatureExtractor
+from tensorgen.features.extractor import FeatureExtractor, state_key
 from tensorgen.features.layout import N_FEATURES
 from tensorgen.measure.worker import die_with_parent
 from tensorgen.schedule.replay import PrefixReplayer
@@ -133,9 +133,13 @@ class ChildMaker:
             out.append(feats if feats is not None else np.zeros((0, N_FEATURES)))
         return out
 
-    def _valid(self, states: Sequence[State | None]) -> list[bool]:
+    def _valid(self, states: Sequence[State | None], features: bool = True) -> list[bool]:
+        """Which states are programs: they have features (`features` false: a finite estimate, the extractor's)."""
         real = [s for s in states if s is not None]
-        ok = iter(f.shape[0] > 0 for f in self.features(real))
+        if features:
+            ok = iter(f.shape[0] > 0 for f in self.features(real))
+        else:
+            ok = iter(np.isfinite(self.extractor.estimates(real)) if real else [])
         return [s is not None and next(ok) for s in states]
 
     def _crossover(self, a: State, b: State, rng: np.random.Generator) -> State | None:
@@ -166,13 +170,15 @@ class ChildMaker:
             out.append(st.steps if ok else None)  # type: ignore[union-attr]
         return out
 
-    def make(self, jobs: Sequence[ChildJob]) -> list[ChildResult]:
+    def make(self, jobs: Sequence[ChildJob], features: bool = True) -> list[ChildResult]:
+        """The children of `jobs`, each a valid program (`features` false: valid by the extractor's estimate, and
+        no features computed)."""
         rngs = [np.random.default_rng(j.seed) for j in jobs]
         parents = [self.state(j.parent) for j in jobs]
         results = [ChildResult() for _ in jobs]
         crossing = [k for k, j in enumerate(jobs) if j.other is not None]
         kids = [self._crossover(parents[k], self.state(jobs[k].other), rngs[k]) for k in crossing]  # type: ignore[arg-type]
-        for k, kid, ok in zip(crossing, kids, self._valid(kids)):
+        for k, kid, ok in zip(crossing, kids, self._valid(kids, features)):
             results[k].crossed = ok
             if ok:
                 results[k].steps = kid.steps  # type: ignore[union-attr]
@@ -183,7 +189,7 @@ class ChildMaker:
                 break
             kids = [mutate(self.task, parents[k], rngs[k], self.mutations, self.skips)[0] for k in todo]
             failed = []
-            for k, kid, ok in zip(todo, kids, self._valid(kids)):
+            for k, kid, ok in zip(todo, kids, self._valid(kids, features)):
                 if ok:
                     results[k].steps, results[k].mutated = kid.steps, True  # type: ignore[union-attr]
                     self.remember(kid)  # type: ignore[arg-type]
@@ -210,13 +216,15 @@ def _serve(maker: ChildMaker, conn, parent: int) -> None:
             return
         if msg is None:
             return
-        kind, jobs = msg
+        kind, jobs, features = msg
         maker.skips = Skips(log=False)
         try:
-            made = maker.sample(jobs) if kind == "sample" else maker.make(jobs)
+            made = maker.sample(jobs) if kind == "sample" else maker.make(jobs, features)
             steps = made if kind == "sample" else [r.steps for r in made]
-            feats = maker.features([maker.state(st) for st in steps if st is not None])
-            reply: tuple | str = (made, feats, maker.skips)
+            states = [maker.state(st) for st in steps if st is not None]
+            feats = maker.features(states) if features else [None] * len(states)
+            estimates = [maker.extractor.estimate_of(state_key(s)) for s in states]
+            reply: tuple | str = (made, feats, estimates, maker.skips)
         except Exception:  # noqa: BLE001 - reported to the search process, which redoes the jobs
             reply = traceback.format_exc()
         conn.send(reply)
@@ -275,26 +283,26 @@ class ChildWorkers:
     def close(self) -> None:
         self._finalizer()
 
-    def make(self, jobs: Sequence[ChildJob]) -> list[ChildResult]:
+    def make(self, jobs: Sequence[ChildJob], features: bool = True) -> list[ChildResult]:
         n = len(self.conns)
         share = math.ceil(len(jobs) / n * 1.1)
         queues: list[list[int]] = [[] for _ in range(n)]
         for k, job in enumerate(jobs):
             w = self._home.get(job.parent, k % n)
             queues[w if len(queues[w]) < share else min(range(n), key=lambda i: len(queues[i]))].append(k)
-        return self._run("make", jobs, queues, lambda r: r.steps, ChildResult)  # type: ignore[return-value]
+        return self._run("make", jobs, queues, lambda r: r.steps, ChildResult, features)  # type: ignore[return-value]
 
     def sample(self, jobs: Sequence[SampleJob]) -> list[Steps | None]:
         n = len(self.conns)
         return self._run("sample", jobs, [list(range(w, len(jobs), n)) for w in range(n)], lambda r: r, lambda: None)
 
-    def _run(self, kind: str, jobs: Sequence, queues: list[list[int]], steps_of, empty) -> list:
+    def _run(self, kind: str, jobs: Sequence, queues: list[list[int]], steps_of, empty, features: bool = True) -> list:
         """Send each worker its queue, collect the answers; a worker that died (or answered nonsense) is
         restarted, and its jobs are made in this process (same seeds, same children)."""
         sent = []
         for w, q in enumerate(queues):
             try:
-                self.conns[w].send((kind, [jobs[k] for k in q]))
+                self.conns[w].send((kind, [jobs[k] for k in q], features))
                 sent.append(True)
             except (OSError, ValueError) as exc:
                 self._restart(w, exc)
@@ -310,28 +318,32 @@ class ChildWorkers:
                     self._restart(w, exc)
             if answer is None:
                 mine = [jobs[k] for k in q]
-                made = self.maker.sample(mine) if kind == "sample" else self.maker.make(mine)
+                made = self.maker.sample(mine) if kind == "sample" else self.maker.make(mine, features)
                 for k, res in zip(q, made):
                     results[k] = res
                 continue
-            got, feats = answer
-            made_steps = iter(feats)
+            got, feats, estimates = answer
+            made = zip(feats, estimates)
             for k, res in zip(q, got):
                 results[k] = res
                 if (steps := steps_of(res)) is not None:
-                    self.maker.extractor.add((wk, steps), next(made_steps))
+                    feat, estimate = next(made)
+                    if feat is not None:
+                        self.maker.extractor.add((wk, steps), feat, estimate)
+                    elif estimate is not None:
+                        self.maker.extractor.add_estimate((wk, steps), estimate)
                     self._home[steps] = w
         while len(self._home) > self.maker.capacity:
             self._home.popitem(last=False)
         return results
 
-    def _answer(self, w: int, n: int) -> tuple[list, list]:
+    def _answer(self, w: int, n: int) -> tuple[list, list, list]:
         """Worker w's answer to n jobs (its skipped operations go to the search process's count)."""
         reply = self.conns[w].recv()
         if isinstance(reply, str):
             raise SearchWorkerError(reply.strip().splitlines()[-1])
-        got, feats, skips = reply
+        got, feats, estimates, skips = reply
         if len(got) != n:
             raise ValueError(f"search worker {w} answered {len(got)} results for {n} jobs")
         self.maker.skips.absorb(skips)
-        return got, feats
+        return got, feats, estimates

@@ -130,8 +130,8 @@ class EvolutionarySearch:
             self._pool = ChildWorkers(self.maker, self.workers)
         return self._pool
 
-    def _make(self, jobs: list[ChildJob]) -> list[ChildResult]:
-        return self._maker(len(jobs)).make(jobs)
+    def _make(self, jobs: list[ChildJob], features: bool = True) -> list[ChildResult]:
+        return self._maker(len(jobs)).make(jobs, features)
 
     def sample(self, n: int, max_tries: int | None = None) -> list[State]:
         """`n` valid random programs of the sketches (fewer only if `max_tries`, default 10 n, samples
@@ -149,7 +149,8 @@ class EvolutionarySearch:
             out += [self.maker.state(st) for st in self._maker(k).sample(jobs) if st is not None]
         return out
 
-    def _children(self, pop: list[State], scores: np.ndarray, stats: GenerationStats) -> list[State]:
+    def _children(self, pop: list[State], scores: np.ndarray, stats: GenerationStats, population: int,
+                  features: bool = True) -> list[State]:
         """The next population: parents drawn by fitness, each slot a crossover (else mutation), a
         mutation or a copy; children are made (and validated) for all slots at once, maybe by workers."""
         valid = np.isfinite(scores)
@@ -157,9 +158,9 @@ class EvolutionarySearch:
         floor = 1e-3 * float(np.ptp(scores[valid])) + 1e-12
         fit = np.where(valid, scores - scores[valid].min() + floor, 0.0) if valid.any() else np.ones(len(pop))
         probs = fit / fit.sum()
-        n_elite = int(self.config.elite_fraction * self.config.population)
+        n_elite = int(self.config.elite_fraction * population)
         elites = [pop[int(i)] for i in np.argsort(-scores, kind="stable")[:n_elite] if valid[i]]
-        n = self.config.population - len(elites)
+        n = population - len(elites)
         for s in pop:  # the makers' parents: states already built are not replayed
             self.maker.remember(s)
         parents = self.rng.choice(len(pop), size=n, p=probs)
@@ -171,7 +172,7 @@ class EvolutionarySearch:
         slots = [k for k in range(n) if crossing[k] or mutating[k]]
         jobs = [ChildJob(out[k].steps, pop[int(others[k])].steps if crossing[k] else None, bool(mutating[k]),
                          int(seeds[k])) for k in slots]
-        for k, res in zip(slots, self._make(jobs)):
+        for k, res in zip(slots, self._make(jobs, features)):
             stats.crossed += res.crossed is True
             stats.crossover_failed += res.crossed is False
             stats.mutated += res.mutated
@@ -184,10 +185,14 @@ class EvolutionarySearch:
 
     def search(self, init: Sequence[State], num_best: int, exclude: Collection[str] = frozenset(), *,
                score: Callable[[Sequence[State]], np.ndarray] | None = None,
-               generations: int | None = None) -> list[State]:
+               generations: int | None = None, population: int | None = None,
+               features: bool = True) -> list[State]:
         """The `num_best` best-predicted distinct states met in `generations` generations (default the config's)
         from `init`, best first, leaving out those whose `state_key` is in `exclude` (e.g. already measured).
-        `score` is the fitness (default: the cost model's, `self.score`; higher is better, -inf invalid)."""
+        `score` is the fitness (default: the cost model's, `self.score`; higher is better, -inf invalid);
+        `population` the size of each generation after the first (default the config's); `features` false:
+        children are valid by the extractor's estimate and get no features (a `score` that reads only the
+        estimate, e.g. Pruner's draft)."""
         score = score or self.score
         self.history = []
         pop = list(init)
@@ -199,7 +204,7 @@ class EvolutionarySearch:
             t0 = time.perf_counter()
             stats = GenerationStats(gen, len(pop), 0.0, 0.0, 0.0)
             if gen:
-                pop = self._children(pop, scores, stats)
+                pop = self._children(pop, scores, stats, population or self.config.population, features)
             scores = score(pop)
             for s, v in zip(pop, scores):
                 if np.isfinite(v):

@@ -16,8 +16,6 @@ Ansor's search, SketchPolicy, whose knobs are taken flat alongside these.
 
 from __future__ import annotations
 
-import math
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -26,7 +24,7 @@ import numpy as np
 
 from tensorgen.costmodel.psa import StaticAnalyzer
 from tensorgen.errors import TuneError
-from tensorgen.features.extractor import state_key as feature_key
+from tensorgen.features.extractor import FeatureExtractor
 from tensorgen.schedule.state import State
 from tensorgen.search.policy import state_key
 from tensorgen.search.sketch_policy import SketchConfig, SketchPolicy
@@ -35,39 +33,39 @@ from tensorgen.task import SearchTask
 
 @dataclass(frozen=True)
 class DraftConfig:
-    """The knobs of the draft and the verification (module docstring); the paper's values by default."""
+    """The knobs of the draft and the verification (module docstring): the paper's potential space, verification
+    and eps-greedy; a draft of 2 generations of 1024 programs (4 of 2048, Ansor's evolution, cost as much as
+    measuring a batch here: making children, not scoring them, is what the search pays for on this CPU)."""
 
     potential: int = 512  # programs the analyzer's search keeps (the target space)
     draft_every: int = 4  # batches between drafts
-    draft_generations: int = 4  # of the analyzer's evolutionary search
+    draft_generations: int = 2  # of the analyzer's evolutionary search
+    draft_population: int = 1024  # its generations' size (at most the evolution's population)
     verify_generations: int = 1  # of the cost model's
     verify_random: float = 0.25  # random programs joining the verification, as a share of `potential`
 
     def __post_init__(self) -> None:
         if not (self.potential >= 1 and self.draft_every >= 1 and self.draft_generations >= 0
-                and self.verify_generations >= 0 and self.verify_random >= 0):
-            raise TuneError(f"need potential >= 1, draft_every >= 1, draft_generations >= 0, verify_generations >= 0 "
-                            f"and verify_random >= 0; got {self}")
+                and self.draft_population >= 1 and self.verify_generations >= 0 and self.verify_random >= 0):
+            raise TuneError(f"need potential >= 1, draft_every >= 1, draft_generations >= 0, draft_population >= 1, "
+                            f"verify_generations >= 0 and verify_random >= 0; got {self}")
 
 
 _DRAFT_KNOBS = tuple(f.name for f in fields(DraftConfig))
 
 
 class StaticScore:
-    """The analyzer's fitness of programs: 1 / estimated latency (-inf: not a program), cached per program."""
+    """The analyzer's fitness of programs: 1 / estimated latency (-inf: not a program). The extractor computes the
+    estimate with each program's features (in the search workers, from the statements it lowers for them) and
+    caches it."""
 
-    def __init__(self, analyzer: StaticAnalyzer, capacity: int = 100_000) -> None:
-        self.analyzer, self.capacity = analyzer, capacity
-        self._cache: OrderedDict[tuple, float] = OrderedDict()
+    def __init__(self, extractor: FeatureExtractor) -> None:
+        self.extractor = extractor
 
     def __call__(self, states: Sequence[State]) -> np.ndarray:
-        keys = [feature_key(s) for s in states]
-        missing = {k: s for k, s in zip(keys, states) if k not in self._cache}
-        for k, latency in zip(missing, self.analyzer.latencies(list(missing.values()))):
-            self._cache[k] = 1.0 / latency if math.isfinite(latency) and latency > 0 else -math.inf
-        while len(self._cache) > self.capacity:
-            self._cache.popitem(last=False)
-        return np.array([self._cache[k] if k in self._cache else -math.inf for k in keys])
+        latency = self.extractor.estimates(states)
+        ok = np.isfinite(latency) & (latency > 0)
+        return np.where(ok, 1.0 / np.where(ok, latency, 1.0), -np.inf)
 
 
 class PrunerPolicy(SketchPolicy):
@@ -75,10 +73,19 @@ class PrunerPolicy(SketchPolicy):
     `config` Ansor's (its `eps_greedy` is the random share of each batch)."""
 
     def __init__(self, task: SearchTask, cost_model=None, seed: int = 0, config: SketchConfig | None = None,
-                 draft: DraftConfig = DraftConfig(), **parts: Any) -> None:
-        super().__init__(task, cost_model, seed, config or SketchConfig(eps_greedy=0.1), **parts)
+                 draft: DraftConfig = DraftConfig(), *, extractor: FeatureExtractor | None = None,
+                 **parts: Any) -> None:
+        if extractor is None:
+            dataflow = cost_model.dataflow if cost_model is not None else False
+            extractor = FeatureExtractor(task.hw, dataflow=dataflow,
+                                         estimate=StaticAnalyzer(task.hw).program_latencies)
+        elif extractor.estimate is None:
+            raise TuneError("PrunerPolicy needs an extractor with the static analyzer's estimate "
+                            "(FeatureExtractor(..., estimate=StaticAnalyzer(hw).program_latencies)) or none")
+        super().__init__(task, cost_model, seed, config or SketchConfig(eps_greedy=0.1), extractor=extractor,
+                         **parts)
         self.draft = draft
-        self.static = StaticScore(StaticAnalyzer(task.hw))
+        self.static = StaticScore(self.extractor)
         self.potential: list[State] = []  # the latest draft, best first
         self.batches = 0
 
@@ -96,8 +103,10 @@ class PrunerPolicy(SketchPolicy):
         measured programs."""
         init = self._sample()
         seeds = self.best_measured(int(self.config.seed_fraction * len(init))) + list(offered)
+        population = min(self.draft.draft_population, self.config.evolution.population)
         self.potential = self.evolution.search(init + seeds, self.draft.potential, exclude=self.seen,
-                                               score=self.static, generations=self.draft.draft_generations)
+                                               score=self.static, generations=self.draft.draft_generations,
+                                               population=population, features=False)
 
     def _next_batch(self, n: int) -> list[State]:
         out: list[State] = []
