@@ -15,8 +15,8 @@ models  How well each cost model ranks the programs of tasks it was never traine
 psa     The static analyzer's pruned space against a random space of the same size (Best-k, Pruner Table 1): per
         task, the random programs measured for it (the `random` runs of bench/dataset.py) are the whole space; the
         target space is the `size` programs PSA estimates fastest, the random space `size` programs drawn at random
-        (the mean over 2000 draws). Best-k = sum of each task's best latency / sum of the k-th best latency in the
-        space.
+        (2000 draws). Best-k = a task's best latency / the k-th best latency in the space (0 where the space has
+        fewer than k valid programs), the mean over tasks (and draws).
 """
 
 from __future__ import annotations
@@ -113,10 +113,9 @@ def _task_mean(qualities: list[dict[str, float]], key: str) -> float:
 
 def best_k(args: argparse.Namespace) -> dict[str, Any]:
     sizes, ks = [int(s) for s in args.sizes.split(",")], (1, 5)
-    best, target = 0.0, {(s, k): 0.0 for s in sizes for k in ks}
-    random_space = dict(target)
+    target = {(s, k): [] for s in sizes for k in ks}
+    random_space: dict[tuple[int, int], list[float]] = {key: [] for key in target}
     rng = np.random.default_rng(args.seed)
-    tasks = 0
     for path in args.db:
         with SQLiteDatabase(path, readonly=True) as db:
             runs = {r.id: r.info.get("policy") for r in db.runs()}
@@ -128,20 +127,20 @@ def best_k(args: argparse.Namespace) -> dict[str, Any]:
                     continue
                 dag = records[0].compute_dag
                 psa = StaticAnalyzer(HardwareParams.from_dict(records[0].hw)).latencies([r.state(dag) for r in records])
-                tasks += 1
-                best += float(lat.min())
+                best = float(lat.min())
                 order = np.argsort(psa, kind="stable")
-                for s in sizes:
+                for s in sizes:  # a space without k valid programs scores 0 (best / inf)
                     draws = np.sort(np.stack([lat[rng.choice(len(lat), s, replace=False)] for _ in range(2000)]), 1)
                     kept = np.sort(lat[order[:s]])
                     for k in (k for k in ks if k <= s):
-                        target[(s, k)] += float(kept[k - 1])
-                        random_space[(s, k)] += float(np.mean(draws[:, k - 1]))
+                        target[(s, k)].append(best / float(kept[k - 1]))
+                        random_space[(s, k)].append(float(np.mean(best / draws[:, k - 1])))
+    tasks = len(next(iter(target.values())))
     if not tasks:
         raise SystemExit(f"no task of {', '.join(args.db)} has {2 * max(sizes)} or more measured random programs")
-    table = {f"size {s}": {f"{space} best-{k}": best / sums[(s, k)] for space, sums in (("random", random_space),
-                                                                                         ("psa", target))
-                           for k in ks if k <= s} for s in sizes}
+    table = {f"size {s}": {f"{space} best-{k}": float(np.mean(ratios[(s, k)]))
+                           for space, ratios in (("random", random_space), ("psa", target)) for k in ks if k <= s}
+             for s in sizes}
     return {"dbs": args.db, "tasks": tasks, "sizes": sizes, "best_k": table}
 
 

@@ -2,6 +2,7 @@
 
     tensorgen costmodel train --db a.db --db b.db -o model.pt     # PaCM, pretrained on every task of the databases
     tensorgen costmodel eval pacm:model.pt --db held_out.db       # its ranking of tasks it never saw
+    tensorgen costmodel eval auto --db held_out.db                # the PaCM that ships with tensorgen
     tensorgen tune resnet50 --cost-model pacm:model.pt ...        # tuning that starts from it (momentum transfer)
 """
 
@@ -35,7 +36,8 @@ def register(subparsers: Any) -> None:
     train.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     train.set_defaults(fn=_train)
     ev = sub.add_parser("eval", help="how a cost model ranks the measured programs of databases")
-    ev.add_argument("model", type=cost_model_arg, metavar="NAME:FILE", help="a saved model, e.g. pacm:model.pt")
+    ev.add_argument("model", type=cost_model_arg, metavar="NAME:FILE",
+                    help="a saved model, e.g. pacm:model.pt; auto: the one that ships for this machine")
     ev.add_argument("--db", action="append", required=True, metavar="FILE", help="a tuning database (repeatable)")
     ev.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     ev.set_defaults(fn=_eval)
@@ -82,7 +84,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    model = make_cost_model(args.model)
+    model = make_cost_model(args.model, target="cpu", policy="pruner")  # auto: the PaCM that ships for this CPU
     quality = ranking_quality(model, _load(args.db, dataflow=model.dataflow))
     print(_line(quality))
     if args.json:

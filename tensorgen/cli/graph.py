@@ -132,7 +132,7 @@ def _tune_layout_tasks(graph, args: argparse.Namespace, trials: int, config, mea
     if not found:
         return None
     seeds = {t.task.workload_key: states for t, states in found}
-    model = make_cost_model(args.cost_model, args.seed)
+    model = make_cost_model(args.cost_model, args.seed, args.target, "ansor")
 
     def policy(task):
         search = make_policy(task, "ansor", model, args.seed)

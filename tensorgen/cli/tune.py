@@ -26,8 +26,10 @@ RESUMED_NOTE = "resumed from the database"
 
 
 def cost_model_arg(text: str) -> str:
-    """A --cost-model value: a registered name, optionally with the path of an existing saved model."""
+    """A --cost-model value: "auto" or a registered name, optionally with the path of an existing saved model."""
     name, colon, path = text.partition(":")
+    if text == "auto":
+        return text
     if name not in COST_MODELS:
         raise argparse.ArgumentTypeError(f"unknown cost model {name!r}; choose one of {', '.join(COST_MODELS.names())}")
     if colon and not os.path.isfile(path):
@@ -52,9 +54,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tune = workload(subparsers.add_parser("tune", help="search fast programs for a suite operator"))
     tune.add_argument("--trials", type=nonneg_int, default=256, help="programs to measure in this run (default 256)")
     tune.add_argument("--policy", choices=POLICIES.names(), default="ansor", help="search policy (default ansor)")
-    tune.add_argument("--cost-model", type=cost_model_arg, default="xgb", metavar="NAME[:FILE]",
-                      help=f"the cost model of a learning policy: {', '.join(COST_MODELS.names())} (default xgb); "
-                           "NAME:FILE starts from a saved model, e.g. pacm:model.pt (a pretrained PaCM)")
+    tune.add_argument("--cost-model", type=cost_model_arg, default="auto", metavar="NAME[:FILE]",
+                      help=f"the cost model of a learning policy: auto, {', '.join(COST_MODELS.names())}; NAME:FILE "
+                           "starts from a saved model, e.g. pacm:model.pt (a pretrained PaCM). Default auto: xgb; "
+                           "with --policy pruner the PaCM pretrained for this CPU's ISA family that ships with "
+                           "tensorgen (x86, with PyTorch installed)")
     tune.add_argument("--ablation", choices=ABLATIONS, default=None,
                       help="a search variant of the paper's ablation (Figure 7); overrides --policy: "
                            "no-fine-tuning = evolution with 0 generations, limited-space = only the plain "

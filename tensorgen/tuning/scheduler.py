@@ -285,7 +285,7 @@ class TaskScheduler:
     # ---- running --------------------------------------------------------------------------------
 
     def tune(self, trials: int, *, db: str | Path | Database | None = None,
-             policy: str | Callable[[SearchTask], SearchPolicy] = "ansor", cost_model: Any = "xgb",
+             policy: str | Callable[[SearchTask], SearchPolicy] = "ansor", cost_model: Any = "auto",
              policy_options: dict[str, Any] | None = None, measure: MeasureConfig | None = None) -> ScheduleResult:
         """Measure up to `trials` new programs over all tasks with one builder, runner and database (see
         tensorgen.tuning.tune.MeasureSetup.open) and return the best program of each task. `policy` is a name
@@ -299,7 +299,7 @@ class TaskScheduler:
         if not isinstance(policy, str) and not callable(policy):
             raise SchedulerError("the scheduler needs one policy per task: pass a policy name or a function "
                                  "task -> SearchPolicy, not a SearchPolicy instance")
-        shared_model = make_cost_model(cost_model, self.seed)
+        shared_model = make_cost_model(cost_model, self.seed, self.tasks[0].target if self.tasks else None, policy)
         skips = Skips()
 
         def timed(i: int, task: SearchTask) -> tuple[SearchPolicy, float]:

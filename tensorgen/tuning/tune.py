@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tensorgen.costmodel.base import CostModel
+from tensorgen.costmodel.shipped import shipped_pacm
 from tensorgen.dag import ComputeDAG
 from tensorgen.errors import TensorgenError, TuneError
 from tensorgen.hardware import hardware_for
@@ -109,8 +110,9 @@ def make_task(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], 
     return SearchTask(dag, target, hw if hw is not None else hardware_for(target), desc)
 
 
-def make_policy(task: SearchTask, policy: str | SearchPolicy, cost_model: str | CostModel = "xgb", seed: int = 0,
-                policy_options: dict[str, Any] | None = None, skips: Skips | None = None) -> SearchPolicy:
+def make_policy(task: SearchTask, policy: str | SearchPolicy, cost_model: str | CostModel = "auto",
+                seed: int = 0, policy_options: dict[str, Any] | None = None,
+                skips: Skips | None = None) -> SearchPolicy:
     """The policy a name of tuning.registry.POLICIES stands for ("ansor": SketchPolicy; "random"), made with the
     cost model `cost_model` (a name of COST_MODELS or an instance) and `seed`, counting its failed operations
     in `skips`; an instance passes through.
@@ -127,8 +129,8 @@ def make_policy(task: SearchTask, policy: str | SearchPolicy, cost_model: str | 
     if "cost_model" in options:
         raise TuneError("pass the cost model as tune(cost_model=...), not in policy_options")
     POLICIES.get(policy)  # an unknown name is reported before a cost model is made for it
-    return POLICIES.create(policy, task, cost_model=make_cost_model(cost_model, seed), seed=seed, skips=skips,
-                           **options)
+    return POLICIES.create(policy, task, cost_model=make_cost_model(cost_model, seed, task.target, policy),
+                           seed=seed, skips=skips, **options)
 
 
 # The search-space / search-strategy variants of Ansor's ablation (paper Figure 7).
@@ -168,11 +170,17 @@ def ablation_policy(name: str, task: SearchTask) -> tuple[str, dict[str, Any]]:
     raise TuneError(f"unknown ablation {name!r}; choose one of {', '.join(ABLATIONS)}")
 
 
-def make_cost_model(cost_model: str | CostModel, seed: int = 0) -> CostModel:
+def make_cost_model(cost_model: str | CostModel, seed: int = 0, target: str | Target | None = None,
+                    policy: Any = None) -> CostModel:
     """The cost model a name of tuning.registry.COST_MODELS stands for ("xgb", "random", "pacm"; "NAME:FILE" starts
-    from the saved model FILE, e.g. a pretrained "pacm:model.pt"); instances pass through."""
+    from the saved model FILE, e.g. a pretrained "pacm:model.pt"); instances pass through. "auto" (the default) is
+    what measured best for `policy`: for "pruner", the PaCM pretrained for `target`'s ISA family that ships with
+    tensorgen (costmodel.shipped; momentum transfer from it), where there is one; else XGBoost."""
     if not isinstance(cost_model, str):
         return cost_model
+    if cost_model == "auto":
+        shipped = shipped_pacm(target) if target is not None and policy == "pruner" else None
+        cost_model = f"pacm:{shipped}" if shipped is not None else "xgb"
     name, _, path = cost_model.partition(":")
     return COST_MODELS.create(name, seed=seed, **({"path": path} if path else {}))
 
@@ -527,7 +535,7 @@ class TaskTuner:
 
 
 def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trials: int = 64, *,
-         db: str | Path | Database | None = None, policy: str | SearchPolicy = "ansor", cost_model: Any = "xgb",
+         db: str | Path | Database | None = None, policy: str | SearchPolicy = "ansor", cost_model: Any = "auto",
          policy_options: dict[str, Any] | None = None, measure: MeasureConfig = MeasureConfig(),
          target: str | Target = "cpu", batch_size: int = 64, seed: int = 0,
          callbacks: Sequence[Callback] = ()) -> TuneResult:
@@ -538,7 +546,8 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
     more are measured in batches of `batch_size`, fewer only if the policy runs out of new programs or
     the run is interrupted. A state already in the database is measured again only if it failed for the
     machine's sake (see measure_again). `db` is a path, a Database, or None (in memory, gone after the call).
-    `policy` is a name of tuning.registry.POLICIES ("ansor": SketchPolicy with `cost_model`; "random") or a
+    `policy` is a name of tuning.registry.POLICIES ("ansor": SketchPolicy with `cost_model`, by default "auto":
+    XGBoost, and for "pruner" the pretrained PaCM that ships for the target's ISA family; "random") or a
     SearchPolicy instance (give it a fresh one: tune feeds it the database's records); `policy_options` are
     the named policy's options (e.g. `{"generations": 0}` or `{"sketches": [...]}` for "ansor"; see make_policy
     and ablation_policy). `measure` says how candidates are built and timed (MeasureConfig). `target` is used
