@@ -136,10 +136,8 @@ class ChildMaker:
     def _valid(self, states: Sequence[State | None], features: bool = True) -> list[bool]:
         """Which states are programs: they have features (`features` false: a finite estimate, the extractor's)."""
         real = [s for s in states if s is not None]
-        if features:
-            ok = iter(f.shape[0] > 0 for f in self.features(real))
-        else:
-            ok = iter(np.isfinite(self.extractor.estimates(real)) if real else [])
+        ok = iter(f.shape[0] > 0 for f in self.features(real)) if features \
+            else iter(np.isfinite(self.extractor.estimates(real)))
         return [s is not None and next(ok) for s in states]
 
     def _crossover(self, a: State, b: State, rng: np.random.Generator) -> State | None:
@@ -223,7 +221,8 @@ def _serve(maker: ChildMaker, conn, parent: int) -> None:
             steps = made if kind == "sample" else [r.steps for r in made]
             states = [maker.state(st) for st in steps if st is not None]
             feats = maker.features(states) if features else [None] * len(states)
-            estimates = [maker.extractor.estimate_of(state_key(s)) for s in states]
+            estimates = [maker.extractor.estimate_of(state_key(s)) for s in states] \
+                if maker.extractor.estimate is not None else [None] * len(states)
             reply: tuple | str = (made, feats, estimates, maker.skips)
         except Exception:  # noqa: BLE001 - reported to the search process, which redoes the jobs
             reply = traceback.format_exc()

@@ -171,7 +171,7 @@ def ablation_policy(name: str, task: SearchTask) -> tuple[str, dict[str, Any]]:
 
 
 def make_cost_model(cost_model: str | CostModel, seed: int = 0, target: str | Target | None = None,
-                    policy: Any = None) -> CostModel:
+                    policy: object = None) -> CostModel:
     """The cost model a name of tuning.registry.COST_MODELS stands for ("xgb", "random", "pacm"; "NAME:FILE" starts
     from the saved model FILE, e.g. a pretrained "pacm:model.pt"); instances pass through. "auto" (the default) is
     what measured best for `policy`: for "pruner", the PaCM pretrained for `target`'s ISA family that ships with
