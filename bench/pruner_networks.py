@@ -2,7 +2,8 @@
 reaches with its whole budget, on whole networks.
 
     python bench/pruner_networks.py --models resnet50,mobilenet_v2 --trials 2000 [--pretrained model.pt] \\
-                                    [--variants ansor,pruner,pruner-mtl] [--dbs pruner_networks] [--json F]
+                                    [--variants ansor,pruner,pruner-mtl] [--warmup-trials N] [--dbs pruner_networks]
+                                    [--json F]
 
 Variants, each from an empty database `<dbs>_<model>_<variant>.db`, one after the other in one run:
 
@@ -40,8 +41,9 @@ VARIANTS = {"ansor": ("ansor", "xgb"), "pruner": ("pruner", "pacm"), "pruner-mtl
 
 
 def run_variant(model: str, variant: str, trials: int, db: str, pretrained: str | None, seed: int,
-                round_trials: int, stop_ms: float | None = None) -> dict[str, Any]:
-    """Tune `model` from an empty `db` with one variant; `stop_ms`: end the run once the estimate reaches it."""
+                config: SchedulerConfig, stop_ms: float | None = None) -> dict[str, Any]:
+    """Tune `model` from an empty `db` with one variant under the scheduler's `config`; `stop_ms`: end the run
+    once the estimate reaches it."""
     policy, cost_model = VARIANTS[variant]
     if "{pretrained}" in cost_model:
         if pretrained is None:
@@ -61,10 +63,11 @@ def run_variant(model: str, variant: str, trials: int, db: str, pretrained: str 
                 raise StopTuning
 
     scheduler = TaskScheduler.from_models({graph.name: extract_tasks(graph)}, seed=seed, callbacks=[record],
-                                          config=SchedulerConfig(round_trials=round_trials))
+                                          config=config)
     t0 = time.perf_counter()
     result = scheduler.tune(trials, db=db, policy=policy, cost_model=cost_model)
     return {"variant": variant, "policy": policy, "cost_model": cost_model, "db": db, "trials": result.trials,
+            "round_trials": config.round_trials, "warmup_trials": config.warmup_trials,
             "stopped": result.stopped,
             "wall_s": time.perf_counter() - t0, "final_ms": curve[-1][2] * 1e3 if curve else None,
             "curve": [(round(t, 2), n, lat * 1e3) for t, n, lat in curve]}
@@ -86,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--round-trials", type=int, default=32,
                    help="programs per task round (default 32: MobileNet-V2's 33 tasks take 1056 trials to have an "
                         "estimate; the scheduler's 64 would take 2112)")
+    p.add_argument("--warmup-trials", type=int, default=None,
+                   help="the Pruner variants' first round per task (SchedulerConfig.warmup_trials; default: "
+                        "--round-trials); Ansor's rounds are all --round-trials")
     p.add_argument("--full", action="store_true",
                    help="run every variant to the whole budget (default: stop one once it reaches Ansor's final)")
     p.add_argument("--json", default=None)
@@ -95,13 +101,16 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown or "ansor" not in variants:
         raise SystemExit(f"--variants: need ansor and any of {', '.join(VARIANTS)}; unknown: {unknown}")
-    report: dict[str, Any] = {"trials": args.trials, "round_trials": args.round_trials, "models": {}}
+    report: dict[str, Any] = {"trials": args.trials, "round_trials": args.round_trials,
+                              "warmup_trials": args.warmup_trials, "models": {}}
+    ansor = SchedulerConfig(round_trials=args.round_trials)
+    pruner = SchedulerConfig(round_trials=args.round_trials, warmup_trials=args.warmup_trials)
     for model in args.models.split(","):
         db = f"{args.dbs}_{model}_{{}}.db".format
-        base = run_variant(model, "ansor", args.trials, db("ansor"), args.pretrained, args.seed, args.round_trials)
+        base = run_variant(model, "ansor", args.trials, db("ansor"), args.pretrained, args.seed, ansor)
         stop = None if args.full else base["final_ms"]
         runs = {"ansor": base} | {v: run_variant(model, v, args.trials, db(v), args.pretrained, args.seed,
-                                                 args.round_trials, stop) for v in variants if v != "ansor"}
+                                                 pruner, stop) for v in variants if v != "ansor"}
         rows = {}
         for v, run in runs.items():
             reach = time_to_reach(run["curve"], base["final_ms"]) if base["final_ms"] is not None else None

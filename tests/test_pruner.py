@@ -119,6 +119,33 @@ def test_the_draft_lowers_each_child_once_in_the_workers_and_computes_no_feature
     policy.close()
 
 
+class InformedRandomModel(RandomModel):
+    """Random scores the policy takes as learned: the verification runs."""
+
+    trained = True
+
+
+def test_the_verification_is_one_generation_of_its_own_size_scored_with_the_workers_features():
+    """The learned model verifies in one generation as large as the potential space, its random share and the best
+    measured programs (the paper's), not the evolution's population; the draft's programs have no features yet and
+    the workers compute them: the search process computes only the few random programs' it sampled itself. The
+    potential space is the one a single process drafts (its order may differ where estimates tie to rounding)."""
+    task = c2d_relu()
+    spaces = []
+    for workers in (1, 2):
+        policy = PrunerPolicy.from_options(task, InformedRandomModel(0), seed=4, potential=96, draft_generations=1,
+                                           population=256, init_population=64, workers=workers)
+        batch = policy.next_batch(8)
+        assert len({state_key(s) for s in batch}) == 8
+        spaces.append({s.steps for s in policy.potential})
+        verify = policy.evolution.history
+        assert len(verify) == 2 and verify[1].size == verify[0].size <= 96 + 24
+        if workers == 2:  # 24 random programs (verify_random 0.25 of 96), fewer than the workers take
+            assert policy.extractor.stats["misses"] <= 24 < policy.extractor.stats["added"]
+        policy.close()
+    assert spaces[0] == spaces[1] and len(spaces[0]) == 96
+
+
 def test_batches_never_repeat_and_the_draft_is_redone_every_few_batches():
     policy = PrunerPolicy.from_options(gmm(), RandomModel(0), potential=16, draft_every=2, draft_generations=1,
                                        population=32, workers=1)

@@ -162,6 +162,16 @@ def test_warm_up_is_round_robin_then_gradient():
     assert result.stopped == "budget" and result.trials == 40 and result.rounds == 10
 
 
+def test_the_warm_up_round_has_its_own_size():
+    """`warmup_trials`: each task's first round measures that many, the later ones `round_trials`."""
+    result, order, tuners = run_fake([flat(1e-3), flat(1e-3), flat(1e-3)], trials=3 * 2 + 2 * 4,
+                                     strategy="round-robin", warmup_trials=2)
+    assert order == [0, 1, 2, 0, 1] and [len(t.costs) for t in tuners] == [6, 6, 2]
+    assert result.trials == 14 and result.models["model"] == pytest.approx(3e-3)
+    with pytest.raises(SchedulerError, match="warmup_trials"):
+        SchedulerConfig(warmup_trials=0)
+
+
 def test_more_rounds_to_the_task_that_dominates():
     curves = [lambda r: 1e-2 / r, flat(1e-3), flat(1e-3)]  # task 0 keeps improving and weighs most
     result, order, _ = run_fake(curves, trials=4 * 30, weights=[5, 1, 1], eps_greedy=0.0)

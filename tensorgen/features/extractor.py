@@ -113,6 +113,14 @@ class FeatureExtractor:
         if len(self._estimates) > self.capacity:
             self._estimates.popitem(last=False)
 
+    def uncached(self, states: Sequence[State]) -> list[State]:
+        """The distinct states among `states` whose features are not cached."""
+        out: dict[tuple, State] = {}
+        for state in states:
+            if (key := state_key(state)) not in self._cache:
+                out.setdefault(key, state)
+        return list(out.values())
+
     def estimate_of(self, key: tuple) -> float | None:
         """The cached estimate of the program with `state_key` `key` (None: not cached)."""
         return self._estimates.get(key)

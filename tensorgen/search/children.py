@@ -217,8 +217,9 @@ def _serve(maker: ChildMaker, conn, parent: int) -> None:
         kind, jobs, features = msg
         maker.skips = Skips(log=False)
         try:
-            made = maker.sample(jobs) if kind == "sample" else maker.make(jobs, features)
-            steps = made if kind == "sample" else [r.steps for r in made]
+            made = maker.sample(jobs) if kind == "sample" else jobs if kind == "features" \
+                else maker.make(jobs, features)
+            steps = made if kind in ("sample", "features") else [r.steps for r in made]
             states = [maker.state(st) for st in steps if st is not None]
             feats = maker.features(states) if features else [None] * len(states)
             estimates = [maker.extractor.estimate_of(state_key(s)) for s in states] \
@@ -282,18 +283,32 @@ class ChildWorkers:
     def close(self) -> None:
         self._finalizer()
 
-    def make(self, jobs: Sequence[ChildJob], features: bool = True) -> list[ChildResult]:
+    def _queues(self, homes: Sequence[Steps]) -> list[list[int]]:
+        """Job k to the worker that holds the state `homes[k]` (else round robin), rebalanced so that no worker
+        gets much more than its share."""
         n = len(self.conns)
-        share = math.ceil(len(jobs) / n * 1.1)
+        share = math.ceil(len(homes) / n * 1.1)
         queues: list[list[int]] = [[] for _ in range(n)]
-        for k, job in enumerate(jobs):
-            w = self._home.get(job.parent, k % n)
+        for k, steps in enumerate(homes):
+            w = self._home.get(steps, k % n)
             queues[w if len(queues[w]) < share else min(range(n), key=lambda i: len(queues[i]))].append(k)
+        return queues
+
+    def make(self, jobs: Sequence[ChildJob], features: bool = True) -> list[ChildResult]:
+        queues = self._queues([job.parent for job in jobs])
         return self._run("make", jobs, queues, lambda r: r.steps, ChildResult, features)  # type: ignore[return-value]
 
     def sample(self, jobs: Sequence[SampleJob]) -> list[Steps | None]:
         n = len(self.conns)
         return self._run("sample", jobs, [list(range(w, len(jobs), n)) for w in range(n)], lambda r: r, lambda: None)
+
+    def features(self, states: Sequence[State]) -> list[np.ndarray]:
+        """ChildMaker.features, the uncached states' features computed by the workers (each state by the worker
+        that made it, where it is built already)."""
+        todo = [s.steps for s in self.maker.extractor.uncached(states)]
+        if len(todo) >= len(self.conns):
+            self._run("features", todo, self._queues(todo), lambda r: r, lambda: None)
+        return self.maker.features(states)
 
     def _run(self, kind: str, jobs: Sequence, queues: list[list[int]], steps_of, empty, features: bool = True) -> list:
         """Send each worker its queue, collect the answers; a worker that died (or answered nonsense) is
@@ -315,9 +330,10 @@ class ChildWorkers:
                     answer = self._answer(w, len(q))
                 except (EOFError, OSError, ValueError, TypeError, SearchWorkerError) as exc:
                     self._restart(w, exc)
-            if answer is None:
+            if answer is None:  # (kind "features": computed by the caller, in this process)
                 mine = [jobs[k] for k in q]
-                made = self.maker.sample(mine) if kind == "sample" else self.maker.make(mine, features)
+                made = self.maker.sample(mine) if kind == "sample" else mine if kind == "features" \
+                    else self.maker.make(mine, features)
                 for k, res in zip(q, made):
                     results[k] = res
                 continue

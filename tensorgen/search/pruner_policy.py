@@ -43,12 +43,16 @@ class DraftConfig:
     draft_population: int = 1024  # its generations' size (at most the evolution's population)
     verify_generations: int = 1  # of the cost model's
     verify_random: float = 0.25  # random programs joining the verification, as a share of `potential`
+    verify_population: int | None = None  # its generations' size (None: as many as it starts from, at most the
+    # evolution's population)
 
     def __post_init__(self) -> None:
         if not (self.potential >= 1 and self.draft_every >= 1 and self.draft_generations >= 0
-                and self.draft_population >= 1 and self.verify_generations >= 0 and self.verify_random >= 0):
+                and self.draft_population >= 1 and self.verify_generations >= 0 and self.verify_random >= 0
+                and (self.verify_population is None or self.verify_population >= 1)):
             raise TuneError(f"need potential >= 1, draft_every >= 1, draft_generations >= 0, draft_population >= 1, "
-                            f"verify_generations >= 0 and verify_random >= 0; got {self}")
+                            f"verify_generations >= 0, verify_random >= 0 and verify_population None or >= 1; "
+                            f"got {self}")
 
 
 _DRAFT_KNOBS = tuple(f.name for f in fields(DraftConfig))
@@ -125,9 +129,10 @@ class PrunerPolicy(SketchPolicy):
             randoms = self.evolution.sample(max(1, int(self.draft.verify_random * self.draft.potential)))
             n_random = min(need, int(round(self.config.eps_greedy * need)))
             if self.cost_model.trained:
-                seeds = self.best_measured(int(self.config.seed_fraction * len(pool)))
-                best = self.evolution.search(pool + randoms + seeds, need, exclude=self.seen | keys,
-                                             generations=self.draft.verify_generations)
+                init = pool + randoms + self.best_measured(int(self.config.seed_fraction * len(pool)))
+                population = min(self.draft.verify_population or len(init), self.config.evolution.population)
+                best = self.evolution.search(init, need, exclude=self.seen | keys,
+                                             generations=self.draft.verify_generations, population=population)
             else:  # nothing learned yet: the analyzer's order
                 best = pool
             self._fresh(best, need - n_random, out, keys)

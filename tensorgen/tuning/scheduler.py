@@ -162,9 +162,12 @@ class SchedulerConfig:
     """The knobs of the task scheduler (Ansor's defaults, see the module docstring).
 
     `strategy` is a name of STRATEGIES ("gradient", "round-robin"); each round measures `round_trials`
-    programs of one task. `alpha`, `beta`, `backward_window` and `eps_greedy` are the gradient's (Ansor §6.2);
-    tasks of the same stage tags whose FLOPs are within `similarity_factor` are similar, and a task whose best
-    has not improved in `similarity_patience` rounds (None: never) loses its similarity term.
+    programs of one task, except each task's first (the warm-up), which measures `warmup_trials` (None: as many):
+    a model has an estimate once every task has its first round, and a search that starts warm (a pretrained cost
+    model) needs fewer programs to find a good first one. `alpha`, `beta`, `backward_window` and `eps_greedy` are
+    the gradient's (Ansor §6.2); tasks of the same stage tags whose FLOPs are within `similarity_factor` are
+    similar, and a task whose best has not improved in `similarity_patience` rounds (None: never) loses its
+    similarity term.
     `early_stopping` (rounds): a task whose best has not improved in that many of its rounds gets no more.
     `transfer`: before a round, the task's policy is offered the best programs of tasks of the same structure
     whose best changed since (tensorgen.search.transfer), adapted to its shapes; False is Ansor as published.
@@ -172,6 +175,7 @@ class SchedulerConfig:
 
     strategy: str = "gradient"
     round_trials: int = 64
+    warmup_trials: int | None = None
     alpha: float = 0.2
     beta: float = 2.0
     backward_window: int = 3
@@ -185,11 +189,13 @@ class SchedulerConfig:
         STRATEGIES.get(self.strategy)  # an unknown name is an error here, not at the first pick
         if not (0 <= self.alpha <= 1 and self.beta > 0 and self.backward_window >= 1
                 and 0 <= self.eps_greedy <= 1 and self.round_trials >= 1 and self.similarity_factor >= 1
+                and (self.warmup_trials is None or self.warmup_trials >= 1)
                 and (self.early_stopping is None or self.early_stopping >= 1)
                 and (self.similarity_patience is None or self.similarity_patience >= 1)):
             raise SchedulerError(
                 f"need 0 <= alpha <= 1, beta > 0, backward_window >= 1, 0 <= eps_greedy <= 1, round_trials >= 1, "
-                f"similarity_factor >= 1, early_stopping and similarity_patience None or >= 1; got {self}")
+                f"similarity_factor >= 1, warmup_trials, early_stopping and similarity_patience None or >= 1; "
+                f"got {self}")
 
 
 class TaskScheduler:
@@ -341,7 +347,9 @@ class TaskScheduler:
                     break
                 if self.config.transfer:
                     self._offer_transfers(session, i)
-                measured = tuners[i].round(min(self.config.round_trials, trials - session.done))
+                size = self.config.round_trials if session.history[i] or self.config.warmup_trials is None \
+                    else self.config.warmup_trials
+                measured = tuners[i].round(min(size, trials - session.done))
                 tuners[i].release()  # a model has dozens of tasks: keep only one task's workers alive
                 if not measured:
                     LOGGER.info("%s: no new program to measure; the scheduler drops it", self.tasks[i])
