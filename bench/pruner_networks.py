@@ -3,7 +3,7 @@ reaches with its whole budget, on whole networks.
 
     python bench/pruner_networks.py --models resnet50,mobilenet_v2 --trials 2000 [--pretrained model.pt] \\
                                     [--variants ansor,pruner,pruner-mtl] [--warmup-trials N] [--dbs pruner_networks]
-                                    [--json F]
+                                    [--baseline EARLIER.json] [--json F]
 
 Variants, each from an empty database `<dbs>_<model>_<variant>.db`, one after the other in one run:
 
@@ -94,20 +94,30 @@ def main(argv: list[str] | None = None) -> int:
                         "--round-trials); Ansor's rounds are all --round-trials")
     p.add_argument("--full", action="store_true",
                    help="run every variant to the whole budget (default: stop one once it reaches Ansor's final)")
+    p.add_argument("--baseline", default=None, metavar="JSON",
+                   help="take Ansor's run of each model from this earlier report (--json) instead of running it "
+                        "(on the same machine: its wall clock is the reference)")
     p.add_argument("--json", default=None)
     p.add_argument("--threads", default="2", help="(read by thread_env)")
     args = p.parse_args(argv)
     variants = args.variants.split(",")
     unknown = sorted(set(variants) - set(VARIANTS))
-    if unknown or "ansor" not in variants:
-        raise SystemExit(f"--variants: need ansor and any of {', '.join(VARIANTS)}; unknown: {unknown}")
+    if unknown or ("ansor" not in variants and args.baseline is None):
+        raise SystemExit(f"--variants: need ansor (or --baseline) and any of {', '.join(VARIANTS)}; "
+                         f"unknown: {unknown}")
+    earlier = json.loads(Path(args.baseline).read_text())["models"] if args.baseline else {}
     report: dict[str, Any] = {"trials": args.trials, "round_trials": args.round_trials,
                               "warmup_trials": args.warmup_trials, "models": {}}
     ansor = SchedulerConfig(round_trials=args.round_trials)
     pruner = SchedulerConfig(round_trials=args.round_trials, warmup_trials=args.warmup_trials)
     for model in args.models.split(","):
         db = f"{args.dbs}_{model}_{{}}.db".format
-        base = run_variant(model, "ansor", args.trials, db("ansor"), args.pretrained, args.seed, ansor)
+        if args.baseline:
+            if model not in earlier:
+                raise SystemExit(f"--baseline {args.baseline} has no run of {model}")
+            base = earlier[model]["runs"]["ansor"]
+        else:
+            base = run_variant(model, "ansor", args.trials, db("ansor"), args.pretrained, args.seed, ansor)
         stop = None if args.full else base["final_ms"]
         runs = {"ansor": base} | {v: run_variant(model, v, args.trials, db(v), args.pretrained, args.seed,
                                                  pruner, stop) for v in variants if v != "ansor"}

@@ -25,6 +25,9 @@ POLICIES: dict[str, tuple[str, dict | None]] = {
     "ansor-psa": ("ansor", {"population": 48, "generations": 1, "prefilter": "psa"}),
     # ALT: two layouts a trial each (the task's own, a tiling), so the model builds follow tiled layouts too
     "alt": ("alt", {"layouts": 2, "joint_trials": 2, "own_lead": 0, "population": 48, "generations": 1}),
+    # Pruner: the static analyzer drafts, the shipped PaCM (cost model "auto") verifies
+    "pruner": ("pruner", {"population": 48, "generations": 1, "potential": 16, "draft_population": 48,
+                          "draft_generations": 1}),
 }
 # measurement outcomes that say the generated program is wrong (timeouts and unknown errors may be load)
 PROGRAM_ERRORS = ("instantiation", "compile_error", "runtime_error", "wrong_answer")

@@ -138,3 +138,6 @@ def test_pruner_networks_time_to_reach_ansor():
     assert networks.time_to_reach(curve, 5.0) == (2.0, 32) and networks.time_to_reach(curve, 3.9) is None
     with pytest.raises(SystemExit, match="need ansor"):
         networks.main(["--variants", "pruner"])
+    with pytest.raises(SystemExit, match="has no run of bert_tiny"):
+        networks.main(["--models", "bert_tiny", "--variants", "pruner", "--baseline",
+                       str(Path(networks.__file__).parent / "results" / "pruner_networks_s25.json")])

@@ -38,6 +38,7 @@ BAD = {  # argv -> what the one line must say
     "tune --batch 0": (["tune", *OP, "--batch", "0"], "--batch: must be a positive integer"),
     "tune --seed -1": (["tune", *OP, "--seed", "-1"], "--seed: must be a non-negative integer"),
     "tune --early-stopping 0": (["tune", "mlp", "--early-stopping", "0"], "--early-stopping: must be a positive"),
+    "tune --warmup-trials 0": (["tune", "mlp", "--warmup-trials", "0"], "--warmup-trials: must be a positive"),
     "show --batch 0": (["show", *OP, "--batch", "0"], "--batch: must be a positive integer"),
     "bogus -mcpu": (["tune", *OP, "--target", "cpu -mcpu=bogus"], "bad value ‘bogus’ for ‘-march=’"),
     "too many cores": (["tune", *OP, "--target", f"cpu -cores={USABLE + 1}"],

@@ -21,7 +21,8 @@ from fuzz_graphs import OPS, random_model
 TRIALS = 2  # per task
 # (seed, policy, trials per task): convs / pools / layer norms / matmuls / NaN through max-like ops, every policy
 # ansor-psa: seed 135 below
-CASES = [(1, "ansor", TRIALS), (7, "random", TRIALS), (21, "ansor", TRIALS), (3, "alt", TRIALS), (8, "alt", TRIALS)]
+CASES = [(1, "ansor", TRIALS), (7, "random", TRIALS), (21, "ansor", TRIALS), (3, "alt", TRIALS), (8, "alt", TRIALS),
+         (4, "pruner", TRIALS)]
 
 
 # seeds that found a bug (fixed in issue 22), kept as regressions; seed 202 (random, 6 trials), which found
@@ -53,7 +54,7 @@ def test_the_generator_writes_valid_models_that_cover_the_operators():
               "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Gather", "BatchNormalization",
               "Relu", "Sigmoid", "Clip", "Pow", "Sqrt", "Exp"}
     assert wanted <= seen, sorted(wanted - seen)
-    assert set(POLICIES) == {"ansor", "random", "ansor-psa", "alt"} and "aspp" in OPS
+    assert set(POLICIES) == {"ansor", "random", "ansor-psa", "alt", "pruner"} and "aspp" in OPS
 
 
 def test_bench_fuzz_runs_one_case_and_a_schedule_budget(tmp_path, capsys):

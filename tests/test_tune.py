@@ -261,3 +261,27 @@ def test_one_lucky_measurement_does_not_make_the_best(task, tmp_path):
     # re-timings themselves may differ by 1000x: a thread of the team waits for a core for a time slice)
     assert result.best_cost != runner.lucky_cost and best.cost == result.best_cost
     assert result.best_cost == program_cost(runs) and len(runs) > 1, runs
+
+
+def test_cli_model_tuning_with_a_smaller_warm_up_round(tmp_path):
+    """`--warmup-trials 1`: each of the model's two tasks gets one program first, then the batch size a round."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal(s).astype("float32"), n)
+               for n, s in (("w1", (16, 32)), ("w2", (32, 8)))]
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+         helper.make_node("MatMul", ["r", "w2"], ["y"])], "two",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], weights)
+    model = tmp_path / "two.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10), model)
+    db = tmp_path / "w.db"
+    assert cli(["tune", str(model), "--trials", "6", "--batch-size", "4", "--warmup-trials", "1", "--policy",
+                "random", "--strategy", "round-robin", "--db", str(db)]) == 0
+    with sqlite3.connect(db) as conn:
+        counts = sorted(n for (n,) in conn.execute(
+            "SELECT COUNT(DISTINCT steps_hash) FROM records GROUP BY workload_key"))
+    assert counts == [1, 5]  # warm-up: 1 + 1; then a round of 4 to the first task

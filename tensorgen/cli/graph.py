@@ -76,7 +76,8 @@ def tune_model(args: argparse.Namespace) -> int:
     tasks = extract_tasks(graph, Target.parse(args.target))
     print(f"{graph.summary()}\n{len(tasks)} tasks; tuning {args.trials} trials into {args.db}")
     config = SchedulerConfig(strategy=args.strategy, round_trials=args.batch_size or 16,
-                             early_stopping=args.early_stopping, transfer=args.transfer)
+                             warmup_trials=args.warmup_trials, early_stopping=args.early_stopping,
+                             transfer=args.transfer)
     measure = MODEL_MEASURE.on_ray(args.ray) if args.ray else None
 
     def tune(trials: int):

@@ -57,8 +57,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tune.add_argument("--cost-model", type=cost_model_arg, default="auto", metavar="NAME[:FILE]",
                       help=f"the cost model of a learning policy: auto, {', '.join(COST_MODELS.names())}; NAME:FILE "
                            "starts from a saved model, e.g. pacm:model.pt (a pretrained PaCM). Default auto: xgb; "
-                           "with --policy pruner the PaCM pretrained for this CPU's ISA family that ships with "
-                           "tensorgen (x86, with PyTorch installed)")
+                           "with --policy pruner (and PyTorch installed) PaCM, starting from the model pretrained for "
+                           "this kind of CPU that ships with tensorgen where there is one (Intel or AMD x86)")
     tune.add_argument("--ablation", choices=ABLATIONS, default=None,
                       help="a search variant of the paper's ablation (Figure 7); overrides --policy: "
                            "no-fine-tuning = evolution with 0 generations, limited-space = only the plain "
@@ -69,6 +69,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tune.add_argument("--seed", type=nonneg_int, default=0, help="random seed (default 0)")
     tune.add_argument("--batch-size", type=positive_int, default=None,
                       help="programs measured per round (default 64 for an operator, 16 per task round for a model)")
+    tune.add_argument("--warmup-trials", type=positive_int, default=None, metavar="N",
+                      help="models: programs measured in each task's first round (default: the batch size); the "
+                           "model has an estimate once every task has had one")
     tune.add_argument("--json", metavar="FILE", help="also write the result to this JSON file")
     tune.add_argument("--early-stopping", type=positive_int, metavar="ROUNDS",
                       help="models: stop tuning a task after this many rounds without improvement (objective f4)")

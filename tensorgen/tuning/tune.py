@@ -10,6 +10,7 @@ callbacks.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 import time
@@ -174,13 +175,17 @@ def make_cost_model(cost_model: str | CostModel, seed: int = 0, target: str | Ta
                     policy: object = None) -> CostModel:
     """The cost model a name of tuning.registry.COST_MODELS stands for ("xgb", "random", "pacm"; "NAME:FILE" starts
     from the saved model FILE, e.g. a pretrained "pacm:model.pt"); instances pass through. "auto" (the default) is
-    what measured best for `policy`: for "pruner", the PaCM pretrained for `target`'s ISA family that ships with
-    tensorgen (costmodel.shipped; momentum transfer from it), where there is one; else XGBoost."""
+    what measured best for `policy`: for "pruner", the PaCM pretrained for the kind of machine `target` runs on
+    that ships with tensorgen (costmodel.shipped; momentum transfer from it) where there is one, else PaCM learned
+    online (with PyTorch installed); XGBoost otherwise."""
     if not isinstance(cost_model, str):
         return cost_model
     if cost_model == "auto":
-        shipped = shipped_pacm(target) if target is not None and policy == "pruner" else None
-        cost_model = f"pacm:{shipped}" if shipped is not None else "xgb"
+        cost_model = "xgb"
+        if policy == "pruner" and target is not None and Target.parse(target).kind == "cpu" \
+                and importlib.util.find_spec("torch") is not None:
+            shipped = shipped_pacm(target)
+            cost_model = f"pacm:{shipped}" if shipped is not None else "pacm"
     name, _, path = cost_model.partition(":")
     return COST_MODELS.create(name, seed=seed, **({"path": path} if path else {}))
 
@@ -547,11 +552,12 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
     the run is interrupted. A state already in the database is measured again only if it failed for the
     machine's sake (see measure_again). `db` is a path, a Database, or None (in memory, gone after the call).
     `policy` is a name of tuning.registry.POLICIES ("ansor": SketchPolicy with `cost_model`, by default "auto":
-    XGBoost, and for "pruner" the pretrained PaCM that ships for the target's ISA family; "random") or a
-    SearchPolicy instance (give it a fresh one: tune feeds it the database's records); `policy_options` are
-    the named policy's options (e.g. `{"generations": 0}` or `{"sketches": [...]}` for "ansor"; see make_policy
-    and ablation_policy). `measure` says how candidates are built and timed (MeasureConfig). `target` is used
-    only when `task_or_dag` is not a SearchTask (make a SearchTask for other hardware parameters).
+    XGBoost, and for "pruner" PaCM, from the model that ships for the target's kind of machine if one does;
+    "random") or a SearchPolicy instance (give it a fresh one: tune feeds it the database's records);
+    `policy_options` are the named policy's options (e.g. `{"generations": 0}` or `{"sketches": [...]}` for
+    "ansor"; see make_policy and ablation_policy). `measure` says how candidates are built and timed
+    (MeasureConfig). `target` is used only when `task_or_dag` is not a SearchTask (make a SearchTask for other
+    hardware parameters).
     Ctrl-C (KeyboardInterrupt, also from a callback; `tensorgen` turns SIGTERM into one) stops the loop; what
     was measured is kept and returned (`interrupted=True`), and saying so is the caller's business.
     """
