@@ -12,7 +12,6 @@ finds the best program less often (bench/results/pruner_s24.md).
 
 from __future__ import annotations
 
-import importlib.util
 import platform
 from pathlib import Path
 
@@ -53,10 +52,8 @@ def machine_kind(target: str | Target) -> str | None:
 
 
 def shipped_pacm(target: str | Target) -> Path | None:
-    """The pretrained PaCM for the kind of machine `target` runs on; None where none ships or PyTorch is not
-    installed."""
+    """The pretrained PaCM file for the kind of machine `target` runs on; None where none ships (loading it needs
+    PyTorch)."""
     kind = machine_kind(target)
     path = SHIPPED_DIR / f"pacm_{kind}.pt"
-    if kind is None or not path.is_file() or importlib.util.find_spec("torch") is None:
-        return None
-    return path
+    return path if kind is not None and path.is_file() else None

@@ -168,6 +168,13 @@ class ChildMaker:
             out.append(st.steps if ok else None)  # type: ignore[union-attr]
         return out
 
+    def run(self, kind: str, jobs: Sequence, features: bool = True) -> list:
+        """One message's jobs: "sample" (SampleJob -> steps or None), "make" (ChildJob -> ChildResult) or
+        "features" (steps, returned as they are: whoever reads the states' features computes them)."""
+        if kind == "sample":
+            return self.sample(jobs)
+        return list(jobs) if kind == "features" else self.make(jobs, features)
+
     def make(self, jobs: Sequence[ChildJob], features: bool = True) -> list[ChildResult]:
         """The children of `jobs`, each a valid program (`features` false: valid by the extractor's estimate, and
         no features computed)."""
@@ -217,9 +224,8 @@ def _serve(maker: ChildMaker, conn, parent: int) -> None:
         kind, jobs, features = msg
         maker.skips = Skips(log=False)
         try:
-            made = maker.sample(jobs) if kind == "sample" else jobs if kind == "features" \
-                else maker.make(jobs, features)
-            steps = made if kind in ("sample", "features") else [r.steps for r in made]
+            made = maker.run(kind, jobs, features)
+            steps = [r.steps for r in made] if kind == "make" else made
             states = [maker.state(st) for st in steps if st is not None]
             feats = maker.features(states) if features else [None] * len(states)
             estimates = [maker.extractor.estimate_of(state_key(s)) for s in states] \
@@ -330,11 +336,8 @@ class ChildWorkers:
                     answer = self._answer(w, len(q))
                 except (EOFError, OSError, ValueError, TypeError, SearchWorkerError) as exc:
                     self._restart(w, exc)
-            if answer is None:  # (kind "features": computed by the caller, in this process)
-                mine = [jobs[k] for k in q]
-                made = self.maker.sample(mine) if kind == "sample" else mine if kind == "features" \
-                    else self.maker.make(mine, features)
-                for k, res in zip(q, made):
+            if answer is None:
+                for k, res in zip(q, self.maker.run(kind, [jobs[k] for k in q], features)):
                     results[k] = res
                 continue
             got, feats, estimates = answer

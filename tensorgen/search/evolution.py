@@ -113,7 +113,9 @@ class EvolutionarySearch:
     def score(self, states: Sequence[State]) -> np.ndarray:
         """Predicted fitness; -inf for states that do not lower (no statements). A cost model whose prediction
         fails scores every valid state alike (the generation is a random walk) and is counted in the skips."""
-        feats = self._maker(len(self.extractor.uncached(states))).features(states)
+        if missing := self.extractor.uncached(states):  # many: the workers compute them
+            self._maker(len(missing)).features(missing)
+        feats = self.maker.features(states)
         scores = np.zeros(len(states))
         with self.maker.skips.guard("cost model predict", f"{type(self.cost_model).__name__} on {self.task}"):
             scores = np.asarray(self.cost_model.predict(feats), dtype=np.float64).reshape(len(states))
