@@ -2,21 +2,27 @@
 reaches with its whole budget, on whole networks.
 
     python bench/pruner_networks.py --models resnet50,mobilenet_v2 --trials 2000 [--pretrained model.pt] \\
-                                    [--variants ansor,pruner,pruner-mtl] [--warmup-trials N] [--dbs pruner_networks]
-                                    [--baseline EARLIER.json] [--json F]
+                                    [--variants ansor,ansor@8,pruner@8,pruner-mtl@8] [--dbs pruner_networks] \\
+                                    [--full] [--json F]
 
-Variants, each from an empty database `<dbs>_<model>_<variant>.db`, one after the other in one run:
+Variants, each from an empty database `<dbs>_<model>_<variant>.db` (the model's name, or its file's stem):
 
-    ansor       Ansor: sketch policy, XGBoost learned online
+    ansor       Ansor: sketch policy, XGBoost learned online (the reference: the first variant named)
     pruner      Pruner without transfer: draft-then-verify (policy "pruner"), PaCM learned online
     pruner-mtl  Pruner: draft-then-verify, PaCM pretrained (`--pretrained`, tensorgen costmodel train) with
                 momentum transfer
+    NAME@N      the variant with a warm-up round of N programs per task (SchedulerConfig.warmup_trials; without
+                @N every round has --round-trials)
 
-Each run's curve is the task scheduler's estimated end-to-end latency (sum of each task's best measured latency
-times its weight) against wall-clock seconds; Ansor runs first, and every other variant stops once its estimate
-reaches Ansor's final one (`--full`: runs the whole budget). The figures: Ansor's final estimate and time; for
-every other variant the first time its estimate is at or below Ansor's final one (and the ratio of Ansor's time to
-it), and its final estimate. Time the compiled models next to ONNX Runtime with
+The variants of a network run interleaved, in one run: each in its own process, taking turns round by round, so
+that all of them measure in the same minutes of this machine (whose speed drifts by up to 25% within minutes on
+some days). Each variant's clock counts only its own turns. Its curve is the task scheduler's estimated end-to-end
+latency (sum of each task's best measured latency times its weight) against that clock. The reference runs its
+whole budget; another variant sits out its turns while its estimate is at or below the reference's current one
+(it is ahead), and ends once it reaches the reference's final estimate or has used the reference's whole time
+(`--full`: every variant runs its whole budget). The figures: the reference's final estimate and time; for every
+other variant the first time its estimate is at or below the reference's final one (and the ratio of the
+reference's time to it), and its final estimate. Time the compiled models next to ONNX Runtime with
 bench/networks.py --trials 0 --db <the database>.
 """
 
@@ -24,8 +30,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import sys
 import time
+import traceback
+from dataclasses import asdict, dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -37,40 +47,154 @@ from tensorgen.graph.load import load_graph  # noqa: E402
 from tensorgen.tuning.progress import SchedulerProgress, StopTuning  # noqa: E402
 from tensorgen.tuning.scheduler import SchedulerConfig, TaskScheduler  # noqa: E402
 
-VARIANTS = {"ansor": ("ansor", "xgb"), "pruner": ("pruner", "pacm"), "pruner-mtl": ("pruner", "pacm:{pretrained}")}
+POLICIES = {"ansor": ("ansor", "xgb"), "pruner": ("pruner", "pacm"), "pruner-mtl": ("pruner", "pacm:{pretrained}")}
 
 
-def run_variant(model: str, variant: str, trials: int, db: str, pretrained: str | None, seed: int,
-                config: SchedulerConfig, stop_ms: float | None = None) -> dict[str, Any]:
-    """Tune `model` from an empty `db` with one variant under the scheduler's `config`; `stop_ms`: end the run
-    once the estimate reaches it."""
-    policy, cost_model = VARIANTS[variant]
+@dataclass(frozen=True)
+class Variant:
+    """One way to tune: a policy, its cost model and the scheduler's warm-up round (None: a whole round)."""
+    name: str
+    policy: str
+    cost_model: str
+    warmup_trials: int | None = None
+
+
+def parse_variant(text: str, pretrained: str | None) -> Variant:
+    """NAME or NAME@N (see the module's docstring)."""
+    base, _, warmup = text.partition("@")
+    if base not in POLICIES or (warmup and not (warmup.isdigit() and int(warmup) > 0)):
+        raise SystemExit(f"--variants: unknown variant {text!r}; use any of {', '.join(POLICIES)}, each optionally "
+                         f"with @N (a warm-up round of N > 0 programs per task)")
+    policy, cost_model = POLICIES[base]
     if "{pretrained}" in cost_model:
         if pretrained is None:
-            raise SystemExit(f"variant {variant} needs --pretrained MODEL.pt (tensorgen costmodel train)")
+            raise SystemExit(f"variant {text} needs --pretrained MODEL.pt (tensorgen costmodel train)")
         cost_model = cost_model.format(pretrained=pretrained)
+    return Variant(text, policy, cost_model, int(warmup) if warmup else None)
+
+
+class Turn:
+    """A variant's side of the turn-taking, in its own process: it runs only between a "go" of the coordinator and
+    the end of its next round; `own_s` is the wall clock of its turns."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn, self.own_s, self.since = conn, 0.0, time.perf_counter()
+
+    def wait(self) -> None:
+        """Until the coordinator says go (StopTuning if it says stop); the clock runs again from here."""
+        move = self.conn.recv()
+        self.since = time.perf_counter()
+        if move == "stop":
+            raise StopTuning
+
+    def clock(self) -> float:
+        return self.own_s + time.perf_counter() - self.since
+
+    def hand_over(self, trials: int, estimate_ms: float | None) -> None:
+        """End of a round: report it, give the machine back and wait for the next turn."""
+        self.own_s = self.clock()
+        self.conn.send(("round", self.own_s, trials, estimate_ms))
+        self.wait()
+
+
+def run_variant(model: str, variant: Variant, trials: int, db: str, seed: int, round_trials: int,
+                turn: Turn) -> dict[str, Any]:
+    """Tune `model` from an empty `db` with one variant, a round per turn."""
     graph = load_graph(model)
     curve: list[tuple[float, int, float]] = []
 
     def record(p: SchedulerProgress) -> None:
+        if p.phase != "round":
+            return
         latency = p.models.get(graph.name)
-        if p.phase == "round" and latency is not None:
-            curve.append((p.elapsed_s, p.trials_done, latency))
+        if latency is not None:
+            curve.append((round(turn.clock(), 2), p.trials_done, latency * 1e3))
             if len(curve) % 10 == 0:
-                print(f"  {variant} {model}: {p.trials_done}/{p.trials} trials, {p.elapsed_s:.0f} s, estimate "
-                      f"{latency * 1e3:.3f} ms", flush=True)
-            if stop_ms is not None and latency * 1e3 <= stop_ms:
-                raise StopTuning
+                print(f"  {variant.name} {model}: {p.trials_done}/{p.trials} trials, {turn.clock():.0f} s, "
+                      f"estimate {latency * 1e3:.3f} ms", flush=True)
+        turn.hand_over(p.trials_done, curve[-1][2] if latency is not None else None)
 
+    config = SchedulerConfig(round_trials=round_trials, warmup_trials=variant.warmup_trials)
     scheduler = TaskScheduler.from_models({graph.name: extract_tasks(graph)}, seed=seed, callbacks=[record],
                                           config=config)
-    t0 = time.perf_counter()
-    result = scheduler.tune(trials, db=db, policy=policy, cost_model=cost_model)
-    return {"variant": variant, "policy": policy, "cost_model": cost_model, "db": db, "trials": result.trials,
-            "round_trials": config.round_trials, "warmup_trials": config.warmup_trials,
-            "stopped": result.stopped,
-            "wall_s": time.perf_counter() - t0, "final_ms": curve[-1][2] * 1e3 if curve else None,
-            "curve": [(round(t, 2), n, lat * 1e3) for t, n, lat in curve]}
+    result = scheduler.tune(trials, db=db, policy=variant.policy, cost_model=variant.cost_model)
+    return asdict(variant) | {"db": db, "trials": result.trials, "round_trials": round_trials,
+                              "stopped": result.stopped, "wall_s": turn.clock(),
+                              "final_ms": curve[-1][2] if curve else None, "curve": curve}
+
+
+def play(conn: Connection, *args: Any) -> None:
+    """A variant's process: run_variant(*args) in turns; the last message is ("done", run) or ("error", text)."""
+    turn = Turn(conn)
+    try:
+        turn.wait()
+        conn.send(("done", run_variant(*args, turn=turn)))
+    except BaseException:  # noqa: BLE001 - the coordinator reports it and stops the others
+        conn.send(("error", traceback.format_exc()))
+
+
+@dataclass
+class Player:
+    """The coordinator's view of one variant's process."""
+    conn: Connection
+    own_s: float = 0.0
+    estimate_ms: float | None = None
+    run: dict[str, Any] | None = None
+    reached_at: float | None = None  # own seconds at the first estimate at or below the reference's final
+
+
+def next_move(name: str, players: dict[str, Player], reference: str, full: bool) -> str | None:
+    """What the coordinator tells `name` at its turn: "go", "stop" or None (sit this turn out)."""
+    me, ref = players[name], players[reference]
+    if name == reference or full:
+        return "go"
+    if ref.run is None:  # the reference still runs: sit out while ahead of it
+        ahead = me.estimate_ms is not None and ref.estimate_ms is not None and me.estimate_ms <= ref.estimate_ms
+        return None if ahead else "go"
+    final = ref.run["final_ms"]
+    reached = final is not None and me.estimate_ms is not None and me.estimate_ms <= final
+    return "stop" if reached or me.own_s >= ref.run["wall_s"] else "go"
+
+
+def coordinate(players: dict[str, Player], reference: str, full: bool) -> dict[str, dict[str, Any]]:
+    """Give the players turns, in order, until every one has finished; their runs by name."""
+    while any(p.run is None for p in players.values()):
+        for name, player in players.items():
+            if player.run is not None or (move := next_move(name, players, reference, full)) is None:
+                continue
+            player.conn.send(move)
+            kind, *payload = player.conn.recv()
+            if kind == "error":
+                raise RuntimeError(f"variant {name} failed:\n{payload[0]}")
+            if kind == "done":
+                player.run = payload[0]
+                player.own_s = player.run["wall_s"]
+            else:
+                player.own_s, _, player.estimate_ms = payload
+    return {name: p.run for name, p in players.items() if p.run is not None}
+
+
+def tune_interleaved(model: str, variants: list[Variant], args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Every variant of `model` in its own process, in turns; the first is the reference."""
+    ctx = multiprocessing.get_context("spawn")
+    players, procs = {}, []
+    for v in variants:
+        ours, theirs = ctx.Pipe()
+        proc = ctx.Process(target=play, name=f"{model}-{v.name}",
+                           args=(theirs, model, v, args.trials, f"{args.dbs}_{Path(model).stem}_{v.name}.db", args.seed,
+                                 args.round_trials))
+        proc.start()
+        players[v.name] = Player(ours)
+        procs.append(proc)
+    try:
+        return coordinate(players, variants[0].name, args.full)
+    except BaseException:
+        for proc in procs:
+            proc.kill()
+        raise
+    finally:
+        for proc in procs:
+            proc.join()
 
 
 def time_to_reach(curve: list, target_ms: float) -> tuple[float, int] | None:
@@ -78,60 +202,50 @@ def time_to_reach(curve: list, target_ms: float) -> tuple[float, int] | None:
     return next(((t, n) for t, n, ms in curve if ms <= target_ms), None)
 
 
+def summarize(runs: dict[str, dict[str, Any]], reference: str) -> dict[str, dict[str, Any]]:
+    """Per variant: its final estimate, own time, and when it reached the reference's final estimate."""
+    base = runs[reference]
+    rows = {}
+    for name, run in runs.items():
+        reach = time_to_reach(run["curve"], base["final_ms"]) if base["final_ms"] is not None else None
+        rows[name] = {"final_ms": run["final_ms"], "wall_s": run["wall_s"], "trials": run["trials"],
+                      "reaches_reference_final_at_s": reach[0] if reach else None,
+                      "reaches_reference_final_at_trials": reach[1] if reach else None,
+                      "time_ratio": reach[0] / base["wall_s"] if reach else None}
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="resnet50,mobilenet_v2")
     p.add_argument("--trials", type=int, default=2000)
-    p.add_argument("--variants", default="ansor,pruner,pruner-mtl")
+    p.add_argument("--variants", default="ansor,pruner,pruner-mtl",
+                   help="comma-separated, the reference first (see above)")
     p.add_argument("--pretrained", default=None, help="a PaCM file (tensorgen costmodel train) for pruner-mtl")
     p.add_argument("--dbs", default="pruner_networks", help="prefix of the databases")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--round-trials", type=int, default=32,
                    help="programs per task round (default 32: MobileNet-V2's 33 tasks take 1056 trials to have an "
                         "estimate; the scheduler's 64 would take 2112)")
-    p.add_argument("--warmup-trials", type=int, default=None,
-                   help="the Pruner variants' first round per task (SchedulerConfig.warmup_trials; default: "
-                        "--round-trials); Ansor's rounds are all --round-trials")
-    p.add_argument("--full", action="store_true",
-                   help="run every variant to the whole budget (default: stop one once it reaches Ansor's final)")
-    p.add_argument("--baseline", default=None, metavar="JSON",
-                   help="take Ansor's run of each model from this earlier report (--json) instead of running it "
-                        "(on the same machine: its wall clock is the reference)")
+    p.add_argument("--full", action="store_true", help="run every variant to the whole budget")
     p.add_argument("--json", default=None)
     p.add_argument("--threads", default="2", help="(read by thread_env)")
     args = p.parse_args(argv)
-    variants = args.variants.split(",")
-    unknown = sorted(set(variants) - set(VARIANTS))
-    if unknown or ("ansor" not in variants and args.baseline is None):
-        raise SystemExit(f"--variants: need ansor (or --baseline) and any of {', '.join(VARIANTS)}; "
-                         f"unknown: {unknown}")
-    earlier = json.loads(Path(args.baseline).read_text())["models"] if args.baseline else {}
-    report: dict[str, Any] = {"trials": args.trials, "round_trials": args.round_trials,
-                              "warmup_trials": args.warmup_trials, "models": {}}
-    ansor = SchedulerConfig(round_trials=args.round_trials)
-    pruner = SchedulerConfig(round_trials=args.round_trials, warmup_trials=args.warmup_trials)
+    variants = [parse_variant(v, args.pretrained) for v in args.variants.split(",")]
+    if len(variants) < 2 or len({v.name for v in variants}) < len(variants):
+        raise SystemExit("--variants: name a reference and at least one other variant, each once")
+    report: dict[str, Any] = {"trials": args.trials, "round_trials": args.round_trials, "protocol": "interleaved",
+                              "reference": variants[0].name, "models": {}}
     for model in args.models.split(","):
-        db = f"{args.dbs}_{model}_{{}}.db".format
-        if args.baseline:
-            if model not in earlier:
-                raise SystemExit(f"--baseline {args.baseline} has no run of {model}")
-            base = earlier[model]["runs"]["ansor"]
-        else:
-            base = run_variant(model, "ansor", args.trials, db("ansor"), args.pretrained, args.seed, ansor)
-        stop = None if args.full else base["final_ms"]
-        runs = {"ansor": base} | {v: run_variant(model, v, args.trials, db(v), args.pretrained, args.seed,
-                                                 pruner, stop) for v in variants if v != "ansor"}
-        rows = {}
-        for v, run in runs.items():
-            reach = time_to_reach(run["curve"], base["final_ms"]) if base["final_ms"] is not None else None
-            rows[v] = {"final_ms": run["final_ms"], "wall_s": run["wall_s"],
-                       "reaches_ansor_final_at_s": reach[0] if reach else None,
-                       "reaches_ansor_final_at_trials": reach[1] if reach else None,
-                       "time_ratio": reach[0] / base["wall_s"] if reach else None}
-            final = f"{run['final_ms']:.3f} ms" if run["final_ms"] is not None else "- (a task has no program yet)"
-            print(f"{model} {v}: final {final} in {run['wall_s']:.0f} s; reaches Ansor's final "
-                  + (f"at {reach[0]:.0f} s ({reach[1]} trials, {reach[0] / base['wall_s']:.2f}x Ansor's time)"
-                     if reach else "never"), flush=True)
+        runs = tune_interleaved(model, variants, args)
+        rows = summarize(runs, variants[0].name)
+        for name, row in rows.items():
+            final = f"{row['final_ms']:.3f} ms" if row["final_ms"] is not None else "- (a task has no program yet)"
+            at = row["reaches_reference_final_at_s"]
+            reach = "never" if at is None else (f"at {at:.0f} s ({row['reaches_reference_final_at_trials']} trials, "
+                                                f"{row['time_ratio']:.2f}x its time)")
+            print(f"{model} {name}: final {final} in {row['wall_s']:.0f} s, {row['trials']} trials; reaches "
+                  f"{variants[0].name}'s final {reach}", flush=True)
         report["models"][model] = {"summary": rows, "runs": runs}
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))

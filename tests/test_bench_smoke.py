@@ -3,6 +3,7 @@ bench/hand_schedules.py and bench/tune_gmm.py on tiny budgets."""
 
 import importlib.util
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -68,6 +69,7 @@ def _bench_module(name: str):
     """bench/<name>.py as a module (bench/ is not a package)."""
     spec = importlib.util.spec_from_file_location(f"_bench_{name}", BENCH / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
@@ -132,12 +134,74 @@ def test_pruner_quality_bench_tables(tmp_path):
     assert all(0 < v <= 1 for size in report["best_k"].values() for v in size.values())
 
 
-def test_pruner_networks_time_to_reach_ansor():
+class _ScriptedVariant:
+    """A variant's process as the coordinator sees it: one round of 1 s per "go", with the estimates given."""
+
+    def __init__(self, estimates):
+        self.estimates, self.rounds, self.moves = list(estimates), 0, []
+
+    def send(self, move):
+        self.moves.append(move)
+
+    def recv(self):
+        if self.moves[-1] == "stop" or self.rounds == len(self.estimates):
+            final = next((e for e in reversed(self.estimates[:self.rounds]) if e is not None), None)
+            return ("done", {"final_ms": final, "wall_s": float(self.rounds), "trials": self.rounds,
+                             "curve": [(i + 1.0, i + 1, e) for i, e in enumerate(self.estimates[:self.rounds])
+                                       if e is not None]})
+        self.rounds += 1
+        return ("round", float(self.rounds), self.rounds, self.estimates[self.rounds - 1])
+
+
+def test_pruner_networks_interleaves_the_variants():
+    """The reference runs its whole budget; a variant sits out while ahead of it, ends once it reaches its final or
+    has used the reference's whole time; --full runs everyone to the end."""
     networks = _bench_module("pruner_networks")
     curve = [(1.0, 16, 9.0), (2.0, 32, 5.0), (3.5, 48, 4.0)]
     assert networks.time_to_reach(curve, 5.0) == (2.0, 32) and networks.time_to_reach(curve, 3.9) is None
-    with pytest.raises(SystemExit, match="need ansor"):
-        networks.main(["--variants", "pruner"])
-    with pytest.raises(SystemExit, match="has no run of bert_tiny"):
-        networks.main(["--models", "bert_tiny", "--variants", "pruner", "--baseline",
-                       str(Path(networks.__file__).parent / "results" / "pruner_networks_s25.json")])
+    scripts = {"ansor": [None, 10.0, 8.0, 6.0, 5.0],  # the reference: final 5.0 in 5 s
+               "fast": [7.0, 4.0, 3.0],  # ahead of the reference from its first round (7 <= 10 after round 2)
+               "slow": [20.0, 15.0, 12.0, 11.0, 10.0, 9.0, 8.0]}  # never reaches 5.0: ends at the reference's 5 s
+    fakes = {name: _ScriptedVariant(e) for name, e in scripts.items()}
+    runs = networks.coordinate({n: networks.Player(f) for n, f in fakes.items()}, "ansor", full=False)
+    assert fakes["ansor"].moves == ["go"] * 6 and fakes["slow"].moves == ["go"] * 5 + ["stop"]
+    # fast: its round 1 (7.0) while ansor has no estimate; sits out while ahead of ansor's 10 and 8; goes when ansor
+    # is at 6 (4.0); sits out again; stops once ansor ends with 5.0
+    assert fakes["fast"].moves == ["go", "go", "stop"] and runs["fast"]["final_ms"] == 4.0
+    rows = networks.summarize(runs, "ansor")
+    assert rows["fast"]["reaches_reference_final_at_s"] == 2.0 and rows["fast"]["time_ratio"] == pytest.approx(0.4)
+    assert rows["slow"]["time_ratio"] is None and rows["ansor"]["time_ratio"] == 1.0
+    fakes = {name: _ScriptedVariant(e) for name, e in scripts.items()}
+    networks.coordinate({n: networks.Player(f) for n, f in fakes.items()}, "ansor", full=True)
+    assert [len(f.moves) for f in fakes.values()] == [6, 4, 8]  # every round, then the "go" that ends the run
+
+
+def test_pruner_networks_variants():
+    networks = _bench_module("pruner_networks")
+    assert networks.parse_variant("pruner@8", None) == networks.Variant("pruner@8", "pruner", "pacm", 8)
+    assert networks.parse_variant("pruner-mtl", "m.pt").cost_model == "pacm:m.pt"
+    for bad, match in [("pruner@0", "unknown variant"), ("tvm", "unknown variant"), ("pruner-mtl", "--pretrained")]:
+        with pytest.raises(SystemExit, match=match):
+            networks.parse_variant(bad, None)
+    with pytest.raises(SystemExit, match="at least one other"):
+        networks.main(["--variants", "ansor"])
+
+
+def test_pruner_networks_end_to_end(tmp_path):
+    """The script on a one-layer model: two variants in their own processes, in turns, each with its database."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((32, 16)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Relu", ["y"], ["z"])],
+                              "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 32])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, [8, 16])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "tiny.onnx")
+    out = tmp_path / "report.json"
+    subprocess.run([sys.executable, str(BENCH / "pruner_networks.py"), "--models", str(tmp_path / "tiny.onnx"),
+                    "--trials", "6", "--round-trials", "2", "--variants", "ansor,pruner@1",
+                    "--dbs", str(tmp_path / "pn"), "--json", str(out)], check=True, timeout=600)
+    report = json.loads(out.read_text())["models"][str(tmp_path / "tiny.onnx")]
+    assert set(report["runs"]) == {"ansor", "pruner@1"} and report["runs"]["ansor"]["trials"] == 6
+    assert (tmp_path / "pn_tiny_ansor.db").exists() and (tmp_path / "pn_tiny_pruner@1.db").exists()
+    assert report["runs"]["pruner@1"]["curve"][0][1] == 1  # its warm-up round: one program
