@@ -18,12 +18,13 @@ The variants of a network run interleaved, in one run: each in its own process, 
 that all of them measure in the same minutes of this machine (whose speed drifts by up to 25% within minutes on
 some days). Each variant's clock counts only its own turns. Its curve is the task scheduler's estimated end-to-end
 latency (sum of each task's best measured latency times its weight) against that clock. The reference runs its
-whole budget; another variant sits out its turns while its estimate is at or below the reference's current one
-(it is ahead), and ends once it reaches the reference's final estimate or has used the reference's whole time
-(`--full`: every variant runs its whole budget). The figures: the reference's final estimate and time; for every
-other variant the first time its estimate is at or below the reference's final one (and the ratio of the
-reference's time to it), and its final estimate. Time the compiled models next to ONNX Runtime with
-bench/networks.py --trials 0 --db <the database>.
+whole budget of --trials; another variant's budget is time, not trials: it sits out its turns while its estimate
+is at or below the reference's current one (it is ahead), and ends once it reaches the reference's final estimate
+or has used the reference's whole time (a search that measures faster may measure more programs in that time; at
+most OTHERS_TRIALS times --trials). `--full`: every variant runs --trials. The figures: the reference's final
+estimate and time; for every other variant the first time its estimate is at or below the reference's final one
+(and the ratio of the reference's time to it), and its final estimate. Time the compiled models next to ONNX
+Runtime with bench/networks.py --trials 0 --db <the database>.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from tensorgen.graph.load import load_graph  # noqa: E402
 from tensorgen.tuning.progress import SchedulerProgress, StopTuning  # noqa: E402
 from tensorgen.tuning.scheduler import SchedulerConfig, TaskScheduler  # noqa: E402
 
+OTHERS_TRIALS = 4  # the other variants' budget in trials, as a multiple of the reference's (theirs is its time)
 POLICIES = {"ansor": ("ansor", "xgb"), "pruner": ("pruner", "pacm"), "pruner-mtl": ("pruner", "pacm:{pretrained}")}
 
 
@@ -179,9 +181,10 @@ def tune_interleaved(model: str, variants: list[Variant], args: argparse.Namespa
     ctx = multiprocessing.get_context("spawn")
     players, procs = {}, []
     for v in variants:
+        trials = args.trials if v is variants[0] or args.full else OTHERS_TRIALS * args.trials
         ours, theirs = ctx.Pipe()
         proc = ctx.Process(target=play, name=f"{model}-{v.name}",
-                           args=(theirs, model, v, args.trials, f"{args.dbs}_{Path(model).stem}_{v.name}.db", args.seed,
+                           args=(theirs, model, v, trials, f"{args.dbs}_{Path(model).stem}_{v.name}.db", args.seed,
                                  args.round_trials))
         proc.start()
         players[v.name] = Player(ours)
