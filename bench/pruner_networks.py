@@ -142,7 +142,6 @@ class Player:
     own_s: float = 0.0
     estimate_ms: float | None = None
     run: dict[str, Any] | None = None
-    reached_at: float | None = None  # own seconds at the first estimate at or below the reference's final
 
 
 def next_move(name: str, players: dict[str, Player], reference: str, full: bool) -> str | None:
@@ -170,10 +169,9 @@ def coordinate(players: dict[str, Player], reference: str, full: bool) -> dict[s
                 raise RuntimeError(f"variant {name} failed:\n{payload[0]}")
             if kind == "done":
                 player.run = payload[0]
-                player.own_s = player.run["wall_s"]
             else:
                 player.own_s, _, player.estimate_ms = payload
-    return {name: p.run for name, p in players.items() if p.run is not None}
+    return {name: p.run for name, p in players.items()}
 
 
 def tune_interleaved(model: str, variants: list[Variant], args: argparse.Namespace) -> dict[str, dict[str, Any]]:
