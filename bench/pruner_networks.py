@@ -13,6 +13,8 @@ Variants, each from an empty database `<dbs>_<model>_<variant>.db` (the model's 
                 momentum transfer
     NAME@N      the variant with a warm-up round of N programs per task (SchedulerConfig.warmup_trials; without
                 @N every round has --round-trials)
+    NAME:K=V    the variant with its policy's knob K set to V (any number of :K=V, after @N if any; e.g.
+                pruner@8:draft_population=512 — the knobs of PrunerPolicy.from_options / SketchPolicy.of)
 
 The variants of a network run interleaved, in one run: each in its own process, taking turns round by round, so
 that all of them measure in the same minutes of this machine (whose speed drifts by up to 25% within minutes on
@@ -30,6 +32,7 @@ Runtime with bench/networks.py --trials 0 --db <the database>.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import multiprocessing
 import sys
@@ -59,20 +62,33 @@ class Variant:
     policy: str
     cost_model: str
     warmup_trials: int | None = None
+    options: tuple[tuple[str, Any], ...] = ()  # the policy's knobs (tune's policy_options)
+
+
+def _knob(text: str, variant: str) -> tuple[str, Any]:
+    """K=V of a variant: V as a Python literal (512, 0.5, None), else as the text it is."""
+    key, eq, value = text.partition("=")
+    if not (key.isidentifier() and eq and value):
+        raise SystemExit(f"--variants: {variant!r}: expected :KNOB=VALUE, got {text!r}")
+    try:
+        return key, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return key, value
 
 
 def parse_variant(text: str, pretrained: str | None) -> Variant:
-    """NAME or NAME@N (see the module's docstring)."""
-    base, _, warmup = text.partition("@")
+    """NAME, NAME@N, each with any :K=V (see the module's docstring)."""
+    head, *knobs = text.split(":")
+    base, _, warmup = head.partition("@")
     if base not in POLICIES or (warmup and not (warmup.isdigit() and int(warmup) > 0)):
         raise SystemExit(f"--variants: unknown variant {text!r}; use any of {', '.join(POLICIES)}, each optionally "
-                         f"with @N (a warm-up round of N > 0 programs per task)")
+                         f"with @N (a warm-up round of N > 0 programs per task) and :KNOB=VALUE")
     policy, cost_model = POLICIES[base]
     if "{pretrained}" in cost_model:
         if pretrained is None:
             raise SystemExit(f"variant {text} needs --pretrained MODEL.pt (tensorgen costmodel train)")
         cost_model = cost_model.format(pretrained=pretrained)
-    return Variant(text, policy, cost_model, int(warmup) if warmup else None)
+    return Variant(text, policy, cost_model, int(warmup) if warmup else None, tuple(_knob(k, text) for k in knobs))
 
 
 class Turn:
@@ -119,7 +135,8 @@ def run_variant(model: str, variant: Variant, trials: int, db: str, seed: int, r
     config = SchedulerConfig(round_trials=round_trials, warmup_trials=variant.warmup_trials)
     scheduler = TaskScheduler.from_models({graph.name: extract_tasks(graph)}, seed=seed, callbacks=[record],
                                           config=config)
-    result = scheduler.tune(trials, db=db, policy=variant.policy, cost_model=variant.cost_model)
+    result = scheduler.tune(trials, db=db, policy=variant.policy, cost_model=variant.cost_model,
+                            policy_options=dict(variant.options) or None)
     return asdict(variant) | {"db": db, "trials": result.trials, "round_trials": round_trials,
                               "stopped": result.stopped, "wall_s": turn.clock(),
                               "final_ms": curve[-1][2] if curve else None, "curve": curve}

@@ -180,7 +180,11 @@ def test_pruner_networks_variants():
     networks = _bench_module("pruner_networks")
     assert networks.parse_variant("pruner@8", None) == networks.Variant("pruner@8", "pruner", "pacm", 8)
     assert networks.parse_variant("pruner-mtl", "m.pt").cost_model == "pacm:m.pt"
-    for bad, match in [("pruner@0", "unknown variant"), ("tvm", "unknown variant"), ("pruner-mtl", "--pretrained")]:
+    knobbed = networks.parse_variant("pruner@8:draft_population=512:verify_population=None:space=sketch", None)
+    assert knobbed.warmup_trials == 8 and knobbed.options == (("draft_population", 512), ("verify_population", None),
+                                                               ("space", "sketch"))
+    for bad, match in [("pruner@0", "unknown variant"), ("tvm", "unknown variant"), ("pruner-mtl", "--pretrained"),
+                       ("pruner:draft_population", "KNOB=VALUE"), ("pruner:=3", "KNOB=VALUE")]:
         with pytest.raises(SystemExit, match=match):
             networks.parse_variant(bad, None)
     with pytest.raises(SystemExit, match="at least one other"):
@@ -199,9 +203,11 @@ def test_pruner_networks_end_to_end(tmp_path):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "tiny.onnx")
     out = tmp_path / "report.json"
     subprocess.run([sys.executable, str(BENCH / "pruner_networks.py"), "--models", str(tmp_path / "tiny.onnx"),
-                    "--trials", "6", "--round-trials", "2", "--variants", "ansor,pruner@1",
+                    "--trials", "6", "--round-trials", "2", "--variants", "ansor,pruner@1:draft_population=64",
                     "--dbs", str(tmp_path / "pn"), "--json", str(out)], check=True, timeout=600)
     report = json.loads(out.read_text())["models"][str(tmp_path / "tiny.onnx")]
-    assert set(report["runs"]) == {"ansor", "pruner@1"} and report["runs"]["ansor"]["trials"] == 6
-    assert (tmp_path / "pn_tiny_ansor.db").exists() and (tmp_path / "pn_tiny_pruner@1.db").exists()
-    assert report["runs"]["pruner@1"]["curve"][0][1] == 1  # its warm-up round: one program
+    pruner = "pruner@1:draft_population=64"
+    assert set(report["runs"]) == {"ansor", pruner} and report["runs"]["ansor"]["trials"] == 6
+    assert (tmp_path / "pn_tiny_ansor.db").exists() and (tmp_path / f"pn_tiny_{pruner}.db").exists()
+    assert report["runs"][pruner]["curve"][0][1] == 1  # its warm-up round: one program
+    assert report["runs"][pruner]["options"] == [["draft_population", 64]]
