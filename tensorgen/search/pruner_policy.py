@@ -45,8 +45,6 @@ class DraftConfig:
     verify_random: float = 0.25  # random programs joining the verification, as a share of `potential`
     verify_population: int | None = None  # its generations' size (None: as many as it starts from, at most the
     # evolution's population)
-    fresh_randoms: bool = True  # the verification's random programs sampled anew each batch (False: the unmeasured
-    # ones of the draft's random sample, which the draft made anyway)
 
     def __post_init__(self) -> None:
         if not (self.potential >= 1 and self.draft_every >= 1 and self.draft_generations >= 0
@@ -93,7 +91,6 @@ class PrunerPolicy(SketchPolicy):
         self.draft = draft
         self.static = StaticScore(self.extractor)
         self.potential: list[State] = []  # the latest draft, best first
-        self.draft_randoms: list[State] = []  # the latest draft's random programs
         self.batches = 0
 
     @classmethod
@@ -108,7 +105,7 @@ class PrunerPolicy(SketchPolicy):
     def _draft(self, offered: Sequence[State]) -> None:
         """A new potential space: the analyzer's best programs met by an evolution from random and the best
         measured programs."""
-        init = self.draft_randoms = self._sample()
+        init = self._sample()
         seeds = self.best_measured(int(self.config.seed_fraction * len(init))) + list(offered)
         population = min(self.draft.draft_population, self.config.evolution.population)
         self.potential = self.evolution.search(init + seeds, self.draft.potential, exclude=self.seen,
@@ -129,7 +126,7 @@ class PrunerPolicy(SketchPolicy):
                 pool = self._unseen(self.potential, keys)
             self.batches += 1
             need = n - len(out)
-            randoms = self._randoms(max(1, int(self.draft.verify_random * self.draft.potential)), keys)
+            randoms = self.evolution.sample(max(1, int(self.draft.verify_random * self.draft.potential)))
             n_random = min(need, int(round(self.config.eps_greedy * need)))
             if self.cost_model.trained:
                 init = pool + randoms + self.best_measured(int(self.config.seed_fraction * len(pool)))
@@ -143,15 +140,6 @@ class PrunerPolicy(SketchPolicy):
             self._fresh(best, n - len(out), out, keys)  # too few random ones: more of the best
         self.seen |= keys
         return out
-
-    def _randoms(self, n: int, keys: set[str]) -> list[State]:
-        """`n` random programs for a verification: fresh samples, or (`fresh_randoms` false) a random choice of the
-        draft's random programs not measured yet, topped up with fresh samples when they run short."""
-        if self.draft.fresh_randoms:
-            return self.evolution.sample(n)
-        left = self._unseen(self.draft_randoms, keys)
-        picked = [left[int(i)] for i in self.rng.permutation(len(left))[:n]]
-        return picked + (self.evolution.sample(n - len(picked)) if len(picked) < n else [])
 
     def _unseen(self, states: Sequence[State], keys: set[str]) -> list[State]:
         return [s for s in states if (k := state_key(s)) not in self.seen and k not in keys]
