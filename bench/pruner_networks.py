@@ -3,9 +3,9 @@ reaches with its whole budget, on whole networks.
 
     python bench/pruner_networks.py --models resnet50,mobilenet_v2 --trials 2000 [--pretrained model.pt] \\
                                     [--variants ansor,ansor@8,pruner@8,pruner-mtl@8] [--dbs pruner_networks] \\
-                                    [--full] [--json F]
+                                    [--seeds 0,1,2] [--full] [--json F]
 
-Variants, each from an empty database `<dbs>_<model>_<variant>.db` (the model's name, or its file's stem):
+Variants, each from an empty database `<dbs>_<model>_<variant>_s<seed>.db` (the model's name, or its file's stem):
 
     ansor       Ansor: sketch policy, XGBoost learned online (the reference: the first variant named)
     pruner      Pruner without transfer: draft-then-verify (policy "pruner"), PaCM learned online
@@ -25,8 +25,11 @@ is at or below the reference's current one (it is ahead), and ends once it reach
 or has used the reference's whole time (a search that measures faster may measure more programs in that time; at
 most OTHERS_TRIALS times --trials). `--full`: every variant runs --trials. The figures: the reference's final
 estimate and time; for every other variant the first time its estimate is at or below the reference's final one
-(and the ratio of the reference's time to it), and its final estimate. Time the compiled models next to ONNX
-Runtime with bench/networks.py --trials 0 --db <the database>.
+(and the ratio of the reference's time to it), and its final estimate. With several --seeds the whole comparison
+runs once per seed (every variant with that seed) and each variant's median ratio over the seeds is reported too (a
+run that never reaches the reference's final counts as slower than any that does): one run's ratio is one sample of
+a wide distribution. Time the compiled models next to ONNX Runtime with bench/networks.py --trials 0 --db <the
+database>.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import math
 import multiprocessing
 import sys
 import time
@@ -43,9 +47,12 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import thread_env  # noqa: E402, F401  (first: the thread counts of NumPy and torch)
 
+from tensorgen.errors import TensorgenError  # noqa: E402
 from tensorgen.graph.backend.tasks import extract_tasks  # noqa: E402
 from tensorgen.graph.load import load_graph  # noqa: E402
 from tensorgen.tuning.progress import SchedulerProgress, StopTuning  # noqa: E402
@@ -148,8 +155,14 @@ def play(conn: Connection, *args: Any) -> None:
     try:
         turn.wait()
         conn.send(("done", run_variant(*args, turn=turn)))
+    except TensorgenError as e:  # bad input (a knob the policy lacks, a model it cannot load): one line
+        conn.send(("error", str(e)))
     except BaseException:  # noqa: BLE001 - the coordinator reports it and stops the others
         conn.send(("error", traceback.format_exc()))
+
+
+class VariantFailed(Exception):
+    """A variant's process stopped with an error (its text: one line for bad input, else the traceback)."""
 
 
 @dataclass
@@ -183,7 +196,7 @@ def coordinate(players: dict[str, Player], reference: str, full: bool) -> dict[s
             player.conn.send(move)
             kind, *payload = player.conn.recv()
             if kind == "error":
-                raise RuntimeError(f"variant {name} failed:\n{payload[0]}")
+                raise VariantFailed(f"variant {name} failed: {payload[0]}")
             if kind == "done":
                 player.run = payload[0]
             else:
@@ -191,16 +204,17 @@ def coordinate(players: dict[str, Player], reference: str, full: bool) -> dict[s
     return {name: p.run for name, p in players.items()}
 
 
-def tune_interleaved(model: str, variants: list[Variant], args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    """Every variant of `model` in its own process, in turns; the first is the reference."""
+def tune_interleaved(model: str, variants: list[Variant], seed: int,
+                     args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Every variant of `model` in its own process, in turns, with `seed`; the first is the reference."""
     ctx = multiprocessing.get_context("spawn")
     players, procs = {}, []
     for v in variants:
         trials = args.trials if v is variants[0] or args.full else OTHERS_TRIALS * args.trials
         ours, theirs = ctx.Pipe()
         proc = ctx.Process(target=play, name=f"{model}-{v.name}",
-                           args=(theirs, model, v, trials, f"{args.dbs}_{Path(model).stem}_{v.name}.db", args.seed,
-                                 args.round_trials))
+                           args=(theirs, model, v, trials, f"{args.dbs}_{Path(model).stem}_{v.name}_s{seed}.db",
+                                 seed, args.round_trials))
         proc.start()
         players[v.name] = Player(ours)
         procs.append(proc)
@@ -233,6 +247,17 @@ def summarize(runs: dict[str, dict[str, Any]], reference: str) -> dict[str, dict
     return rows
 
 
+def median_ratios(summaries: list[dict[str, dict[str, Any]]]) -> dict[str, float | None]:
+    """Each variant's median time ratio over the seeds' summaries; None where the median run never reached the
+    reference's final."""
+    out = {}
+    for name in summaries[0]:
+        ratios = [math.inf if s[name]["time_ratio"] is None else s[name]["time_ratio"] for s in summaries]
+        median = float(np.median(ratios))
+        out[name] = median if math.isfinite(median) else None
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="resnet50,mobilenet_v2")
@@ -241,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma-separated, the reference first (see above)")
     p.add_argument("--pretrained", default=None, help="a PaCM file (tensorgen costmodel train) for pruner-mtl")
     p.add_argument("--dbs", default="pruner_networks", help="prefix of the databases")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", default="0", help="comma-separated: one whole comparison per seed")
     p.add_argument("--round-trials", type=int, default=32,
                    help="programs per task round (default 32: MobileNet-V2's 33 tasks take 1056 trials to have an "
                         "estimate; the scheduler's 64 would take 2112)")
@@ -250,21 +275,35 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", default="2", help="(read by thread_env)")
     args = p.parse_args(argv)
     variants = [parse_variant(v, args.pretrained) for v in args.variants.split(",")]
+    try:
+        seeds = [int(x) for x in args.seeds.split(",")]
+    except ValueError:
+        raise SystemExit(f"--seeds: expected comma-separated integers, got {args.seeds!r}") from None
     if len(variants) < 2 or len({v.name for v in variants}) < len(variants):
         raise SystemExit("--variants: name a reference and at least one other variant, each once")
     report: dict[str, Any] = {"trials": args.trials, "round_trials": args.round_trials, "protocol": "interleaved",
                               "reference": variants[0].name, "models": {}}
     for model in args.models.split(","):
-        runs = tune_interleaved(model, variants, args)
-        rows = summarize(runs, variants[0].name)
-        for name, row in rows.items():
-            final = f"{row['final_ms']:.3f} ms" if row["final_ms"] is not None else "- (a task has no program yet)"
-            at = row["reaches_reference_final_at_s"]
-            reach = "never" if at is None else (f"at {at:.0f} s ({row['reaches_reference_final_at_trials']} trials, "
-                                                f"{row['time_ratio']:.2f}x its time)")
-            print(f"{model} {name}: final {final} in {row['wall_s']:.0f} s, {row['trials']} trials; reaches "
-                  f"{variants[0].name}'s final {reach}", flush=True)
-        report["models"][model] = {"summary": rows, "runs": runs}
+        per_seed = {}
+        for seed in seeds:
+            try:
+                runs = tune_interleaved(model, variants, seed, args)
+            except VariantFailed as e:
+                raise SystemExit(f"{model}: {e}") from None
+            rows = summarize(runs, variants[0].name)
+            for name, row in rows.items():
+                final = f"{row['final_ms']:.3f} ms" if row["final_ms"] is not None else "- (a task has no program yet)"
+                at = row["reaches_reference_final_at_s"]
+                reach = "never" if at is None else (f"at {at:.0f} s ({row['reaches_reference_final_at_trials']} "
+                                                    f"trials, {row['time_ratio']:.2f}x its time)")
+                print(f"{model} seed {seed} {name}: final {final} in {row['wall_s']:.0f} s, {row['trials']} trials; "
+                      f"reaches {variants[0].name}'s final {reach}", flush=True)
+            per_seed[str(seed)] = {"summary": rows, "runs": runs}
+        medians = median_ratios([r["summary"] for r in per_seed.values()])
+        for name, ratio in medians.items():
+            print(f"{model} {name}: median time ratio over {len(seeds)} seed(s) "
+                  f"{'never' if ratio is None else f'{ratio:.2f}x'}", flush=True)
+        report["models"][model] = {"seeds": per_seed, "median_time_ratio": medians}
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
     return 0

@@ -189,6 +189,19 @@ def test_pruner_networks_variants():
             networks.parse_variant(bad, None)
     with pytest.raises(SystemExit, match="at least one other"):
         networks.main(["--variants", "ansor"])
+    with pytest.raises(SystemExit, match="--seeds: expected"):
+        networks.main(["--variants", "ansor,pruner", "--seeds", "0,x"])
+
+
+def test_pruner_networks_median_ratio_over_seeds_counts_never_as_slowest():
+    networks = _bench_module("pruner_networks")
+
+    def summary(ratio):
+        return {"ansor": {"time_ratio": 1.0}, "pruner": {"time_ratio": ratio}}
+
+    assert networks.median_ratios([summary(0.4), summary(None), summary(0.6)]) == {"ansor": 1.0, "pruner": 0.6}
+    assert networks.median_ratios([summary(0.4), summary(None), summary(None)])["pruner"] is None
+    assert networks.median_ratios([summary(0.3)]) == {"ansor": 1.0, "pruner": 0.3}
 
 
 def test_pruner_networks_end_to_end(tmp_path):
@@ -204,10 +217,17 @@ def test_pruner_networks_end_to_end(tmp_path):
     out = tmp_path / "report.json"
     subprocess.run([sys.executable, str(BENCH / "pruner_networks.py"), "--models", str(tmp_path / "tiny.onnx"),
                     "--trials", "6", "--round-trials", "2", "--variants", "ansor,pruner@1:draft_population=64",
-                    "--dbs", str(tmp_path / "pn"), "--json", str(out)], check=True, timeout=600)
+                    "--dbs", str(tmp_path / "pn"), "--seeds", "3", "--json", str(out)], check=True, timeout=600)
     report = json.loads(out.read_text())["models"][str(tmp_path / "tiny.onnx")]
     pruner = "pruner@1:draft_population=64"
-    assert set(report["runs"]) == {"ansor", pruner} and report["runs"]["ansor"]["trials"] == 6
-    assert (tmp_path / "pn_tiny_ansor.db").exists() and (tmp_path / f"pn_tiny_{pruner}.db").exists()
-    assert report["runs"][pruner]["curve"][0][1] == 1  # its warm-up round: one program
-    assert report["runs"][pruner]["options"] == [["draft_population", 64]]
+    runs = report["seeds"]["3"]["runs"]
+    assert set(runs) == {"ansor", pruner} and runs["ansor"]["trials"] == 6
+    assert (tmp_path / "pn_tiny_ansor_s3.db").exists() and (tmp_path / f"pn_tiny_{pruner}_s3.db").exists()
+    assert runs[pruner]["curve"][0][1] == 1  # its warm-up round: one program
+    assert runs[pruner]["options"] == [["draft_population", 64]]
+    assert 0 < report["median_time_ratio"]["ansor"] <= 1  # the reference reaches its own final
+    bad = subprocess.run([sys.executable, str(BENCH / "pruner_networks.py"), "--models", str(tmp_path / "tiny.onnx"),
+                          "--trials", "2", "--variants", "ansor,pruner:drafts=3", "--dbs", str(tmp_path / "bad")],
+                         capture_output=True, text=True, timeout=600)
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr
+    assert "variant pruner:drafts=3 failed: SketchPolicy has no knob 'drafts'" in bad.stderr.strip().splitlines()[-1]
