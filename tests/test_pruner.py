@@ -21,7 +21,6 @@ from tensorgen.costmodel.xgb import XGBModel
 from tensorgen.errors import TuneError
 from tensorgen.features.nest import program_statements
 from tensorgen.features.statement import Statement
-from tensorgen.measure.types import MeasureInput, MeasureResult
 from tensorgen.search.policy import state_key
 from tensorgen.search.pruner_policy import PrunerPolicy
 from tensorgen.search.sketch_policy import SketchPolicy
@@ -145,27 +144,6 @@ def test_the_verification_is_one_generation_of_its_own_size_scored_with_the_work
             assert policy.extractor.stats["misses"] <= 24 < policy.extractor.stats["added"]
         policy.close()
     assert spaces[0] == spaces[1] and len(spaces[0]) == 96
-
-
-def test_stalled_tasks_get_ansors_batches_until_one_improves():
-    """With `stall_batches=2`, two measured batches without a new best make the next batch Ansor's (the learned
-    model's whole evolution: its generations, not the verification's one); a new best brings the drafts back."""
-    task = gmm()
-    policy = PrunerPolicy.from_options(task, InformedRandomModel(0), potential=16, draft_generations=1,
-                                       population=32, init_population=16, generations=3, stall_batches=2, workers=1)
-
-    def measure(cost):
-        batch = policy.next_batch(4)
-        assert len(batch) == 4
-        policy.update([MeasureInput(task, s) for s in batch], [MeasureResult((cost,)) for _ in batch])
-        return len(policy.evolution.history) - 1  # generations of the batch's last search
-
-    assert [measure(c) for c in (1.0, 1.0, 2.0)] == [1, 1, 1] and policy.stalled == 2
-    assert measure(3.0) == 3 and policy.stalled == 3  # Ansor's batch: 3 generations
-    assert measure(0.5) == 3 and policy.stalled == 0  # still Ansor's (chosen before the gain); then drafts again
-    assert measure(0.5) == 1
-    with pytest.raises(TuneError, match="stall_batches None or >= 1"):
-        PrunerPolicy.from_options(task, RandomModel(0), stall_batches=0)
 
 
 def test_batches_never_repeat_and_the_draft_is_redone_every_few_batches():

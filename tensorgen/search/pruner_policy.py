@@ -8,10 +8,7 @@ cost model then verifies: one generation (`verify_generations`) of the evolution
 potential space, a `verify_random` share of fresh random programs and the best measured programs, and the batch is
 the best predicted of what it met, with an `eps_greedy` share (the paper: 0.1) of plain random programs so that the
 space the analyzer prunes stays reachable. Before the cost model has learned anything (`trained` false) the batch
-is the potential space in the analyzer's order. Where the analyzer's drafts stop paying — `stall_batches` of the
-task's measured batches in a row without a new best — the batch is Ansor's instead (SketchPolicy: the learned model's
-whole evolution from random programs and the best measured), until one improves: near a task's optimum the
-analyzer's ranking is coarser than the differences left, and the late gains come from mutating the best.
+is the potential space in the analyzer's order.
 
 Everything else (sketches, annotation, mutations, the cost model's training, offers from similar tasks, resume) is
 Ansor's search, SketchPolicy, whose knobs are taken flat alongside these.
@@ -19,7 +16,6 @@ Ansor's search, SketchPolicy, whose knobs are taken flat alongside these.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -29,7 +25,6 @@ import numpy as np
 from tensorgen.costmodel.psa import StaticAnalyzer
 from tensorgen.errors import TuneError
 from tensorgen.features.extractor import FeatureExtractor
-from tensorgen.measure.types import MeasureInput, MeasureResult
 from tensorgen.schedule.state import State
 from tensorgen.search.policy import state_key
 from tensorgen.search.sketch_policy import SketchConfig, SketchPolicy
@@ -50,16 +45,14 @@ class DraftConfig:
     verify_random: float = 0.25  # random programs joining the verification, as a share of `potential`
     verify_population: int | None = None  # its generations' size (None: as many as it starts from, at most the
     # evolution's population)
-    stall_batches: int | None = None  # measured batches without a new best before Ansor's batches (None: never)
 
     def __post_init__(self) -> None:
         if not (self.potential >= 1 and self.draft_every >= 1 and self.draft_generations >= 0
                 and self.draft_population >= 1 and self.verify_generations >= 0 and self.verify_random >= 0
-                and (self.verify_population is None or self.verify_population >= 1)
-                and (self.stall_batches is None or self.stall_batches >= 1)):
+                and (self.verify_population is None or self.verify_population >= 1)):
             raise TuneError(f"need potential >= 1, draft_every >= 1, draft_generations >= 0, draft_population >= 1, "
-                            f"verify_generations >= 0, verify_random >= 0 and verify_population and stall_batches "
-                            f"None or >= 1; got {self}")
+                            f"verify_generations >= 0, verify_random >= 0 and verify_population None or >= 1; "
+                            f"got {self}")
 
 
 _DRAFT_KNOBS = tuple(f.name for f in fields(DraftConfig))
@@ -99,8 +92,6 @@ class PrunerPolicy(SketchPolicy):
         self.static = StaticScore(self.extractor)
         self.potential: list[State] = []  # the latest draft, best first
         self.batches = 0
-        self.stalled = 0  # measured batches in a row without a new best
-        self.best_cost = math.inf
 
     @classmethod
     def from_options(cls, task: SearchTask, cost_model=None, seed: int = 0, **options: Any) -> PrunerPolicy:
@@ -122,9 +113,6 @@ class PrunerPolicy(SketchPolicy):
                                                population=population, features=False)
 
     def _next_batch(self, n: int) -> list[State]:
-        stall = self.draft.stall_batches
-        if stall is not None and self.stalled >= stall and self.cost_model.trained:
-            return super()._next_batch(n)  # Ansor's batch (module docstring)
         out: list[State] = []
         keys: set[str] = set()
         offered, self._offered = self._offered, []
@@ -152,14 +140,6 @@ class PrunerPolicy(SketchPolicy):
             self._fresh(best, n - len(out), out, keys)  # too few random ones: more of the best
         self.seen |= keys
         return out
-
-    def update(self, inputs: list[MeasureInput], results: list[MeasureResult]) -> None:
-        super().update(inputs, results)
-        if not results:
-            return
-        best = min((r.median_cost for r in results if r.ok), default=math.inf)
-        self.stalled = 0 if best < self.best_cost else self.stalled + 1
-        self.best_cost = min(best, self.best_cost)
 
     def _unseen(self, states: Sequence[State], keys: set[str]) -> list[State]:
         return [s for s in states if (k := state_key(s)) not in self.seen and k not in keys]
