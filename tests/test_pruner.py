@@ -160,6 +160,21 @@ def test_batches_never_repeat_and_the_draft_is_redone_every_few_batches():
     assert len(set(drafts)) >= 3  # batches 1, 3, 5 drafted (and whenever the potential space ran short)
 
 
+def test_a_cheaper_first_draft_is_followed_by_a_full_one():
+    """`first_generations=0`: a task's first batch is the analyzer's best of the random sample (no generation), the
+    next batch drafts in full, and then drafts come every `draft_every` batches again."""
+    policy = PrunerPolicy.from_options(gmm(), RandomModel(0), potential=16, draft_every=3, draft_generations=2,
+                                       first_generations=0, population=32, init_population=24, workers=1)
+    generations = []
+    for _ in range(5):
+        drafts = policy.drafts
+        policy.next_batch(4)
+        generations.append(len(policy.evolution.history) - 1 if policy.drafts > drafts else None)
+    assert generations == [0, 2, None, 2, None]
+    with pytest.raises(TuneError, match="first_generations None or >= 0"):
+        PrunerPolicy.from_options(gmm(), RandomModel(0), first_generations=-1)
+
+
 def test_same_seed_same_batches():
     def batches(seed):
         policy = PrunerPolicy.from_options(gmm(), RandomModel(0), seed=seed, potential=16, draft_generations=1,

@@ -45,14 +45,17 @@ class DraftConfig:
     verify_random: float = 0.25  # random programs joining the verification, as a share of `potential`
     verify_population: int | None = None  # its generations' size (None: as many as it starts from, at most the
     # evolution's population)
+    first_generations: int | None = None  # of a task's first draft (None: draft_generations); a cheaper one makes
+    # the warm-up round cheaper, and the next batch drafts again in full
 
     def __post_init__(self) -> None:
         if not (self.potential >= 1 and self.draft_every >= 1 and self.draft_generations >= 0
                 and self.draft_population >= 1 and self.verify_generations >= 0 and self.verify_random >= 0
-                and (self.verify_population is None or self.verify_population >= 1)):
+                and (self.verify_population is None or self.verify_population >= 1)
+                and (self.first_generations is None or self.first_generations >= 0)):
             raise TuneError(f"need potential >= 1, draft_every >= 1, draft_generations >= 0, draft_population >= 1, "
-                            f"verify_generations >= 0, verify_random >= 0 and verify_population None or >= 1; "
-                            f"got {self}")
+                            f"verify_generations >= 0, verify_random >= 0, verify_population None or >= 1 and "
+                            f"first_generations None or >= 0; got {self}")
 
 
 _DRAFT_KNOBS = tuple(f.name for f in fields(DraftConfig))
@@ -92,6 +95,7 @@ class PrunerPolicy(SketchPolicy):
         self.static = StaticScore(self.extractor)
         self.potential: list[State] = []  # the latest draft, best first
         self.batches = 0
+        self.drafts = 0
 
     @classmethod
     def from_options(cls, task: SearchTask, cost_model=None, seed: int = 0, **options: Any) -> PrunerPolicy:
@@ -109,8 +113,18 @@ class PrunerPolicy(SketchPolicy):
         seeds = self.best_measured(int(self.config.seed_fraction * len(init))) + list(offered)
         population = min(self.draft.draft_population, self.config.evolution.population)
         self.potential = self.evolution.search(init + seeds, self.draft.potential, exclude=self.seen,
-                                               score=self.static, generations=self.draft.draft_generations,
+                                               score=self.static, generations=self._generations(),
                                                population=population, features=False)
+        self.drafts += 1
+
+    def _generations(self) -> int:
+        """Of the next draft: `first_generations` for a task's first, else `draft_generations`."""
+        first = self.draft.first_generations
+        return first if first is not None and self.drafts == 0 else self.draft.draft_generations
+
+    def _cheap(self) -> bool:
+        """Whether the latest draft was a cheaper first one (the next batch drafts again)."""
+        return self.drafts == 1 and self.draft.first_generations not in (None, self.draft.draft_generations)
 
     def _next_batch(self, n: int) -> list[State]:
         out: list[State] = []
@@ -121,7 +135,7 @@ class PrunerPolicy(SketchPolicy):
             if len(out) >= n:
                 break
             pool = self._unseen(self.potential, keys)
-            if self.batches % self.draft.draft_every == 0 or len(pool) < n - len(out):
+            if self.batches % self.draft.draft_every == 0 or len(pool) < n - len(out) or self._cheap():
                 self._draft(offered)
                 pool = self._unseen(self.potential, keys)
             self.batches += 1
