@@ -110,7 +110,7 @@ def test_the_draft_lowers_each_child_once_in_the_workers_and_computes_no_feature
     search process lowers nothing for the draft, and the estimates are the analyzer's."""
     task = c2d_relu()
     policy = PrunerPolicy.from_options(task, RandomModel(0), potential=32, draft_generations=2, population=128,
-                                       init_population=64, workers=2)
+                                       init_population=64, first_generations=None, workers=2)
     policy.next_batch(8)
     ex = policy.extractor
     assert ex.stats["estimates"] == 0 and len(ex._estimates) > 2 * len(ex)  # estimates only, from the workers
@@ -134,7 +134,8 @@ def test_the_verification_is_one_generation_of_its_own_size_scored_with_the_work
     spaces = []
     for workers in (1, 2):
         policy = PrunerPolicy.from_options(task, InformedRandomModel(0), seed=4, potential=96, draft_generations=1,
-                                           population=256, init_population=64, workers=workers)
+                                           population=256, init_population=64, first_generations=None,
+                                           workers=workers)
         batch = policy.next_batch(8)
         assert len({state_key(s) for s in batch}) == 8
         spaces.append({s.steps for s in policy.potential})

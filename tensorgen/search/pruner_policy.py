@@ -35,7 +35,9 @@ from tensorgen.task import SearchTask
 class DraftConfig:
     """The knobs of the draft and the verification (module docstring): the paper's potential space, verification
     and eps-greedy; a draft of 2 generations of 1024 programs (4 of 2048, Ansor's evolution, cost as much as
-    measuring a batch here: making children, not scoring them, is what the search pays for on this CPU)."""
+    measuring a batch here: making children, not scoring them, is what the search pays for on this CPU), but a
+    task's first draft is the analyzer's best of the random sample alone (its warm-up round picks a few programs:
+    MobileNet-V2's took 0.57-0.63x of the time to the same estimate, bench/results/pruner_s28.md)."""
 
     potential: int = 512  # programs the analyzer's search keeps (the target space)
     draft_every: int = 4  # batches between drafts
@@ -45,8 +47,8 @@ class DraftConfig:
     verify_random: float = 0.25  # random programs joining the verification, as a share of `potential`
     verify_population: int | None = None  # its generations' size (None: as many as it starts from, at most the
     # evolution's population)
-    first_generations: int | None = None  # of a task's first draft (None: draft_generations); a cheaper one makes
-    # the warm-up round cheaper, and the next batch drafts again in full
+    first_generations: int | None = 0  # of a task's first draft (0: the analyzer's best of the random sample;
+    # None: draft_generations); a cheaper one makes the warm-up round cheaper, and the next batch drafts in full
 
     def __post_init__(self) -> None:
         if not (self.potential >= 1 and self.draft_every >= 1 and self.draft_generations >= 0
