@@ -247,6 +247,17 @@ def summarize(runs: dict[str, dict[str, Any]], reference: str) -> dict[str, dict
     return rows
 
 
+def print_rows(title: str, rows: dict[str, dict[str, Any]], reference: str) -> None:
+    """One line per variant of a summary (summarize)."""
+    for name, row in rows.items():
+        final = f"{row['final_ms']:.3f} ms" if row["final_ms"] is not None else "- (a task has no program yet)"
+        at = row["reaches_reference_final_at_s"]
+        reach = "never" if at is None else (f"at {at:.0f} s ({row['reaches_reference_final_at_trials']} trials, "
+                                            f"{row['time_ratio']:.2f}x its time)")
+        print(f"{title} {name}: final {final} in {row['wall_s']:.0f} s, {row['trials']} trials; reaches {reference}'s "
+              f"final {reach}", flush=True)
+
+
 def median_ratios(summaries: list[dict[str, dict[str, Any]]]) -> dict[str, float | None]:
     """Each variant's median time ratio over the seeds' summaries; None where the median run never reached the
     reference's final."""
@@ -291,13 +302,7 @@ def main(argv: list[str] | None = None) -> int:
             except VariantFailed as e:
                 raise SystemExit(f"{model}: {e}") from None
             rows = summarize(runs, variants[0].name)
-            for name, row in rows.items():
-                final = f"{row['final_ms']:.3f} ms" if row["final_ms"] is not None else "- (a task has no program yet)"
-                at = row["reaches_reference_final_at_s"]
-                reach = "never" if at is None else (f"at {at:.0f} s ({row['reaches_reference_final_at_trials']} "
-                                                    f"trials, {row['time_ratio']:.2f}x its time)")
-                print(f"{model} seed {seed} {name}: final {final} in {row['wall_s']:.0f} s, {row['trials']} trials; "
-                      f"reaches {variants[0].name}'s final {reach}", flush=True)
+            print_rows(f"{model} seed {seed}", rows, variants[0].name)
             per_seed[str(seed)] = {"summary": rows, "runs": runs}
         medians = median_ratios([r["summary"] for r in per_seed.values()])
         for name, ratio in medians.items():

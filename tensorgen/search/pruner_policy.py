@@ -98,6 +98,7 @@ class PrunerPolicy(SketchPolicy):
         self.potential: list[State] = []  # the latest draft, best first
         self.batches = 0
         self.drafts = 0
+        self.redraft = False  # the latest draft was a cheaper first one: the next batch drafts in full
 
     @classmethod
     def from_options(cls, task: SearchTask, cost_model=None, seed: int = 0, **options: Any) -> PrunerPolicy:
@@ -110,23 +111,17 @@ class PrunerPolicy(SketchPolicy):
 
     def _draft(self, offered: Sequence[State]) -> None:
         """A new potential space: the analyzer's best programs met by an evolution from random and the best
-        measured programs."""
+        measured programs (a task's first: `first_generations` of it; if fewer, the next batch drafts again)."""
         init = self._sample()
         seeds = self.best_measured(int(self.config.seed_fraction * len(init))) + list(offered)
         population = min(self.draft.draft_population, self.config.evolution.population)
+        first = self.draft.first_generations
+        generations = first if first is not None and not self.drafts else self.draft.draft_generations
         self.potential = self.evolution.search(init + seeds, self.draft.potential, exclude=self.seen,
-                                               score=self.static, generations=self._generations(),
+                                               score=self.static, generations=generations,
                                                population=population, features=False)
         self.drafts += 1
-
-    def _generations(self) -> int:
-        """Of the next draft: `first_generations` for a task's first, else `draft_generations`."""
-        first = self.draft.first_generations
-        return first if first is not None and self.drafts == 0 else self.draft.draft_generations
-
-    def _cheap(self) -> bool:
-        """Whether the latest draft was a cheaper first one (the next batch drafts again)."""
-        return self.drafts == 1 and self.draft.first_generations not in (None, self.draft.draft_generations)
+        self.redraft = generations < self.draft.draft_generations
 
     def _next_batch(self, n: int) -> list[State]:
         out: list[State] = []
@@ -137,7 +132,7 @@ class PrunerPolicy(SketchPolicy):
             if len(out) >= n:
                 break
             pool = self._unseen(self.potential, keys)
-            if self.batches % self.draft.draft_every == 0 or len(pool) < n - len(out) or self._cheap():
+            if self.batches % self.draft.draft_every == 0 or len(pool) < n - len(out) or self.redraft:
                 self._draft(offered)
                 pool = self._unseen(self.potential, keys)
             self.batches += 1
