@@ -16,20 +16,21 @@ Variants, each from an empty database `<dbs>_<model>_<variant>_s<seed>.db` (the 
     NAME:K=V    the variant with its policy's knob K set to V (any number of :K=V, after @N if any; e.g.
                 pruner@8:draft_population=512 — the knobs of PrunerPolicy.from_options / SketchPolicy.of)
 
-The variants of a network run interleaved, in one run: each in its own process, taking turns round by round, so
-that all of them measure in the same minutes of this machine (whose speed drifts by up to 25% within minutes on
-some days). Each variant's clock counts only its own turns. Its curve is the task scheduler's estimated end-to-end
-latency (sum of each task's best measured latency times its weight) against that clock. The reference runs its
-whole budget of --trials; another variant's budget is time, not trials: it sits out its turns while its estimate
-is at or below the reference's current one (it is ahead), and ends once it reaches the reference's final estimate
-or has used the reference's whole time (a search that measures faster may measure more programs in that time; at
-most OTHERS_TRIALS times --trials). `--full`: every variant runs --trials. The figures: the reference's final
-estimate and time; for every other variant the first time its estimate is at or below the reference's final one
-(and the ratio of the reference's time to it), and its final estimate. With several --seeds the whole comparison
-runs once per seed (every variant with that seed) and each variant's median ratio over the seeds is reported too (a
-run that never reaches the reference's final counts as slower than any that does): one run's ratio is one sample of
-a wide distribution. Time the compiled models next to ONNX Runtime with bench/networks.py --trials 0 --db <the
-database>.
+The variants of a network run interleaved, in one run: each in its own process, taking turns round by round, so that
+all of them measure in the same minutes of this machine (whose speed drifts by up to 25% within minutes on some
+days). Each variant's clock counts only its own turns. Its curve is the task scheduler's estimated end-to-end
+latency (sum of each task's best measured latency times its weight) against that clock. The reference runs its whole
+budget of --trials; another variant's budget is time, not trials: it sits out its turns while its estimate is at or
+below the reference's current one (it is ahead), and ends once it reaches the reference's final estimate or has used
+the reference's whole time (a search that measures faster may measure more programs in that time; at most
+OTHERS_TRIALS times --trials). `--full`: every variant runs --trials. The figures: the reference's final estimate
+and time; for every other variant the first time its estimate is at or below the reference's final one (and the
+ratio of the reference's time to it), its final estimate, and the tasks whose weighted best latency at its end is
+furthest above the reference's final one, with the trials each spent (where a run that misses loses). With several
+--seeds the whole comparison runs once per seed (every variant with that seed) and each variant's median ratio over
+the seeds is reported too (a run that never reaches the reference's final counts as slower than any that does): one
+run's ratio is one sample of a wide distribution. Time the compiled models next to ONNX Runtime with
+bench/networks.py --trials 0 --db <the database>.
 """
 
 from __future__ import annotations
@@ -127,10 +128,13 @@ def run_variant(model: str, variant: Variant, trials: int, db: str, seed: int, r
     """Tune `model` from an empty `db` with one variant, a round per turn."""
     graph = load_graph(model)
     curve: list[tuple[float, int, float]] = []
+    tasks: list[dict[str, Any]] = []
 
     def record(p: SchedulerProgress) -> None:
         if p.phase != "round":
             return
+        tasks[:] = [{"index": r.index, "desc": r.desc, "weight": r.weight, "trials": r.trials,
+                     "ms": r.latency * 1e3 if math.isfinite(r.latency) else None} for r in p.rows]
         latency = p.models.get(graph.name)
         if latency is not None:
             curve.append((round(turn.clock(), 2), p.trials_done, latency * 1e3))
@@ -146,7 +150,7 @@ def run_variant(model: str, variant: Variant, trials: int, db: str, seed: int, r
                             policy_options=dict(variant.options) or None)
     return asdict(variant) | {"db": db, "trials": result.trials, "round_trials": round_trials,
                               "stopped": result.stopped, "wall_s": turn.clock(),
-                              "final_ms": curve[-1][2] if curve else None, "curve": curve}
+                              "final_ms": curve[-1][2] if curve else None, "curve": curve, "tasks": tasks}
 
 
 def play(conn: Connection, *args: Any) -> None:
@@ -258,6 +262,33 @@ def print_rows(title: str, rows: dict[str, dict[str, Any]], reference: str) -> N
               f"final {reach}", flush=True)
 
 
+def task_gaps(runs: dict[str, dict[str, Any]], reference: str, top: int = 5) -> dict[str, list[dict[str, Any]]]:
+    """Per other variant, the `top` tasks whose weighted best latency at its end exceeds the reference's final one
+    most (weight x ms above the reference's; the trials each spent): where a variant that misses loses its time."""
+    base = {t["index"]: t for t in runs[reference]["tasks"]}
+    out = {}
+    for name, run in runs.items():
+        if name == reference:
+            continue
+        gaps = []
+        for t in run["tasks"]:
+            ref = base.get(t["index"])
+            if ref is None or t["ms"] is None or ref["ms"] is None:
+                continue
+            gaps.append({**t, "gap_ms": t["weight"] * (t["ms"] - ref["ms"]), "reference_ms": ref["ms"],
+                         "reference_trials": ref["trials"]})
+        out[name] = sorted(gaps, key=lambda g: -g["gap_ms"])[:top]
+    return out
+
+
+def print_gaps(title: str, gaps: dict[str, list[dict[str, Any]]], reference: str) -> None:
+    """The tasks of task_gaps, one line per variant."""
+    for name, rows in gaps.items():
+        cells = "; ".join(f"#{g['index']} {g['desc']} x{g['weight']:g} {g['gap_ms']:+.3f} ms ({g['trials']} vs "
+                          f"{g['reference_trials']} trials)" for g in rows)
+        print(f"{title} {name}: tasks furthest above {reference}'s at the end: {cells or '-'}", flush=True)
+
+
 def median_ratios(summaries: list[dict[str, dict[str, Any]]]) -> dict[str, float | None]:
     """Each variant's median time ratio over the seeds' summaries; None where the median run never reached the
     reference's final."""
@@ -302,8 +333,10 @@ def main(argv: list[str] | None = None) -> int:
             except VariantFailed as e:
                 raise SystemExit(f"{model}: {e}") from None
             rows = summarize(runs, variants[0].name)
+            gaps = task_gaps(runs, variants[0].name)
             print_rows(f"{model} seed {seed}", rows, variants[0].name)
-            per_seed[str(seed)] = {"summary": rows, "runs": runs}
+            print_gaps(f"{model} seed {seed}", gaps, variants[0].name)
+            per_seed[str(seed)] = {"summary": rows, "task_gaps": gaps, "runs": runs}
         medians = median_ratios([r["summary"] for r in per_seed.values()])
         for name, ratio in medians.items():
             print(f"{model} {name}: median time ratio over {len(seeds)} seed(s) "

@@ -204,6 +204,20 @@ def test_pruner_networks_median_ratio_over_seeds_counts_never_as_slowest():
     assert networks.median_ratios([summary(0.3)]) == {"ansor": 1.0, "pruner": 0.3}
 
 
+def test_pruner_networks_task_gaps_rank_the_tasks_a_variant_lags_on_by_weighted_time():
+    networks = _bench_module("pruner_networks")
+
+    def task(index, weight, ms, trials):
+        return {"index": index, "desc": "conv2d", "weight": weight, "ms": ms, "trials": trials}
+
+    runs = {"ansor": {"tasks": [task(0, 1, 2.0, 64), task(1, 4, 1.0, 96), task(2, 1, 3.0, 32), task(3, 2, 1.0, 32)]},
+            "pruner": {"tasks": [task(0, 1, 2.5, 40), task(1, 4, 1.2, 80), task(2, 1, 2.0, 8), task(3, 2, None, 0)]}}
+    gaps = networks.task_gaps(runs, "ansor", top=2)["pruner"]
+    assert [g["index"] for g in gaps] == [1, 0]  # 4 x 0.2 ms, then 1 x 0.5 ms; task 2 is ahead, task 3 unmeasured
+    assert gaps[0]["gap_ms"] == pytest.approx(0.8) and gaps[0]["trials"] == 80 and gaps[0]["reference_trials"] == 96
+    assert networks.task_gaps(runs, "ansor")["pruner"][-1]["gap_ms"] == pytest.approx(-1.0)
+
+
 def test_pruner_networks_end_to_end(tmp_path):
     """The script on a one-layer model: two variants in their own processes, in turns, each with its database."""
     import onnx
@@ -226,6 +240,8 @@ def test_pruner_networks_end_to_end(tmp_path):
     assert runs[pruner]["curve"][0][1] == 1  # its warm-up round: one program
     assert runs[pruner]["options"] == [["draft_population", 64]]
     assert 0 < report["median_time_ratio"]["ansor"] <= 1  # the reference reaches its own final
+    assert [t["index"] for t in runs["ansor"]["tasks"]] == [0] and runs["ansor"]["tasks"][0]["trials"] == 6
+    assert [g["index"] for g in report["seeds"]["3"]["task_gaps"][pruner]] == [0]
     bad = subprocess.run([sys.executable, str(BENCH / "pruner_networks.py"), "--models", str(tmp_path / "tiny.onnx"),
                           "--trials", "2", "--variants", "ansor,pruner:drafts=3", "--dbs", str(tmp_path / "bad")],
                          capture_output=True, text=True, timeout=600)

@@ -49,11 +49,16 @@ def reference_latency(psa: StaticAnalyzer, st: Statement) -> float:
         inner = range(reduce[-1] + 1, n)
         in_vec = vec is not None and vec > reduce[-1]
         acc = float(np.prod([ext[k] for k in inner])) / (fill if in_vec else 1.0)
-        loads = 0.0
+        loads = held = 0.0
         for a in reads:
+            whole_vectors = in_vec and a.coef[vec] == 1
             pts = float(np.prod([ext[k] for k in inner if a.coef[k] != 0]))
-            loads += pts / fill if in_vec and a.coef[vec] == 1 else pts
-        thread = (1 + loads / acc) * max((acc + loads) / hw.vector_registers, 1.0)
+            loads += pts / fill if whole_vectors else pts
+            # held across the outermost tile loop the read does not move with; streamed (1) if none
+            kept = next((k for k in inner if a.coef[k] == 0 and ext[k] > 1), n)
+            pts = float(np.prod([ext[k] for k in range(kept + 1, n) if a.coef[k] != 0]))
+            held += pts / fill if whole_vectors and vec > kept else pts
+        thread = (1 + loads / acc) * max((acc + held) / hw.vector_registers, 1.0)
         chains = max(psa.fma_chain / acc, 1.0)
     else:
         thread, chains = 1.0 + len(reads), 1.0

@@ -59,6 +59,16 @@ def test_register_tile_in_parallel_is_the_fastest_estimate():
         assert latency(state) > good, what
 
 
+def test_a_tile_spills_by_what_it_holds_not_by_what_it_loads():
+    """16 x 16: 16 accumulators, B's row (1 vector) held across the rows, A's 16 points streamed one at a time: 18
+    registers of 32 fit, though the tile loads 17 vectors per step (the count that charged the 7 x 16 tiles of
+    MobileNet-V2's 1x1 convs, the fastest measured there, for spilling); 16 x 64 (64 accumulators) spills."""
+    roomy = StaticAnalyzer(HW, registers=256)
+    fits, spills = gmm_program(i_inner=16, j_inner=16), gmm_program(i_inner=16, j_inner=64)
+    assert StaticAnalyzer(HW).latency(fits) == pytest.approx(roomy.latency(fits))
+    assert StaticAnalyzer(HW).latency(spills) > 1.5 * roomy.latency(spills)
+
+
 def test_serial_program_costs_about_cores_times_more():
     # compute bound: only the kernel-level penalty differs (the copy out of C_local is serial in both)
     ratio = latency(gmm_program(parallel=1)) / latency(gmm_program())

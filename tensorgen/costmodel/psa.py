@@ -7,8 +7,10 @@ parameters and a few penalty terms, so the search can drop such programs before 
 
 Pruner's terms are written for GPUs; on a CPU they become
 - thread level: the register tile (the loops inside the innermost reduction loop) against the vector
-  registers, P_reg = max(n_r / n_r*, 1) with n_r = accumulators + operands, times
-  alpha = 1 + loads / accumulators (the memory-to-compute ratio of the tile);
+  registers, P_reg = max(n_r / n_r*, 1) with n_r = accumulators + the operand registers held (a read
+  reused across a tile loop keeps its points inside that loop, as a GEMM tile keeps B's row; one that moves
+  with every tile loop streams through one register, as A's points do), times alpha = 1 + loads /
+  accumulators (the memory-to-compute ratio of the tile);
 - warp level: the lane fill of the vectorized loop (a 24-element loop fills two 16-lane vectors 75%), and
   the dependency chains: fewer independent accumulators than `fma_chain` (FMA latency x FMA ports) stall;
 - kernel level: parallel iterations against cores, p / (ceil(p / cores) * cores) (1 / cores if serial);
@@ -110,9 +112,16 @@ class StaticAnalyzer:
         coef_r = s.coef[:, 1:, :][:, reads, :]  # (n, reads, L)
         pts = np.prod(np.where(inner[:, None, :] & (coef_r != 0), ext[:, None, :], 1.0), axis=2)
         unit_vec = coef_r[rows, :, np.maximum(vec, 0)] == 1 if L else np.zeros(pts.shape, bool)
-        loads = np.sum(np.where(in_vec[:, None] & unit_vec, pts / fill[:, None], pts), axis=1)
+        vec_read = in_vec[:, None] & unit_vec  # the read's points along the vector loop are whole vectors
+        loads = np.sum(np.where(vec_read, pts / fill[:, None], pts), axis=1)
+        # registers a read holds: its points inside the outermost tile loop it does not move with (kept across that
+        # loop's iterations: a GEMM tile's row of B; one streamed register if it moves with every tile loop: A's)
+        held_from = np.where((inner & (ext > 1))[:, None, :] & (coef_r == 0), np.arange(L), L).min(axis=2, initial=L)
+        inside = np.arange(L)[None, None, :] > held_from[..., None]
+        held = np.prod(np.where(inside & (coef_r != 0), ext[:, None, :], 1.0), axis=2)
+        held = np.where(vec_read & (vec[:, None] > held_from), held / fill[:, None], held)
         regs = self.registers or self.hw.vector_registers
-        tile = (1 + loads / acc) * np.maximum((acc + loads) / regs, 1.0)
+        tile = (1 + loads / acc) * np.maximum((acc + held.sum(1)) / regs, 1.0)
         thread = np.where(has_reduce, tile, 1.0 + int(reads.sum()))
         chains = np.where(has_reduce, np.maximum(self.fma_chain / acc, 1.0), 1.0)
         return work / (self.peak() * 1e9) * (lanes / fill) * (self.hw.cores / busy) * thread * chains
