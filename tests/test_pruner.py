@@ -78,7 +78,7 @@ def reference_latency(psa: StaticAnalyzer, st: Statement) -> float:
         if np.any(a.coef[level:] != 0):
             unit = [ext[k] for k in range(level, n) if a.coef[k] == 1]
             use = min(line, a.buffer.nbytes / max(a.buffer.size, 1) * max(unit, default=1.0)) / line
-        traffic += foot[level] * float(ext[:level].prod()) / use
+        traffic += foot[level] * float(np.prod([ext[k] for k in range(level) if a.coef[k] != 0])) / use
     return max(compute, traffic / (20.0 * hw.cores * 1e9))
 
 

@@ -14,8 +14,9 @@ Pruner's terms are written for GPUs; on a CPU they become
 - warp level: the lane fill of the vectorized loop (a 24-element loop fills two 16-lane vectors 75%), and
   the dependency chains: fewer independent accumulators than `fma_chain` (FMA latency x FMA ports) stall;
 - kernel level: parallel iterations against cores, p / (ceil(p / cores) * cores) (1 / cores if serial);
-- memory: cache-line use of the contiguous run of each access, against the traffic that misses L2 (the
-  footprint under the outermost loop level that fits, times the iterations around it).
+- memory: cache-line use of the contiguous run of each access, against the traffic that misses L2 (its
+  footprint under the outermost loop level that fits, times the iterations around it that move it: a 1x1
+  conv's weights, read whole by every parallel iteration, stay in cache and are fetched once).
 An out-of-order core overlaps compute and memory, so a statement costs max(L_com, L_mem) where Pruner
 (for GPUs) adds them; the program's latency is the sum over statements.
 """
@@ -135,13 +136,14 @@ class StaticAnalyzer:
         fits = feet.sum(1) <= self.hw.l2_bytes  # (n, L + 1); the last level always fits or nothing does
         level = np.where(fits.any(1), np.argmax(fits, axis=1), L)
         levels = np.arange(L)[None, :]
-        around = np.prod(np.where(levels < level[:, None], s.ext, 1.0), axis=1)
+        # an access is fetched again only by the loops around that level it moves with (the rest reuse it)
+        around = np.prod(np.where((levels < level[:, None])[:, None, :] & (s.coef != 0), ext, 1.0), axis=2)
         below = (levels >= level[:, None])[:, None, :]  # (n, 1, L)
         moves = np.any(below & (s.coef != 0), axis=2)  # the access changes inside the cached level
         unit = np.max(np.where(below & (s.coef == 1), ext, 1.0), axis=2, initial=1.0)
         use = np.where(moves, np.minimum(line, s.elem * unit) / line, 1.0)  # share of each cache line used
         foot = np.take_along_axis(feet, level[:, None, None].repeat(A, 1), axis=2)[..., 0]
-        traffic = np.sum(foot * around[:, None] / use, axis=1)
+        traffic = np.sum(foot * around / use, axis=1)
         return traffic / ((self.miss_gbs or 20.0 * self.hw.cores) * 1e9)
 
 
