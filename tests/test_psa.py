@@ -69,6 +69,19 @@ def test_a_tile_spills_by_what_it_holds_not_by_what_it_loads():
     assert StaticAnalyzer(HW).latency(spills) > 1.5 * roomy.latency(spills)
 
 
+def test_data_every_parallel_iteration_reuses_is_fetched_once():
+    """A (1 MiB) and C stream through a 64 KiB L2 eight rows per parallel iteration; B (4 KiB) is read whole by each
+    of the 512 iterations but stays in cache: the memory-bound estimate is about A + B + C (and the copy out of
+    C_local) once, not 512 B's."""
+    hw = HardwareParams(cores=2, simd_bytes=64, l2_bytes=64 << 10, peak_gflops=1e9)  # compute is free
+    s = cached_gmm(4096, 16, 64)
+    s.split("C_local", "i", [8])
+    s.parallel("C_local", "i_0")
+    a, b, c = 4096 * 64 * 4, 64 * 16 * 4, 4096 * 16 * 4
+    once = (a + b + c + 2 * c) / (20e9 * hw.cores)  # the copy reads C_local and writes C
+    assert once <= StaticAnalyzer(hw).latency(s) < 1.2 * once
+
+
 def test_serial_program_costs_about_cores_times_more():
     # compute bound: only the kernel-level penalty differs (the copy out of C_local is serial in both)
     ratio = latency(gmm_program(parallel=1)) / latency(gmm_program())
