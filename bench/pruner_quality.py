@@ -2,7 +2,7 @@
 (bench/dataset.py):
 
     python bench/pruner_quality.py models --train-db dataset_avx2.db --test-db heldout.db [--online 64] [--json F]
-    python bench/pruner_quality.py psa --db dataset.db [--sizes 8,16,32] [--json F]
+    python bench/pruner_quality.py psa --db dataset.db [--sizes 8,16,32] [--programs random|all] [--json F]
 
 models  How well each cost model ranks the programs of tasks it was never trained on, in the online setting of a
         tuning run: a task's first `online` measured programs (commit order) are what the model may learn from,
@@ -16,7 +16,9 @@ psa     The static analyzer's pruned space against a random space of the same si
         task, the random programs measured for it (the `random` runs of bench/dataset.py) are the whole space; the
         target space is the `size` programs PSA estimates fastest, the random space `size` programs drawn at random
         (2000 draws). Best-k = a task's best latency / the k-th best latency in the space (0 where the space has
-        fewer than k valid programs), the mean over tasks (and draws).
+        fewer than k valid programs), the mean over tasks (and draws); and the mean over tasks of the Spearman
+        rank correlation of PSA's estimates with the measured latencies. `--programs all`: every program measured
+        for the task is the space (a tuning database's: the searched programs, the tail the draft must rank).
 """
 
 from __future__ import annotations
@@ -111,22 +113,32 @@ def _task_mean(qualities: list[dict[str, float]], key: str) -> float:
 # PSA Best-k
 
 
+def ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks of `x` from 0, ties sharing their mean rank (Spearman's correlation is Pearson's of these)."""
+    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
+    return (np.cumsum(counts) - counts + (counts - 1) / 2)[inverse]
+
+
 def best_k(args: argparse.Namespace) -> dict[str, Any]:
     sizes, ks = [int(s) for s in args.sizes.split(",")], (1, 5)
     target = {(s, k): [] for s in sizes for k in ks}
     random_space: dict[tuple[int, int], list[float]] = {key: [] for key in target}
     rng = np.random.default_rng(args.seed)
+    spearman: list[float] = []
     for path in args.db:
         with SQLiteDatabase(path, readonly=True) as db:
             runs = {r.id: r.info.get("policy") for r in db.runs()}
             random_hashes = {m.steps_hash for m in db.measurements() if runs.get(m.run) == "random"}
             for key, tgt, _ in db.workloads():
-                records = [r for r in db.records(key, tgt) if r.steps_hash in random_hashes]
+                records = [r for r in db.records(key, tgt) if args.programs == "all" or r.steps_hash in random_hashes]
                 lat = np.array([r.cost if r.ok else math.inf for r in records])
                 if len(records) < max(sizes) * 2 or not np.isfinite(lat).any():
                     continue
                 dag = records[0].compute_dag
                 psa = StaticAnalyzer(HardwareParams.from_dict(records[0].hw)).latencies([r.state(dag) for r in records])
+                ok = np.isfinite(lat) & np.isfinite(psa)
+                if ok.sum() > 2 and np.ptp(psa[ok]) > 0 and np.ptp(lat[ok]) > 0:
+                    spearman.append(float(np.corrcoef(ranks(psa[ok]), ranks(lat[ok]))[0, 1]))
                 best = float(lat.min())
                 order = np.argsort(psa, kind="stable")
                 for s in sizes:  # a space without k valid programs scores 0 (best / inf)
@@ -137,11 +149,13 @@ def best_k(args: argparse.Namespace) -> dict[str, Any]:
                         random_space[(s, k)].append(float(np.mean(best / draws[:, k - 1])))
     tasks = len(next(iter(target.values())))
     if not tasks:
-        raise SystemExit(f"no task of {', '.join(args.db)} has {2 * max(sizes)} or more measured random programs")
+        raise SystemExit(f"no task of {', '.join(args.db)} has {2 * max(sizes)} or more measured "
+                         f"{'' if args.programs == 'all' else 'random '}programs")
     table = {f"size {s}": {f"{space} best-{k}": float(np.mean(ratios[(s, k)]))
                            for space, ratios in (("random", random_space), ("psa", target)) for k in ks if k <= s}
              for s in sizes}
-    return {"dbs": args.db, "tasks": tasks, "sizes": sizes, "best_k": table}
+    return {"dbs": args.db, "programs": args.programs, "tasks": tasks, "sizes": sizes, "best_k": table,
+            "spearman": float(np.mean(spearman)) if spearman else None}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("psa")
     s.add_argument("--db", action="append", required=True)
     s.add_argument("--sizes", default="8,16,32")
+    s.add_argument("--programs", choices=("random", "all"), default="random",
+                   help="the space: the programs of `random` runs (default) or every measured one")
     for q in (m, s):
         q.add_argument("--seed", type=int, default=0)
         q.add_argument("--json", default=None)

@@ -132,6 +132,15 @@ def test_pruner_quality_bench_tables(tmp_path):
     report = json.loads(out.read_text())
     assert report["tasks"] == 2 and set(report["best_k"]) == {"size 3", "size 6"}
     assert all(0 < v <= 1 for size in report["best_k"].values() for v in size.values())
+    assert -1 <= report["spearman"] <= 1
+    ansor = tmp_path / "ansor.db"  # a tuning database has no random runs: --programs all takes what it measured
+    tune(gmm(16), trials=12, policy="ansor", batch_size=12, db=ansor)
+    with pytest.raises(SystemExit, match="measured random programs"):
+        quality.main(["psa", "--db", str(ansor), "--sizes", "3"])
+    assert quality.main(["psa", "--db", str(ansor), "--sizes", "3", "--programs", "all", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["tasks"] == 1
+    x = np.array([3.0, 1.0, 3.0, 2.0])
+    assert list(quality.ranks(x)) == [2.5, 0.0, 2.5, 1.0]
 
 
 class _ScriptedVariant:
