@@ -56,7 +56,7 @@ import thread_env  # noqa: E402, F401  (first: the thread counts of NumPy and to
 from tensorgen.errors import TensorgenError  # noqa: E402
 from tensorgen.graph.backend.tasks import extract_tasks  # noqa: E402
 from tensorgen.graph.load import load_graph  # noqa: E402
-from tensorgen.tuning.progress import SchedulerProgress, StopTuning  # noqa: E402
+from tensorgen.tuning.progress import SchedulerProgress, StopTuning, TaskRow  # noqa: E402
 from tensorgen.tuning.scheduler import SchedulerConfig, TaskScheduler  # noqa: E402
 
 OTHERS_TRIALS = 4  # the other variants' budget in trials, as a multiple of the reference's (theirs is its time)
@@ -128,13 +128,12 @@ def run_variant(model: str, variant: Variant, trials: int, db: str, seed: int, r
     """Tune `model` from an empty `db` with one variant, a round per turn."""
     graph = load_graph(model)
     curve: list[tuple[float, int, float]] = []
-    tasks: list[dict[str, Any]] = []
+    last_rows: list[TaskRow] = []  # the tasks at the last round
 
     def record(p: SchedulerProgress) -> None:
         if p.phase != "round":
             return
-        tasks[:] = [{"index": r.index, "desc": r.desc, "weight": r.weight, "trials": r.trials,
-                     "ms": r.latency * 1e3 if math.isfinite(r.latency) else None} for r in p.rows]
+        last_rows[:] = p.rows
         latency = p.models.get(graph.name)
         if latency is not None:
             curve.append((round(turn.clock(), 2), p.trials_done, latency * 1e3))
@@ -150,7 +149,10 @@ def run_variant(model: str, variant: Variant, trials: int, db: str, seed: int, r
                             policy_options=dict(variant.options) or None)
     return asdict(variant) | {"db": db, "trials": result.trials, "round_trials": round_trials,
                               "stopped": result.stopped, "wall_s": turn.clock(),
-                              "final_ms": curve[-1][2] if curve else None, "curve": curve, "tasks": tasks}
+                              "final_ms": curve[-1][2] if curve else None, "curve": curve,
+                              "tasks": [{"index": r.index, "desc": r.desc, "weight": r.weight, "trials": r.trials,
+                                         "ms": r.latency * 1e3 if math.isfinite(r.latency) else None}
+                                        for r in last_rows]}
 
 
 def play(conn: Connection, *args: Any) -> None:

@@ -107,7 +107,8 @@ class StaticAnalyzer:
         reduce = updates & (s.coef[:, 0, :] == 0) & (ext > 1)
         has_reduce = reduce.any(1)
         last = np.where(has_reduce, _last(reduce), L)  # the innermost reduction loop
-        inner = np.arange(L)[None, :] > last[:, None]  # the register tile: loops inside it
+        loop = np.arange(L)
+        inner = loop[None, :] > last[:, None]  # the register tile: loops inside it
         in_vec = (vec >= 0) & (vec > last)
         acc = np.prod(np.where(inner, ext, 1.0), axis=1) / np.where(in_vec, fill, 1.0)
         coef_r = s.coef[:, 1:, :][:, reads, :]  # (n, reads, L)
@@ -117,8 +118,8 @@ class StaticAnalyzer:
         loads = np.sum(np.where(vec_read, pts / fill[:, None], pts), axis=1)
         # registers a read holds: its points inside the outermost tile loop it does not move with (kept across that
         # loop's iterations: a GEMM tile's row of B; one streamed register if it moves with every tile loop: A's)
-        held_from = np.where((inner & (ext > 1))[:, None, :] & (coef_r == 0), np.arange(L), L).min(axis=2, initial=L)
-        inside = np.arange(L)[None, None, :] > held_from[..., None]
+        held_from = np.where((inner & (ext > 1))[:, None, :] & (coef_r == 0), loop, L).min(axis=2, initial=L)
+        inside = loop > held_from[..., None]
         held = np.prod(np.where(inside & (coef_r != 0), ext[:, None, :], 1.0), axis=2)
         held = np.where(vec_read & (vec[:, None] > held_from), held / fill[:, None], held)
         regs = self.registers or self.hw.vector_registers
