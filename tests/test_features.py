@@ -6,10 +6,13 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tensorgen import te
 from tensorgen.dag import ComputeDAG
 from tensorgen.features import N_FEATURES, NAMES, FeatureExtractor, statement_features
+from tensorgen.features.access import footprints, window_footprints
 from tensorgen.features.ansor import features_of
 from tensorgen.features.layout import INDEX, ONE_HOT
 from tensorgen.features.nest import NotAffine, state_statements
@@ -243,3 +246,29 @@ def test_a_stage_computed_at_a_gather_has_features():
     s.compute_at("doubled", "gathered", "c")
     (features,) = FeatureExtractor(HW).extract([s])
     assert features.shape == (2, N_FEATURES) and np.isfinite(features).all()
+
+
+@st.composite
+def sliding_windows(draw):
+    """Loops over a row-major array whose index along each dimension is `out * stride + window` (a convolution's
+    input), in a random loop order: (strides in elements, extents)."""
+    coef, ext, dim_stride = [], [], 1
+    for _ in range(draw(st.integers(1, 3))):
+        out, window = draw(st.integers(1, 6)), draw(st.integers(1, 4))
+        stride = draw(st.integers(1, window))  # windows overlap or touch: the dimension stays contiguous
+        coef += [stride * dim_stride, dim_stride]
+        ext += [out, window]
+        dim_stride *= (out - 1) * stride + window + draw(st.integers(0, 3))  # padding between dimensions
+    order = draw(st.permutations(range(len(coef))))
+    return np.array(coef, float)[order], np.array(ext, float)[order]
+
+
+@settings(max_examples=60, deadline=None)
+@given(sliding_windows())
+def test_window_footprints_count_the_distinct_elements_of_sliding_windows(loops):
+    coef, ext = loops
+    got = window_footprints(coef[None], ext)[0]
+    for level in range(len(coef) + 1):
+        grids = np.meshgrid(*[np.arange(e) * c for c, e in zip(coef[level:], ext[level:])], indexing="ij")
+        assert got[level] == len(np.unique(sum(grids, np.zeros(1)))), level
+    assert np.all(got <= footprints(coef[None], ext)[0])

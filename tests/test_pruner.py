@@ -68,18 +68,30 @@ def reference_latency(psa: StaticAnalyzer, st: Statement) -> float:
     feet = []
     for a in accesses:
         span = np.append(np.cumsum((a.coef * (ext - 1))[::-1])[::-1] + 1, 1.0)
-        points = np.append(np.cumprod(np.where(a.coef > 0, ext, 1.0)[::-1])[::-1], 1.0)
+        points = np.append([merged_points(a.coef[k:], ext[k:]) for k in range(n)], 1.0)
         feet.append(np.minimum(np.minimum(span, points), a.buffer.size) * a.buffer.nbytes / max(a.buffer.size, 1))
     fits = np.nonzero(np.sum(feet, axis=0) <= hw.l2_bytes)[0]
     level = int(fits[0]) if fits.size else n
+    outer = max(level - 1, 0)  # consecutive iterations of the loop outside the cached level share what they can
     traffic = 0.0
     for a, foot in zip(accesses, feet):
         use = 1.0
         if np.any(a.coef[level:] != 0):
             unit = [ext[k] for k in range(level, n) if a.coef[k] == 1]
             use = min(line, a.buffer.nbytes / max(a.buffer.size, 1) * max(unit, default=1.0)) / line
-        traffic += foot[level] * float(np.prod([ext[k] for k in range(level) if a.coef[k] != 0])) / use
+        traffic += foot[outer] * float(np.prod([ext[k] for k in range(outer) if a.coef[k] != 0])) / use
     return max(compute, traffic / (20.0 * hw.cores * 1e9))
+
+
+def merged_points(coef: np.ndarray, ext: np.ndarray) -> float:
+    """Distinct points of an index moved by these loops, loops along one dimension merged (features.access)."""
+    dims: list[list[float]] = []  # [stride, points]
+    for c, e in sorted((c, e) for c, e in zip(coef, ext) if c > 0 and e > 1):
+        if dims and (c / dims[-1][0]).is_integer() and c / dims[-1][0] <= dims[-1][1]:
+            dims[-1][1] += c / dims[-1][0] * (e - 1)
+        else:
+            dims.append([c, e])
+    return float(np.prod([pts for _, pts in dims]))
 
 
 def gmm_relu_two_cores():

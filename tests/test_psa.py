@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from search_tasks import cached_gmm, gmm
 
+from tensorgen import te
 from tensorgen.costmodel import RandomModel
 from tensorgen.costmodel.psa import StaticAnalyzer
 from tensorgen.schedule.state import State
@@ -79,6 +80,21 @@ def test_data_every_parallel_iteration_reuses_is_fetched_once():
     s.parallel("C_local", "i_0")
     a, b, c = 4096 * 64 * 4, 64 * 16 * 4, 4096 * 16 * 4
     once = (a + b + c + 2 * c) / (20e9 * hw.cores)  # the copy reads C_local and writes C
+    assert once <= StaticAnalyzer(hw).latency(s) < 1.2 * once
+
+
+def test_rows_a_sliding_window_shares_are_fetched_once():
+    """A 3 x 3 box filter over a 1 MiB image, one output row per parallel iteration: each iteration reads three
+    input rows, two of which the previous iteration on its core read, so the memory-bound estimate is about the
+    image once and the output twice (zeroed by one statement, accumulated by the next), not three images."""
+    hw = HardwareParams(cores=2, simd_bytes=64, l2_bytes=64 << 10, peak_gflops=1e9)  # compute is free
+    n = 510
+    image = te.placeholder((n + 2, n + 2), name="image")
+    rh, rw = te.reduce_axis(3, "rh"), te.reduce_axis(3, "rw")
+    box = te.compute((n, n), lambda h, w: te.sum(image[h + rh, w + rw], axis=[rh, rw]), name="box")
+    s = State([image, box])
+    s.parallel("box", "h")
+    once = ((n + 2) ** 2 + 2 * n * n) * 4 / (20e9 * hw.cores)
     assert once <= StaticAnalyzer(hw).latency(s) < 1.2 * once
 
 

@@ -14,9 +14,11 @@ Pruner's terms are written for GPUs; on a CPU they become
 - warp level: the lane fill of the vectorized loop (a 24-element loop fills two 16-lane vectors 75%), and
   the dependency chains: fewer independent accumulators than `fma_chain` (FMA latency x FMA ports) stall;
 - kernel level: parallel iterations against cores, p / (ceil(p / cores) * cores) (1 / cores if serial);
-- memory: cache-line use of the contiguous run of each access, against the traffic that misses L2 (its
-  footprint under the outermost loop level that fits, times the iterations around it that move it: a 1x1
-  conv's weights, read whole by every parallel iteration, stay in cache and are fetched once).
+- memory: cache-line use of the contiguous run of each access, against the traffic that misses L2: the
+  footprint (`window_footprints`: a convolution's overlapping windows counted once) under the loop just outside
+  the outermost level that fits (its iterations run one after another, so the rows a sliding window shares
+  stay cached), times the iterations around it that move it (a 1x1 conv's weights, read whole by every
+  parallel iteration, stay in cache and are fetched once).
 An out-of-order core overlaps compute and memory, so a statement costs max(L_com, L_mem) where Pruner
 (for GPUs) adds them; the program's latency is the sum over statements.
 """
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorgen.errors import TensorgenError
-from tensorgen.features.access import footprints
+from tensorgen.features.access import window_footprints
 from tensorgen.features.layout import OP_CATEGORIES
 from tensorgen.features.nest import program_statements
 from tensorgen.features.statement import Statement
@@ -132,18 +134,21 @@ class StaticAnalyzer:
         n, A, L = s.coef.shape
         line, ext = float(self.hw.cache_line_bytes), s.ext[:, None, :]
         # bytes each access touches under each loop level (level L: one execution)
-        feet = np.minimum(footprints(s.coef, s.ext), s.size[..., None]) * s.elem[..., None]
+        feet = np.minimum(window_footprints(s.coef, s.ext), s.size[..., None]) * s.elem[..., None]
         feet = np.where(s.distinct[..., None], feet, 0.0)  # one access per (buffer, strides)
         fits = feet.sum(1) <= self.hw.l2_bytes  # (n, L + 1); the last level always fits or nothing does
         level = np.where(fits.any(1), np.argmax(fits, axis=1), L)
         levels = np.arange(L)[None, :]
-        # an access is fetched again only by the loops around that level it moves with (the rest reuse it)
-        around = np.prod(np.where((levels < level[:, None])[:, None, :] & (s.coef != 0), ext, 1.0), axis=2)
+        # the loop just outside that level runs its iterations one after another: what they share (the rows of a
+        # sliding window) stays cached, so the traffic is its footprint, fetched again by the loops around it
+        # that move the access (the rest reuse it)
+        outer = np.maximum(level - 1, 0)
+        around = np.prod(np.where((levels < outer[:, None])[:, None, :] & (s.coef != 0), ext, 1.0), axis=2)
         below = (levels >= level[:, None])[:, None, :]  # (n, 1, L)
         moves = np.any(below & (s.coef != 0), axis=2)  # the access changes inside the cached level
         unit = np.max(np.where(below & (s.coef == 1), ext, 1.0), axis=2, initial=1.0)
         use = np.where(moves, np.minimum(line, s.elem * unit) / line, 1.0)  # share of each cache line used
-        foot = np.take_along_axis(feet, level[:, None, None].repeat(A, 1), axis=2)[..., 0]
+        foot = np.take_along_axis(feet, outer[:, None, None].repeat(A, 1), axis=2)[..., 0]
         traffic = np.sum(foot * around / use, axis=1)
         return traffic / ((self.miss_gbs or 20.0 * self.hw.cores) * 1e9)
 

@@ -10,6 +10,9 @@ Unique elements touched by one access under a set of loops (the footprint) is ap
 overlap (convolution windows, c=1 on two loops) and the point count when they do not (tiles).
 Both are exact for a single loop and for non-overlapping row-major tiles; the span overcounts
 strided tiles with gaps, the product undercounts nothing. Results are capped by the buffer size.
+`window_footprints` also merges loops whose strides overlap on a lattice (a convolution's output and
+window loops along one dimension: `w * 2 + rw` touches 2 * 27 + 3 elements, not 28 * 3): the static
+analyzer's memory term uses it; the features keep the simpler count the shipped models were trained on.
 """
 
 from __future__ import annotations
@@ -41,6 +44,32 @@ def footprints(coef: np.ndarray, ext: np.ndarray) -> np.ndarray:
     span = np.cumsum((coef * (e - 1))[..., ::-1], axis=-1)[..., ::-1] + 1
     points = np.cumprod(np.where(coef > 0, e, 1.0)[..., ::-1], axis=-1)[..., ::-1]
     return np.concatenate([np.minimum(span, points), np.ones(coef.shape[:-1] + (1,))], axis=-1)
+
+
+def window_footprints(coef: np.ndarray, ext: np.ndarray) -> np.ndarray:
+    """`footprints` with loops along one dimension merged: the moving loops of each level in ascending stride, a
+    loop whose stride is a whole multiple k of the current dimension's stride, with k at most the points that
+    dimension spans so far, extends it by k * (extent - 1) points; any other starts a new dimension (the count is
+    the product of the dimensions', capped by the span)."""
+    e = np.broadcast_to(ext[..., None, :], coef.shape)
+    L = coef.shape[-1]
+    order = np.argsort(np.where((coef > 0) & (e > 1), coef, np.inf), axis=-1, kind="stable")
+    c, n = np.take_along_axis(coef, order, -1), np.take_along_axis(e, order, -1)
+    moving = (c > 0) & (n > 1)
+    levels = []
+    for level in range(L):
+        done, stride, points = (np.ones(coef.shape[:-1]) for _ in range(3))
+        for k in range(L):
+            ratio = c[..., k] / stride
+            on = moving[..., k] & (order[..., k] >= level)
+            merge = on & (np.abs(ratio - np.round(ratio)) < 1e-6) & (ratio <= points)
+            new = on & ~merge
+            done = np.where(new, done * points, done)
+            points = np.where(merge, points + ratio * (n[..., k] - 1), np.where(new, n[..., k], points))
+            stride = np.where(new, c[..., k], stride)
+        levels.append(done * points)
+    levels.append(np.ones(coef.shape[:-1]))  # level L: one execution
+    return np.minimum(footprints(coef, ext), np.stack(levels, -1))
 
 
 def coefficients(index: Expr, loop_vars: list[Var], extents: np.ndarray) -> tuple[np.ndarray, int]:
