@@ -65,21 +65,26 @@ def reference_latency(psa: StaticAnalyzer, st: Statement) -> float:
     compute = work / (psa.peak() * 1e9) * (lanes / fill) * (hw.cores / busy) * thread * chains
     line = float(hw.cache_line_bytes)
     accesses = list({(a.buffer.name, tuple(a.coef)): a for a in st.accesses}.values())
-    feet = []
-    for a in accesses:
-        span = np.append(np.cumsum((a.coef * (ext - 1))[::-1])[::-1] + 1, 1.0)
-        points = np.append([merged_points(a.coef[k:], ext[k:]) for k in range(n)], 1.0)
-        feet.append(np.minimum(np.minimum(span, points), a.buffer.size) * a.buffer.nbytes / max(a.buffer.size, 1))
-    fits = np.nonzero(np.sum(feet, axis=0) <= hw.l2_bytes)[0]
-    level = int(fits[0]) if fits.size else n
-    outer = max(level - 1, 0)  # consecutive iterations of the loop outside the cached level share what they can
+    def footprint(a, ext: np.ndarray, k: int) -> float:
+        """Bytes `a` touches under loop level k."""
+        span = float(np.sum(a.coef[k:] * (ext[k:] - 1)) + 1)
+        return min(span, merged_points(a.coef[k:], ext[k:]), a.buffer.size) * a.buffer.nbytes / max(a.buffer.size, 1)
+
+    fits = [k for k in range(n + 1) if sum(footprint(a, ext, k) for a in accesses) <= hw.l2_bytes]
+    level = fits[0] if fits else n
     traffic = 0.0
-    for a, foot in zip(accesses, feet):
+    for a in accesses:
         use = 1.0
         if np.any(a.coef[level:] != 0):
             unit = [ext[k] for k in range(level, n) if a.coef[k] == 1]
             use = min(line, a.buffer.nbytes / max(a.buffer.size, 1) * max(unit, default=1.0)) / line
-        traffic += foot[outer] * float(np.prod([ext[k] for k in range(outer) if a.coef[k] != 0])) / use
+        fetched, around = footprint(a, ext, level), 1.0
+        if level > 0:  # the loop outside the cached level: the first footprint, then what each iteration adds
+            outer, two = level - 1, ext.copy()
+            two[outer] = min(ext[outer], 2.0)
+            fetched += (ext[outer] - 1) * (footprint(a, two, outer) - fetched)
+            around = float(np.prod(ext[:outer]))  # the bodies of the loops around it do not fit
+        traffic += fetched * around / use
     return max(compute, traffic / (20.0 * hw.cores * 1e9))
 
 

@@ -98,6 +98,24 @@ def test_rows_a_sliding_window_shares_are_fetched_once():
     assert once <= StaticAnalyzer(hw).latency(s) < 1.2 * once
 
 
+def test_data_a_loop_cycles_through_is_fetched_again_when_it_does_not_fit():
+    """C = A @ B, eight row blocks of A after one another, each running over B's 64 column blocks: a block of B
+    fits the 64 KiB L2 but B (1 MiB) does not, so every row block fetches B again although B does not move with it:
+    the memory-bound estimate is about eight B's (and A, and C zeroed and accumulated), not one."""
+    hw = HardwareParams(cores=2, simd_bytes=64, l2_bytes=64 << 10, peak_gflops=1e9)  # compute is free
+    m, n, k = 64, 4096, 64
+    a, b = te.placeholder((m, k), name="A"), te.placeholder((k, n), name="B")
+    r = te.reduce_axis(k, "k")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+    s = State([a, b, c])
+    s.split("C", "i", [8])
+    s.split("C", "j", [64])
+    s.reorder("C", ["i_0", "j_0", "i_1", "k", "j_1"])
+    s.vectorize("C", "j_1")
+    once = (m * k + 8 * k * n + 2 * m * n) * 4 / (20e9 * hw.cores)
+    assert once <= StaticAnalyzer(hw).latency(s) < 1.2 * once
+
+
 def test_serial_program_costs_about_cores_times_more():
     # compute bound: only the kernel-level penalty differs (the copy out of C_local is serial in both)
     ratio = latency(gmm_program(parallel=1)) / latency(gmm_program())

@@ -15,10 +15,10 @@ Pruner's terms are written for GPUs; on a CPU they become
   the dependency chains: fewer independent accumulators than `fma_chain` (FMA latency x FMA ports) stall;
 - kernel level: parallel iterations against cores, p / (ceil(p / cores) * cores) (1 / cores if serial);
 - memory: cache-line use of the contiguous run of each access, against the traffic that misses L2: the
-  footprint (`window_footprints`: a convolution's overlapping windows counted once) under the loop just outside
-  the outermost level that fits (its iterations run one after another, so the rows a sliding window shares
-  stay cached), times the iterations around it that move it (a 1x1 conv's weights, read whole by every
-  parallel iteration, stay in cache and are fetched once).
+  footprint (`window_footprints`: a convolution's overlapping windows counted once) of the outermost loop level
+  that fits, then what each iteration of the loop just outside adds to the previous one's (nothing if the access
+  does not move with it: a 1x1 conv's weights, read whole by every parallel iteration, are fetched once; the
+  rows a sliding window moves on), times the iterations of the loops around that one.
 An out-of-order core overlaps compute and memory, so a statement costs max(L_com, L_mem) where Pruner
 (for GPUs) adds them; the program's latency is the sum over statements.
 """
@@ -133,24 +133,35 @@ class StaticAnalyzer:
     def _memory(self, s: _Stack) -> np.ndarray:
         n, A, L = s.coef.shape
         line, ext = float(self.hw.cache_line_bytes), s.ext[:, None, :]
-        # bytes each access touches under each loop level (level L: one execution)
-        feet = np.minimum(window_footprints(s.coef, s.ext), s.size[..., None]) * s.elem[..., None]
-        feet = np.where(s.distinct[..., None], feet, 0.0)  # one access per (buffer, strides)
+        feet = self._footprints(s, s.ext)
         fits = feet.sum(1) <= self.hw.l2_bytes  # (n, L + 1); the last level always fits or nothing does
         level = np.where(fits.any(1), np.argmax(fits, axis=1), L)
         levels = np.arange(L)[None, :]
-        # the loop just outside that level runs its iterations one after another: what they share (the rows of a
-        # sliding window) stays cached, so the traffic is its footprint, fetched again by the loops around it
-        # that move the access (the rest reuse it)
-        outer = np.maximum(level - 1, 0)
-        around = np.prod(np.where((levels < outer[:, None])[:, None, :] & (s.coef != 0), ext, 1.0), axis=2)
+        # the loop just outside that level (`outer`) fetches the first iteration's footprint and then what each
+        # iteration adds to the previous one's, which is still cached (the rows a sliding window moves on; nothing
+        # if the access does not move: a 1x1 conv's weights, read whole by every parallel iteration; a whole
+        # footprint if it moves to disjoint data); the body of a loop around it does not fit, so each of its
+        # iterations fetches that again
+        outer = level - 1
+        n_outer = np.concatenate([s.ext, np.ones((n, 1))], 1)[np.arange(n), np.where(level > 0, outer, L)][:, None]
+        two = self._footprints(s, np.where(levels == outer[:, None], np.minimum(s.ext, 2.0), s.ext))
+        foot = np.take_along_axis(feet, level[:, None, None].repeat(A, 1), axis=2)[..., 0]
+        pair = np.take_along_axis(two, np.maximum(outer, 0)[:, None, None].repeat(A, 1), axis=2)[..., 0]
+        fetched = foot + (n_outer - 1) * (pair - foot)
+        around = np.prod(np.where(levels < outer[:, None], s.ext, 1.0), axis=1)[:, None]
         below = (levels >= level[:, None])[:, None, :]  # (n, 1, L)
         moves = np.any(below & (s.coef != 0), axis=2)  # the access changes inside the cached level
         unit = np.max(np.where(below & (s.coef == 1), ext, 1.0), axis=2, initial=1.0)
         use = np.where(moves, np.minimum(line, s.elem * unit) / line, 1.0)  # share of each cache line used
-        foot = np.take_along_axis(feet, outer[:, None, None].repeat(A, 1), axis=2)[..., 0]
-        traffic = np.sum(foot * around / use, axis=1)
+        traffic = np.sum(fetched * around / use, axis=1)
         return traffic / ((self.miss_gbs or 20.0 * self.hw.cores) * 1e9)
+
+    @staticmethod
+    def _footprints(s: _Stack, ext: np.ndarray) -> np.ndarray:
+        """Bytes each access touches under each loop level (n, A, L + 1; level L: one execution), one access per
+        (buffer, strides)."""
+        feet = np.minimum(window_footprints(s.coef, ext), s.size[..., None]) * s.elem[..., None]
+        return np.where(s.distinct[..., None], feet, 0.0)
 
 
 def _last(mask: np.ndarray) -> np.ndarray:
