@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tensorgen import te
@@ -272,3 +272,15 @@ def test_window_footprints_count_the_distinct_elements_of_sliding_windows(loops)
         grids = np.meshgrid(*[np.arange(e) * c for c, e in zip(coef[level:], ext[level:])], indexing="ij")
         assert got[level] == len(np.unique(sum(grids, np.zeros(1)))), level
     assert np.all(got <= footprints(coef[None], ext)[0])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 7).flatmap(lambda n: st.tuples(
+    st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0, 63.7, 384.0, 1e6]), min_size=n, max_size=n),
+    st.lists(st.integers(1, 50), min_size=n, max_size=n))))
+@example(([1.0, 2.0, 3.0], [31, 12, 34]))  # 2 and 3 merge only through 1
+def test_window_footprints_never_exceed_the_simple_count_and_grow_outwards(loops):
+    coef, ext = np.array(loops[0], float)[None], np.array(loops[1], float)
+    got = window_footprints(coef, ext)[0]
+    assert np.all(got >= 1) and np.all(got <= footprints(coef, ext)[0])
+    assert np.all(np.diff(got) <= 0)  # a level touches at least what the levels inside it touch

@@ -66,9 +66,10 @@ def reference_latency(psa: StaticAnalyzer, st: Statement) -> float:
     line = float(hw.cache_line_bytes)
     accesses = list({(a.buffer.name, tuple(a.coef)): a for a in st.accesses}.values())
     def footprint(a, ext: np.ndarray, k: int) -> float:
-        """Bytes `a` touches under loop level k."""
-        span = float(np.sum(a.coef[k:] * (ext[k:] - 1)) + 1)
-        return min(span, merged_points(a.coef[k:], ext[k:]), a.buffer.size) * a.buffer.nbytes / max(a.buffer.size, 1)
+        """Bytes `a` touches under loop level k (no more than under any level around it)."""
+        points = min(min(float(np.sum(a.coef[j:] * (ext[j:] - 1)) + 1), merged_points(a.coef[j:], ext[j:]))
+                     for j in range(k + 1))
+        return min(points, a.buffer.size) * a.buffer.nbytes / max(a.buffer.size, 1)
 
     fits = [k for k in range(n + 1) if sum(footprint(a, ext, k) for a in accesses) <= hw.l2_bytes]
     level = fits[0] if fits else n
@@ -82,7 +83,7 @@ def reference_latency(psa: StaticAnalyzer, st: Statement) -> float:
         if level > 0:  # the loop outside the cached level: the first footprint, then what each iteration adds
             outer, two = level - 1, ext.copy()
             two[outer] = min(ext[outer], 2.0)
-            fetched += (ext[outer] - 1) * (footprint(a, two, outer) - fetched)
+            fetched += (ext[outer] - 1) * max(footprint(a, two, outer) - fetched, 0.0)
             around = float(np.prod(ext[:outer]))  # the bodies of the loops around it do not fit
         traffic += fetched * around / use
     return max(compute, traffic / (20.0 * hw.cores * 1e9))

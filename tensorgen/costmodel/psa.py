@@ -147,7 +147,7 @@ class StaticAnalyzer:
         two = self._footprints(s, np.where(levels == outer[:, None], np.minimum(s.ext, 2.0), s.ext))
         foot = np.take_along_axis(feet, level[:, None, None].repeat(A, 1), axis=2)[..., 0]
         pair = np.take_along_axis(two, np.maximum(outer, 0)[:, None, None].repeat(A, 1), axis=2)[..., 0]
-        fetched = foot + (n_outer - 1) * (pair - foot)
+        fetched = foot + (n_outer - 1) * np.maximum(pair - foot, 0.0)
         around = np.prod(np.where(levels < outer[:, None], s.ext, 1.0), axis=1)[:, None]
         below = (levels >= level[:, None])[:, None, :]  # (n, 1, L)
         moves = np.any(below & (s.coef != 0), axis=2)  # the access changes inside the cached level

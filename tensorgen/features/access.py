@@ -50,7 +50,8 @@ def window_footprints(coef: np.ndarray, ext: np.ndarray) -> np.ndarray:
     """`footprints` with loops along one dimension merged: the moving loops of each level in ascending stride, a
     loop whose stride is a whole multiple k of the current dimension's stride, with k at most the points that
     dimension spans so far, extends it by k * (extent - 1) points; any other starts a new dimension (the count is
-    the product of the dimensions', capped by the span)."""
+    the product of the dimensions', capped by the span and by the count of every level around it: a loop that
+    merges strides the ones inside it could not, 2 and 3 through 1, makes the outer count the closer one)."""
     e = np.broadcast_to(ext[..., None, :], coef.shape)
     L = coef.shape[-1]
     order = np.argsort(np.where((coef > 0) & (e > 1), coef, np.inf), axis=-1, kind="stable")
@@ -69,7 +70,7 @@ def window_footprints(coef: np.ndarray, ext: np.ndarray) -> np.ndarray:
             stride = np.where(new, c[..., k], stride)
         levels.append(done * points)
     levels.append(np.ones(coef.shape[:-1]))  # level L: one execution
-    return np.minimum(footprints(coef, ext), np.stack(levels, -1))
+    return np.minimum.accumulate(np.minimum(footprints(coef, ext), np.stack(levels, -1)), axis=-1)
 
 
 def coefficients(index: Expr, loop_vars: list[Var], extents: np.ndarray) -> tuple[np.ndarray, int]:
