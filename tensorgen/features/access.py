@@ -55,22 +55,17 @@ def window_footprints(coef: np.ndarray, ext: np.ndarray) -> np.ndarray:
     e = np.broadcast_to(ext[..., None, :], coef.shape)
     L = coef.shape[-1]
     order = np.argsort(np.where((coef > 0) & (e > 1), coef, np.inf), axis=-1, kind="stable")
-    c, n = np.take_along_axis(coef, order, -1), np.take_along_axis(e, order, -1)
-    moving = (c > 0) & (n > 1)
-    levels = []
-    for level in range(L):
-        done, stride, points = (np.ones(coef.shape[:-1]) for _ in range(3))
-        for k in range(L):
-            ratio = c[..., k] / stride
-            on = moving[..., k] & (order[..., k] >= level)
-            merge = on & (np.abs(ratio - np.round(ratio)) < 1e-6) & (ratio <= points)
-            new = on & ~merge
-            done = np.where(new, done * points, done)
-            points = np.where(merge, points + ratio * (n[..., k] - 1), np.where(new, n[..., k], points))
-            stride = np.where(new, c[..., k], stride)
-        levels.append(done * points)
-    levels.append(np.ones(coef.shape[:-1]))  # level L: one execution
-    return np.minimum.accumulate(np.minimum(footprints(coef, ext), np.stack(levels, -1)), axis=-1)
+    c, n = np.take_along_axis(coef, order, -1)[..., None], np.take_along_axis(e, order, -1)[..., None]
+    moving = (c > 0) & (n > 1) & (order[..., None] >= np.arange(L + 1))  # (..., k, level): loop k is in the level
+    done, stride, points = (np.ones(coef.shape[:-1] + (L + 1,)) for _ in range(3))  # per level
+    for k in range(L):
+        ratio = c[..., k, :] / stride
+        merge = moving[..., k, :] & (np.abs(ratio - np.round(ratio)) < 1e-6) & (ratio <= points)
+        new = moving[..., k, :] & ~merge
+        done = np.where(new, done * points, done)
+        points = np.where(merge, points + ratio * (n[..., k, :] - 1), np.where(new, n[..., k, :], points))
+        stride = np.where(new, c[..., k, :], stride)
+    return np.minimum.accumulate(np.minimum(footprints(coef, ext), done * points), axis=-1)
 
 
 def coefficients(index: Expr, loop_vars: list[Var], extents: np.ndarray) -> tuple[np.ndarray, int]:
