@@ -4,11 +4,14 @@ ONNX Runtime, PyTorch eager and PyTorch under torch.compile (Inductor), in one r
     python bench/networks.py [--models resnet50,mobilenet_v2,bert_base,dcgan] [--batches 1]
                              [--trials 512] [--round-trials 16] [--db networks.db] [--threads 2]
                              [--candidates K] [--option image_size=224] [--no-compile] [--frontend torch]
+                             [--compare-db DB2]
                              [--rounds 3] [--max-rounds 9] [--bound 0.1] [--repeat 5] [--pause 0.5] [--load]
                              [--json FILE]
 
 `--trials` is the budget per model (all its tasks together); `--trials 0` benchmarks what the database
-already holds. Tuning resumes from --db, so a run can be extended later.
+already holds. Tuning resumes from --db, so a run can be extended later. `--compare-db DB` (repeatable) builds the
+model from another database too and times that build as one more engine of the same comparison (the builds of two
+searches side by side, alternating with the peers).
 
 The peers run the model as their users do, with `--threads` threads each: ONNX Runtime on the zoo's
 ONNX file (io_binding, inputs and outputs bound once to preallocated buffers), and the zoo model
@@ -46,6 +49,7 @@ from tensorgen.graph.load import load_graph
 from tensorgen.graph.reference.compare import OUTPUT_RTOL, onnxruntime_engine, output_error
 from tensorgen.graph.zoo import MODELS
 from tensorgen.records.database import SQLiteDatabase
+from tensorgen.runtime.module import aligned_empty
 from tensorgen.timing import Protocol, add_arguments, compare, competing_load, describe_load, protocol_from
 from tensorgen.tuning.progress import ProgressTable
 from tensorgen.tuning.scheduler import SchedulerConfig, TaskScheduler
@@ -82,15 +86,16 @@ def _one_line(err: BaseException) -> str:
 
 
 def measure(name: str, batch: int, options: dict[str, int], db: str, threads: int, candidates: int,
-            protocol: Protocol, load: bool, with_compile: bool, frontend: str = "onnx") -> dict:
-    """Build, check and time one model (in the calling process; see measure_fresh)."""
+            protocol: Protocol, load: bool, with_compile: bool, frontend: str = "onnx",
+            compare_dbs: tuple[str, ...] = ()) -> dict:
+    """Build, check and time one model (in the calling process; see measure_fresh); the builds from `compare_dbs`
+    are more engines of the same comparison, `tensorgen:<file stem>`."""
     import torch
 
     from tensorgen.graph.backend.build import build_model
     from tensorgen.graph.frontend.onnx_inputs import random_inputs
     from tensorgen.graph.reference.torch_zoo import torch_model
     from tensorgen.runtime.model import CompiledModel
-    from tensorgen.runtime.module import aligned_empty
 
     torch.set_num_threads(threads)
     module, onnx_model = torch_model(name, batch, **options)
@@ -99,10 +104,14 @@ def measure(name: str, batch: int, options: dict[str, int], db: str, threads: in
     row: dict[str, Any] = {"model": name, "batch": batch, "options": options, "threads": threads,
                            "torch_version": torch.__version__, "output_rtol": OUTPUT_RTOL, "errors": {}}
     with tempfile.TemporaryDirectory() as tmp:
-        start = time.perf_counter()
-        with SQLiteDatabase(db) as records:
-            compiled = CompiledModel(build_model(graph, tmp, db=records, candidates=candidates), threads=threads)
-        row["build_s"] = time.perf_counter() - start
+        builds = {}
+        for engine, path in {"tensorgen": db, **{f"tensorgen:{Path(d).stem}": d for d in compare_dbs}}.items():
+            start = time.perf_counter()
+            with SQLiteDatabase(path) as records:
+                builds[engine] = CompiledModel(build_model(graph, Path(tmp) / str(len(builds)), db=records,
+                                                           candidates=candidates), threads=threads)
+            row.setdefault("build_s", time.perf_counter() - start)
+        compiled = builds["tensorgen"]
         kernels = compiled.manifest["kernels"]
         row["tuned_tasks"] = len({k["workload_key"] for k in kernels if k["tuned"]})
         row["total_tasks"] = len({k["workload_key"] for k in kernels})
@@ -114,9 +123,8 @@ def measure(name: str, batch: int, options: dict[str, int], db: str, threads: in
         def eager() -> list:
             return [module(*tensors).numpy()]
 
-        outs = [aligned_empty(shape, dtype) for _, shape, dtype in compiled.outputs]
-        runs: dict[str, Callable[[], list]] = {"tensorgen": lambda: compiled.run(inputs, out=outs),
-                                             "onnxruntime": ort_run, "torch": eager}
+        runs: dict[str, Callable[[], list]] = {engine: _run_into(build, inputs) for engine, build in builds.items()}
+        runs.update(onnxruntime=ort_run, torch=eager)
         if with_compile:
             compiled_module = torch.compile(module)
 
@@ -134,6 +142,12 @@ def measure(name: str, batch: int, options: dict[str, int], db: str, threads: in
         with torch.inference_mode():  # entered once, outside the timed calls
             check_and_time(runs, reference, protocol, load, row)
     return row
+
+
+def _run_into(compiled: Any, inputs: list) -> Callable[[], list]:
+    """A call of `compiled` on `inputs` into preallocated outputs."""
+    outs = [aligned_empty(shape, dtype) for _, shape, dtype in compiled.outputs]
+    return lambda: compiled.run(inputs, out=outs)
 
 
 def check_and_time(runs: dict[str, Callable[[], list]], reference: list, protocol: Protocol, load: bool,
@@ -183,7 +197,7 @@ def row_line(row: dict) -> str:
     if row["status"] != "ok":
         return f"{head}: {row['status'].upper()}: {'; '.join(row['errors'].values())}"
     parts = [f"tensorgen {row['ms']['tensorgen']:.2f} ms"]
-    for engine in ENGINES[1:]:
+    for engine in [*ENGINES[1:], *(e for e in row["output_error"] if e not in ENGINES)]:
         if engine in row["ms"]:
             parts.append(f"{engine} {row['ms'][engine]:.2f} ms ({row['speedup'][engine]:.2f}x)")
         elif engine in row["errors"]:
@@ -210,6 +224,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="a zoo model option for every model that has it, e.g. image_size=112 (repeatable)")
     parser.add_argument("--trials", type=int, default=512, help="measurement trials per model (default 512)")
     parser.add_argument("--db", default="networks.db", help="tuning database (default networks.db)")
+    parser.add_argument("--compare-db", action="append", default=[], metavar="DB",
+                        help="also build the model from DB and time it in the same comparison (engine "
+                             "tensorgen:<DB's file stem>; repeatable): builds of different searches side by side")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--strategy", choices=("gradient", "round-robin"), default="gradient",
@@ -253,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
             tuning = tune_model(name, batch, options, args.trials, args.db, args.seed, args.round_trials,
                                 args.strategy, args.transfer, args.hot_weights)
             row = measure_fresh(name, batch, options, args.db, args.threads, args.candidates, args.protocol,
-                                args.load, args.compile, args.frontend)
+                                args.load, args.compile, args.frontend, tuple(args.compare_db))
             row.update(tuning, strategy=args.strategy, transfer=args.transfer, hot_weights=args.hot_weights,
                        candidates=args.candidates)
             rows.append(row)

@@ -85,6 +85,14 @@ def test_measure_checks_every_engine_then_times_it(tmp_path):
     assert "UNRELIABLE" not in networks.row_line(row) and "(" in networks.row_line(row)
 
 
+def test_the_build_of_another_database_is_one_more_engine(tmp_path):
+    row = networks.measure("dcgan", 1, TINY, str(tmp_path / "a.db"), 2, 1, FAST, False, False, "onnx",
+                           (str(tmp_path / "b.db"),))
+    assert row["status"] == "ok" and set(row["ms"]) == {"tensorgen", "tensorgen:b", "onnxruntime", "torch"}
+    assert row["output_error"]["tensorgen:b"]["max_rel"] <= OUTPUT_RTOL
+    assert "tensorgen:b " in networks.row_line(row)
+
+
 def test_a_wrong_output_gets_no_speedup(tmp_path, monkeypatch):
     """tensorgen built from a model with other weights computes another function: the row says
     "wrong output" with the errors, and no time or speedup is published."""
