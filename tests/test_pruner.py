@@ -31,8 +31,9 @@ from tensorgen.tuning.tune import tune
 FLOAT_OPS = 7
 
 
-def reference_latency(psa: StaticAnalyzer, st: Statement) -> float:
-    """One statement's PSA latency, term by term (costmodel.psa's docstring), without stacking."""
+def reference_latency(psa: StaticAnalyzer, st: Statement, start: int) -> float:
+    """One statement's PSA latency, term by term (costmodel.psa's docstring), without stacking; `start`: the loops
+    around the statement that initialized its accumulator."""
     hw, ext, n, lanes, kinds = psa.hw, np.asarray(st.extents, float), len(st.extents), psa.lanes, st.kinds
     work = max(float(st.ops[:FLOAT_OPS].sum()), 1.0) * float(ext.prod())
     vec = max((k for k in range(n) if kinds[k] == "vectorize"), default=None)
@@ -44,7 +45,7 @@ def reference_latency(psa: StaticAnalyzer, st: Statement) -> float:
     store = st.accesses[0]
     reads = [a for a in st.accesses[1:] if a.buffer.name != store.buffer.name]
     updates = any(a.buffer.name == store.buffer.name for a in st.accesses[1:])
-    reduce = [k for k in range(n) if updates and store.coef[k] == 0 and ext[k] > 1]
+    reduce = [k for k in range(start, n) if updates and store.coef[k] == 0 and ext[k] > 1]
     if reduce:
         inner = range(reduce[-1] + 1, n)
         in_vec = vec is not None and vec > reduce[-1]
@@ -59,7 +60,13 @@ def reference_latency(psa: StaticAnalyzer, st: Statement) -> float:
             pts = float(np.prod([ext[k] for k in range(kept + 1, n) if a.coef[k] != 0]))
             held += pts / fill if whole_vectors and vec > kept else pts
         thread = (1 + loads / acc) * max((acc + held) / hw.vector_registers, 1.0)
-        chains = max(psa.fma_chain / acc, 1.0)
+        steps = 1.0  # the chain: reduction loops from the innermost one out to a loop that moves the accumulator
+        for k in range(reduce[-1], start - 1, -1):
+            if k in reduce:
+                steps *= ext[k]
+            elif ext[k] > 1:
+                break
+        chains = max(psa.fma_chain / (acc * max(psa.window / (steps * (acc + loads)), 1.0)), 1.0)
     else:
         thread, chains = 1.0 + len(reads), 1.0
     compute = work / (psa.peak() * 1e9) * (lanes / fill) * (hw.cores / busy) * thread * chains
@@ -100,6 +107,20 @@ def merged_points(coef: np.ndarray, ext: np.ndarray) -> float:
     return float(np.prod([pts for _, pts in dims]))
 
 
+def chain_start(stmts: list[Statement], i: int) -> int:
+    """The loops statement i shares with the last statement before it that wrote its buffer without reading it."""
+    name = stmts[i].accesses[0].buffer.name
+    if all(a.buffer.name != name for a in stmts[i].accesses[1:]):
+        return 0
+    init = next((st for st in reversed(stmts[:i]) if st.accesses[0].buffer.name == name
+                 and all(a.buffer.name != name for a in st.accesses[1:])), None)
+    shared = 0
+    while init is not None and shared < min(len(init.ids), len(stmts[i].ids)) and \
+            init.ids[shared] == stmts[i].ids[shared]:
+        shared += 1
+    return shared
+
+
 def gmm_relu_two_cores():
     ins, (out,) = ops.make_gmm(24, 40, 56)
     return make_task(ins, [ops.relu(out)], cores=2)
@@ -111,7 +132,7 @@ def test_the_stacked_analyzer_equals_the_statement_at_a_time_formula(make):
     programs = [program_statements(s) for s in SketchPolicy.from_options(task, workers=1).evolution.sample(120)]
     psa = StaticAnalyzer(task.hw)
     got = psa.program_latencies([*programs, None])
-    want = [sum(reference_latency(psa, st) for st in stmts) for stmts in programs]
+    want = [sum(reference_latency(psa, st, chain_start(stmts, i)) for i, st in enumerate(stmts)) for stmts in programs]
     np.testing.assert_allclose(got[:-1], want, rtol=1e-12)
     assert got[-1] == math.inf and np.all(got[:-1] > 0)
 

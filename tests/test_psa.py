@@ -116,6 +116,24 @@ def test_data_a_loop_cycles_through_is_fetched_again_when_it_does_not_fit():
     assert once <= StaticAnalyzer(hw).latency(s) < 1.2 * once
 
 
+def test_the_next_tiles_overlap_a_short_chain():
+    """A tile of 4 accumulators over a 9-step reduction: the out-of-order core overlaps the next tiles' chains with
+    it, so the tile is not charged for too few chains; over 512 steps it is (the window holds no other tile)."""
+    hw = HardwareParams(cores=2, simd_bytes=64, l2_bytes=1 << 20, peak_gflops=1.0)  # compute-bound
+
+    def program(k: int) -> State:
+        s = cached_gmm(64, 64, k)
+        s.split("C_local", "i", [4])
+        s.split("C_local", "j", [16])
+        s.reorder("C_local", ["i_0", "j_0", "k", "i_1", "j_1"])
+        s.vectorize("C_local", "j_1")
+        return s
+
+    psa, no_overlap = StaticAnalyzer(hw), StaticAnalyzer(hw, window=0)
+    assert psa.latency(program(512)) == no_overlap.latency(program(512))
+    assert psa.latency(program(9)) < 0.7 * no_overlap.latency(program(9))
+
+
 def test_serial_program_costs_about_cores_times_more():
     # compute bound: only the kernel-level penalty differs (the copy out of C_local is serial in both)
     ratio = latency(gmm_program(parallel=1)) / latency(gmm_program())

@@ -12,7 +12,10 @@ Pruner's terms are written for GPUs; on a CPU they become
   with every tile loop streams through one register, as A's points do), times alpha = 1 + loads /
   accumulators (the memory-to-compute ratio of the tile);
 - warp level: the lane fill of the vectorized loop (a 24-element loop fills two 16-lane vectors 75%), and
-  the dependency chains: fewer independent accumulators than `fma_chain` (FMA latency x FMA ports) stall;
+  the dependency chains: fewer independent accumulators in flight than `fma_chain` (FMA latency x FMA ports)
+  stall. In flight are the register tile's accumulators, times the tiles the out-of-order `window` holds when
+  a chain is short: a chain runs over the reduction loops around the tile up to where its accumulator is
+  initialized (a 3 x 3 window: 9 steps), and the next tile's chains start while it ends;
 - kernel level: parallel iterations against cores, p / (ceil(p / cores) * cores) (1 / cores if serial);
 - memory: cache-line use of the contiguous run of each access, against the traffic that misses L2: the
   footprint (`window_footprints`: a convolution's overlapping windows counted once) of the outermost loop level
@@ -49,7 +52,8 @@ class StaticAnalyzer:
     """Estimated latency (seconds) of programs on `hw`; lower is better, only the order is used.
 
     `registers`: vector registers (default 32 with 64-byte SIMD, else 16); `fma_chain`: independent
-    accumulators that keep the FMA units busy (latency 4 x 2 ports); `miss_gbs`: bandwidth of traffic that
+    accumulators that keep the FMA units busy (latency 4 x 2 ports); `window`: instructions the out-of-order core
+    overlaps (its reorder buffer); `miss_gbs`: bandwidth of traffic that
     misses L2 (default 20 GB/s per core); `peak_gflops` defaults to the measured peak or 2 FMA ports x lanes
     x 2 flops x 2.5 GHz per core.
     """
@@ -57,6 +61,7 @@ class StaticAnalyzer:
     hw: HardwareParams
     registers: int | None = None
     fma_chain: int = 8
+    window: int = 224
     miss_gbs: float | None = None
 
     @property
@@ -84,13 +89,14 @@ class StaticAnalyzer:
         """The latency of each program given by its statements (None: inf), all statements at once: statements
         of one shape (loop count, accessed buffers in order) are stacked and every term is one array operation."""
         out = np.array([0.0 if p is not None else math.inf for p in programs])
-        groups: dict[tuple, list[tuple[int, Statement]]] = {}
+        groups: dict[tuple, list[tuple[int, Statement, int]]] = {}
         for p, stmts in enumerate(programs):
-            for st in stmts or ():
-                groups.setdefault((len(st.extents), tuple(a.buffer.name for a in st.accesses)), []).append((p, st))
+            for st, start in zip(stmts or (), chain_starts(stmts or ())):
+                key = (len(st.extents), tuple(a.buffer.name for a in st.accesses))
+                groups.setdefault(key, []).append((p, st, start))
         for (n_loops, names), members in groups.items():
-            stack = _Stack.of([st for _, st in members], n_loops, names)
-            np.add.at(out, [p for p, _ in members], np.maximum(self._compute(stack), self._memory(stack)))
+            stack = _Stack.of([st for _, st, _ in members], n_loops, names, [start for *_, start in members])
+            np.add.at(out, [p for p, *_ in members], np.maximum(self._compute(stack), self._memory(stack)))
         return out
 
     def _compute(self, s: _Stack) -> np.ndarray:
@@ -106,10 +112,11 @@ class StaticAnalyzer:
         work = np.maximum(s.ops[:, :_FLOAT_OPS].sum(1), 1.0) * ext.prod(1)  # a copy still costs a store each
         reads = ~s.same_as_store[1:]  # accesses after the store to other buffers
         updates = bool(s.same_as_store[1:].any())
-        reduce = updates & (s.coef[:, 0, :] == 0) & (ext > 1)
+        loop = np.arange(L)
+        # the loops of the accumulator's chains: those its index ignores, inside the loops it is initialized in
+        reduce = updates & (s.coef[:, 0, :] == 0) & (ext > 1) & (loop >= s.chain_start[:, None])
         has_reduce = reduce.any(1)
         last = np.where(has_reduce, _last(reduce), L)  # the innermost reduction loop
-        loop = np.arange(L)
         inner = loop[None, :] > last[:, None]  # the register tile: loops inside it
         in_vec = (vec >= 0) & (vec > last)
         acc = np.prod(np.where(inner, ext, 1.0), axis=1) / np.where(in_vec, fill, 1.0)
@@ -127,7 +134,11 @@ class StaticAnalyzer:
         regs = self.registers or self.hw.vector_registers
         tile = (1 + loads / acc) * np.maximum((acc + held.sum(1)) / regs, 1.0)
         thread = np.where(has_reduce, tile, 1.0 + int(reads.sum()))
-        chains = np.where(has_reduce, np.maximum(self.fma_chain / acc, 1.0), 1.0)
+        # a chain: the reduction loops from the innermost one out to the first loop that moves the accumulator
+        moving = (loop[None, :] <= last[:, None]) & ~reduce & (ext > 1)
+        steps = np.prod(np.where(reduce & (loop > _last(moving)[:, None]), ext, 1.0), axis=1)
+        in_flight = acc * np.maximum(self.window / (steps * (acc + loads)), 1.0)
+        chains = np.where(has_reduce, np.maximum(self.fma_chain / in_flight, 1.0), 1.0)
         return work / (self.peak() * 1e9) * (lanes / fill) * (self.hw.cores / busy) * thread * chains
 
     def _memory(self, s: _Stack) -> np.ndarray:
@@ -164,6 +175,22 @@ class StaticAnalyzer:
         return np.where(s.distinct[..., None], feet, 0.0)
 
 
+def chain_starts(stmts: Sequence[Statement]) -> list[int]:
+    """For each statement of a program, the number of loops around it that also enclose the statement that last
+    initialized its store's buffer (where an accumulator's chains start; 0 for a statement that does not read its
+    own buffer, or whose buffer nothing initialized)."""
+    out, init = [], {}
+    for st in stmts:
+        name = st.accesses[0].buffer.name
+        if not any(a.buffer.name == name for a in st.accesses[1:]):
+            init[name] = st.ids
+            out.append(0)
+            continue
+        shared = init.get(name, ())
+        out.append(next((k for k, (a, b) in enumerate(zip(st.ids, shared)) if a != b), min(len(st.ids), len(shared))))
+    return out
+
+
 def _last(mask: np.ndarray) -> np.ndarray:
     """The index of each row's last set entry (-1: none)."""
     return np.where(mask, np.arange(mask.shape[1]), -1).max(axis=1, initial=-1)
@@ -173,7 +200,8 @@ def _last(mask: np.ndarray) -> np.ndarray:
 class _Stack:
     """Statements of one shape as arrays: `ext` (n, L), `kinds` (n, L), `coef` (n, A, L), per access `size`
     (elements), `elem` (bytes per element) and `distinct` (not a repeat of an earlier access's buffer and
-    strides), `ops` (n, N_OPS); `same_as_store` (A,): the access is to the store's buffer."""
+    strides), `ops` (n, N_OPS); `same_as_store` (A,): the access is to the store's buffer; `chain_start` (n,): the
+    loops around where the accumulator is initialized (`chain_starts`)."""
 
     ext: np.ndarray
     kinds: np.ndarray
@@ -183,9 +211,11 @@ class _Stack:
     distinct: np.ndarray
     ops: np.ndarray
     same_as_store: np.ndarray
+    chain_start: np.ndarray
 
     @classmethod
-    def of(cls, stmts: Sequence[Statement], n_loops: int, names: tuple[str, ...]) -> _Stack:
+    def of(cls, stmts: Sequence[Statement], n_loops: int, names: tuple[str, ...],
+           chain_start: Sequence[int]) -> _Stack:
         n, A, L = len(stmts), len(names), n_loops
         coef = np.array([[a.coef for a in st.accesses] for st in stmts], dtype=float).reshape(n, A, L)
         size = np.array([[a.buffer.size for a in st.accesses] for st in stmts], dtype=float).reshape(n, A)
@@ -198,4 +228,4 @@ class _Stack:
         return cls(np.array([st.extents for st in stmts], dtype=float).reshape(n, L),
                    np.array([st.kinds for st in stmts], dtype=object).reshape(n, L), coef, np.maximum(size, 0.0),
                    nbytes / np.maximum(size, 1.0), distinct, np.array([st.ops for st in stmts], dtype=float),
-                   np.array([nm == names[0] for nm in names]))
+                   np.array([nm == names[0] for nm in names]), np.array(chain_start, dtype=float))
