@@ -134,9 +134,10 @@ class StaticAnalyzer:
         regs = self.registers or self.hw.vector_registers
         tile = (1 + loads / acc) * np.maximum((acc + held.sum(1)) / regs, 1.0)
         thread = np.where(has_reduce, tile, 1.0 + int(reads.sum()))
-        # a chain: the reduction loops from the innermost one out to the first loop that moves the accumulator
-        moving = (loop[None, :] <= last[:, None]) & ~reduce & (ext > 1)
-        steps = np.prod(np.where(reduce & (loop > _last(moving)[:, None]), ext, 1.0), axis=1)
+        # a chain: the reduction loops from the innermost one out to the first loop that moves the accumulator or
+        # encloses its initialization
+        ends = (loop[None, :] <= last[:, None]) & ~reduce & (ext > 1)
+        steps = np.prod(np.where(reduce & (loop > _last(ends)[:, None]), ext, 1.0), axis=1)
         in_flight = acc * np.maximum(self.window / (steps * (acc + loads)), 1.0)
         chains = np.where(has_reduce, np.maximum(self.fma_chain / in_flight, 1.0), 1.0)
         return work / (self.peak() * 1e9) * (lanes / fill) * (self.hw.cores / busy) * thread * chains
