@@ -208,7 +208,8 @@ def test_give_up_factor_is_relative_to_the_fastest_so_far(builder):
     fast, slow = tiled(t), MeasureInput(t, column_wise)
     runner = LocalRunner(number=5, give_up_factor=1.5)
     first, second = runner.run([fast, slow], builder.build([fast, slow]))
-    assert_good(first) and assert_good(second)
+    assert_good(first)
+    assert_good(second)
     assert len(set(first.costs)) > 1 and len(set(second.costs)) == 1  # the slow one: its first call only
     assert runner.give_up_after(t) == pytest.approx(1.5 * first.median_cost)
 
@@ -221,10 +222,13 @@ def test_a_small_kernel_is_not_given_up_for_its_cold_first_call(builder):
     inp = tiled(t)
     runner = LocalRunner(number=5, give_up_factor=4.0)
     (build,) = builder.build([inp])
-    first, again = runner.run([inp, inp], [build, build])
-    assert_good(first) and assert_good(again)
-    assert len(set(again.costs)) > 1  # timed in full, not by one call
-    assert again.median_cost < 4.0 * first.median_cost
+    first, *again = runner.run([inp] * 4, [build] * 4)
+    for res in (first, *again):
+        assert_good(res)
+    # timed in full, not by one call: the harness decides on up to 50 ms of calls, which a load spike on a shared
+    # 2-core machine (CI's Ray nodes) can still outlast once; with the bug every candidate after the first gave up
+    full = [r for r in again if len(set(r.costs)) > 1]
+    assert full and all(r.median_cost < 4.0 * first.median_cost for r in full)
 
 
 def test_cache_flush_and_cooldown(builder):
