@@ -155,7 +155,7 @@ class StaticAnalyzer:
         # footprint if it moves to disjoint data); the body of a loop around it does not fit, so each of its
         # iterations fetches that again
         outer = level - 1
-        n_outer = np.concatenate([s.ext, np.ones((n, 1))], 1)[np.arange(n), np.where(level > 0, outer, L)][:, None]
+        n_outer = np.prod(np.where(levels == outer[:, None], s.ext, 1.0), axis=1)[:, None]  # 1: no loop outside
         two = self._footprints(s, np.where(levels == outer[:, None], np.minimum(s.ext, 2.0), s.ext))
         foot = np.take_along_axis(feet, level[:, None, None].repeat(A, 1), axis=2)[..., 0]
         pair = np.take_along_axis(two, np.maximum(outer, 0)[:, None, None].repeat(A, 1), axis=2)[..., 0]
