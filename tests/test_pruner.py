@@ -59,7 +59,21 @@ def reference_latency(psa: StaticAnalyzer, st: Statement, start: int) -> float:
             kept = next((k for k in inner if a.coef[k] == 0 and ext[k] > 1), n)
             pts = float(np.prod([ext[k] for k in range(kept + 1, n) if a.coef[k] != 0]))
             held += pts / fill if whole_vectors and vec > kept else pts
-        thread = (1 + loads / acc) * max((acc + held) / hw.vector_registers, 1.0)
+        alpha, last = 1 + loads / acc, reduce[-1]
+        # unrolled inside the spatial loops around it: what they do not move is held, the rest loaded each pass
+        around = [k for k in range(max([k for k in reduce if k < last], default=-1) + 1, last) if ext[k] > 1]
+        if around and ext[last] * acc <= psa.unroll:
+            moved = stationary = 0.0
+            for a in reads:
+                pts = float(np.prod([ext[k] for k in range(last, n) if a.coef[k] != 0]))
+                pts = pts / fill if in_vec and a.coef[vec] == 1 else pts
+                if any(a.coef[k] != 0 for k in around):
+                    moved += pts
+                else:
+                    stationary += pts
+            spill = max(stationary + acc - hw.vector_registers, 0.0)
+            alpha = min(alpha, 1 + (moved + acc + spill) / (ext[last] * acc))
+        thread = alpha * max((acc + held) / hw.vector_registers, 1.0)
         steps = 1.0  # the chain: reduction loops from the innermost one out to a loop that moves the accumulator
         for k in range(reduce[-1], start - 1, -1):
             if k in reduce:

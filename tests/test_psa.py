@@ -70,6 +70,28 @@ def test_a_tile_spills_by_what_it_holds_not_by_what_it_loads():
     assert StaticAnalyzer(HW).latency(spills) > 1.5 * roomy.latency(spills)
 
 
+def test_a_short_reduction_inside_spatial_loops_holds_what_they_do_not_move():
+    """16 rows x (4 steps of k x 1 vector), k_1 innermost but for the vector loop: one accumulator per row, yet gcc
+    unrolls the 4 steps and keeps B's 4 vectors in registers while the rows pass (ResNet-50's fastest 3x3 convs are
+    such weight-stationary tiles); charged as a 1-accumulator tile (alpha = 1 + 2 loads) it cost 1.45x the 16 x 1
+    register tile of the same loops with k_1 outside; now 1 + (4 points of A + the accumulator) / 4 steps. If B's
+    vectors cannot stay in registers beside the accumulator, they are loaded again."""
+    def program(k_inside: bool) -> State:
+        s = cached_gmm(N, N, N)
+        s.split("C_local", "i", [2, 16])
+        s.split("C_local", "j", [1, 16])
+        s.split("C_local", "k", [4])
+        inner = ["i_2", "k_1"] if k_inside else ["k_1", "i_2"]
+        s.reorder("C_local", ["i_0", "j_0", "i_1", "j_1", "k_0", *inner, "j_2"])
+        s.parallel("C_local", "i_0")
+        s.vectorize("C_local", "j_2")
+        return s
+
+    stationary, tile = latency(program(True)), latency(program(False))
+    assert stationary < 1.15 * tile
+    assert StaticAnalyzer(HW, registers=2).latency(program(True)) > 1.3 * tile
+
+
 def test_data_every_parallel_iteration_reuses_is_fetched_once():
     """A (1 MiB) and C stream through a 64 KiB L2 eight rows per parallel iteration; B (4 KiB) is read whole by each
     of the 512 iterations but stays in cache: the memory-bound estimate is about A + B + C (and the copy out of

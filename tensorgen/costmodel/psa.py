@@ -10,7 +10,9 @@ Pruner's terms are written for GPUs; on a CPU they become
   registers, P_reg = max(n_r / n_r*, 1) with n_r = accumulators + the operand registers held (a read
   reused across a tile loop keeps its points inside that loop, as a GEMM tile keeps B's row; one that moves
   with every tile loop streams through one register, as A's points do), times alpha = 1 + loads /
-  accumulators (the memory-to-compute ratio of the tile);
+  accumulators (the memory-to-compute ratio of the tile); a short innermost reduction that the compiler unrolls
+  inside spatial loops may instead keep what those loops do not move in registers (a weight-stationary tile) and
+  load the rest with the accumulators once per pass: alpha is the lower of the two;
 - warp level: the lane fill of the vectorized loop (a 24-element loop fills two 16-lane vectors 75%), and
   the dependency chains: fewer independent accumulators in flight than `fma_chain` (FMA latency x FMA ports)
   stall. In flight are the register tile's accumulators, times the tiles the out-of-order `window` holds when
@@ -53,7 +55,8 @@ class StaticAnalyzer:
 
     `registers`: vector registers (default 32 with 64-byte SIMD, else 16); `fma_chain`: independent
     accumulators that keep the FMA units busy (latency 4 x 2 ports); `window`: instructions the out-of-order core
-    overlaps (its reorder buffer); `miss_gbs`: bandwidth of traffic that
+    overlaps (its reorder buffer); `unroll`: the most steps (vector FMAs) of an innermost reduction the compiler
+    unrolls completely (gcc: up to 16 iterations); `miss_gbs`: bandwidth of traffic that
     misses L2 (default 20 GB/s per core); `peak_gflops` defaults to the measured peak or 2 FMA ports x lanes
     x 2 flops x 2.5 GHz per core.
     """
@@ -62,6 +65,7 @@ class StaticAnalyzer:
     registers: int | None = None
     fma_chain: int = 8
     window: int = 224
+    unroll: int = 32
     miss_gbs: float | None = None
 
     @property
@@ -132,7 +136,22 @@ class StaticAnalyzer:
         held = np.prod(np.where(inside & (coef_r != 0), ext[:, None, :], 1.0), axis=2)
         held = np.where(vec_read & (vec[:, None] > held_from), held / fill[:, None], held)
         regs = self.registers or self.hw.vector_registers
-        tile = (1 + loads / acc) * np.maximum((acc + held.sum(1)) / regs, 1.0)
+        # a short innermost reduction the compiler unrolls inside spatial loops: what those loops do not move stays in
+        # registers across them (a weight-stationary tile: a conv's 4 input channels x 2 vectors of weights held
+        # while 16 output pixels pass), what they move is loaded with the accumulators once per pass; the compiler
+        # keeps whichever of the two tiles loads less (the held reads that do not fit beside the accumulators reload)
+        prev = np.where(reduce & (loop < last[:, None]), loop, -1).max(axis=1, initial=-1)
+        around = (loop > prev[:, None]) & (loop < last[:, None]) & (ext > 1)  # the spatial loops around it
+        moved = np.any(around[:, None, :] & (coef_r != 0), axis=2)  # (n, reads)
+        from_last = (loop >= last[:, None])[:, None, :] & (coef_r != 0)
+        per_pass = np.prod(np.where(from_last, ext[:, None, :], 1.0), axis=2)  # a read's points in one pass
+        per_pass = np.where(vec_read, per_pass / fill[:, None], per_pass)
+        steps_pass = (ext[rows, np.minimum(last, L - 1)] if L else 1.0) * acc
+        stationary = np.sum(np.where(moved, 0.0, per_pass), axis=1)
+        pass_loads = np.sum(np.where(moved, per_pass, 0.0), axis=1) + acc + np.maximum(stationary + acc - regs, 0.0)
+        unrolls = has_reduce & around.any(1) & (steps_pass <= self.unroll)
+        alpha = np.where(unrolls, np.minimum(1 + loads / acc, 1 + pass_loads / steps_pass), 1 + loads / acc)
+        tile = alpha * np.maximum((acc + held.sum(1)) / regs, 1.0)
         thread = np.where(has_reduce, tile, 1.0 + int(reads.sum()))
         # a chain: the reduction loops from the innermost one out to the first loop that moves the accumulator or
         # encloses its initialization
