@@ -128,7 +128,8 @@ class StaticAnalyzer:
         pts = np.prod(np.where(inner[:, None, :] & (coef_r != 0), ext[:, None, :], 1.0), axis=2)
         unit_vec = coef_r[rows, :, np.maximum(vec, 0)] == 1 if L else np.zeros(pts.shape, bool)
         vec_read = in_vec[:, None] & unit_vec  # the read's points along the vector loop are whole vectors
-        loads = np.sum(np.where(vec_read, pts / fill[:, None], pts), axis=1)
+        per_step = np.where(vec_read, pts / fill[:, None], pts)  # each read's loads per step of the reduction
+        loads = per_step.sum(axis=1)
         # registers a read holds: its points inside the outermost tile loop it does not move with (kept across that
         # loop's iterations: a GEMM tile's row of B; one streamed register if it moves with every tile loop: A's)
         held_from = np.where((inner & (ext > 1))[:, None, :] & (coef_r == 0), loop, L).min(axis=2, initial=L)
@@ -143,10 +144,10 @@ class StaticAnalyzer:
         prev = np.where(reduce & (loop < last[:, None]), loop, -1).max(axis=1, initial=-1)
         around = (loop > prev[:, None]) & (loop < last[:, None]) & (ext > 1)  # the spatial loops around it
         moved = np.any(around[:, None, :] & (coef_r != 0), axis=2)  # (n, reads)
-        from_last = (loop >= last[:, None])[:, None, :] & (coef_r != 0)
-        per_pass = np.prod(np.where(from_last, ext[:, None, :], 1.0), axis=2)  # a read's points in one pass
-        per_pass = np.where(vec_read, per_pass / fill[:, None], per_pass)
-        steps_pass = (ext[rows, np.minimum(last, L - 1)] if L else 1.0) * acc
+        last_ext = ext[rows, np.minimum(last, L - 1)] if L else np.ones(n)
+        moves_in_last = coef_r[rows, :, np.minimum(last, L - 1)] != 0 if L else np.zeros(pts.shape, bool)
+        per_pass = per_step * np.where(moves_in_last, last_ext[:, None], 1.0)  # each read's loads in one pass
+        steps_pass = last_ext * acc
         stationary = np.sum(np.where(moved, 0.0, per_pass), axis=1)
         pass_loads = np.sum(np.where(moved, per_pass, 0.0), axis=1) + acc + np.maximum(stationary + acc - regs, 0.0)
         unrolls = has_reduce & around.any(1) & (steps_pass <= self.unroll)
