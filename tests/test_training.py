@@ -56,6 +56,10 @@ def test_the_databases_programs_come_back_with_their_throughputs(db):
     assert len(feats) == len(y) == len(groups) == 32 and len(set(groups)) == 2
     train, held = data.split(0.5)
     assert len(train.tasks) == len(held.tasks) == 1 and {t.group for t in train.tasks + held.tasks} == set(groups)
+    first = data.tasks[0].workload_key  # a model's tasks held out: every one of them, whatever the random share
+    for share in (0.0, 0.5):
+        train, held = data.split(share, workloads={first})
+        assert [t.workload_key for t in held.tasks] == [first] and first not in {t.workload_key for t in train.tasks}
 
 
 def test_ranking_figures_are_perfect_for_an_oracle_and_poor_for_its_reverse(db):
@@ -77,11 +81,15 @@ def test_the_command_trains_saves_and_evaluates_a_model(db, tmp_path, capsys):
     assert saved["programs"] == 16 and 0 <= saved["held_out"]["pairwise"] <= 1
     assert tensorgen_main(["costmodel", "eval", f"pacm:{model}", "--db", str(db)]) == 0
     assert "2 tasks: pairwise accuracy" in capsys.readouterr().out
+    assert tensorgen_main(["costmodel", "train", "--db", str(db), "-o", str(model), "--steps", "2",
+                           "--held-out-model", "dcgan"]) == 0  # none of its tasks in the database: all trained on
+    assert "trained PaCM on 2 tasks" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, message", [
     (["train", "--db", "missing.db", "-o", "m.pt"], "no database at missing.db"),
     (["train", "--db", "{db}", "-o", "m.pt", "--held-out", "1.5"], "--held-out must be in [0, 1)"),
+    (["train", "--db", "{db}", "-o", "m.pt", "--held-out-model", "resnet51"], "'resnet51' is neither a zoo model"),
     (["eval", "pacm:missing.pt", "--db", "{db}"], "no model file 'missing.pt'"),
     (["eval", "xgb:{db}", "--db", "{db}"], "not a tensorgen.costmodel.xgb/1 file"),
 ])

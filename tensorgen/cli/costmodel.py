@@ -1,6 +1,7 @@
 """`tensorgen costmodel`: train a cost model offline from tuning databases, and say how well a model ranks programs.
 
     tensorgen costmodel train --db a.db --db b.db -o model.pt     # PaCM, pretrained on every task of the databases
+    tensorgen costmodel train --db a.db -o m.pt --held-out-model resnet50   # ... but none of ResNet-50's tasks
     tensorgen costmodel eval pacm:model.pt --db held_out.db       # its ranking of tasks it never saw
     tensorgen costmodel eval auto --db held_out.db                # the PaCM that ships with tensorgen
     tensorgen tune resnet50 --cost-model pacm:model.pt ...        # tuning that starts from it (momentum transfer)
@@ -17,6 +18,9 @@ from tensorgen.cli.args import positive_int
 from tensorgen.cli.tune import cost_model_arg
 from tensorgen.costmodel.pacm import PaCM, PaCMConfig
 from tensorgen.errors import TensorgenError
+from tensorgen.graph.backend.tasks import extract_tasks
+from tensorgen.graph.load import load_graph
+from tensorgen.target import Target
 from tensorgen.tuning.training import TrainingSet, load_training_set, ranking_quality
 from tensorgen.tuning.tune import make_cost_model
 
@@ -31,6 +35,9 @@ def register(subparsers: Any) -> None:
     train.add_argument("--steps", type=positive_int, default=3000, help="training steps (default 3000)")
     train.add_argument("--held-out", type=float, default=0.0, metavar="SHARE",
                        help="leave this share of the tasks out of training and report the model's ranking of them")
+    train.add_argument("--held-out-model", action="append", default=[], metavar="MODEL",
+                       help="leave every task of this model (zoo name or ONNX file; repeatable) out of training, and "
+                            "report the ranking of those the databases hold: pretraining for a model it never saw")
     train.add_argument("--no-dataflow", action="store_true", help="leave out the data-flow branch (the ablation)")
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
@@ -62,7 +69,9 @@ def _train(args: argparse.Namespace) -> int:
     if not 0 <= args.held_out < 1:
         raise TensorgenError(f"--held-out must be in [0, 1), got {args.held_out}")
     data = _load(args.db, dataflow=True)
-    train, held = data.split(args.held_out, args.seed)
+    held_keys = {mt.task.workload_key for model in args.held_out_model
+                 for mt in extract_tasks(load_graph(model), Target.parse("cpu"))}
+    train, held = data.split(args.held_out, args.seed, workloads=held_keys)
     if not train.tasks:
         raise TensorgenError("no task left to train on: lower --held-out")
     model = PaCM(seed=args.seed, config=PaCMConfig(dataflow=not args.no_dataflow))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,12 +59,17 @@ class TrainingSet:
         groups = np.array([t.group for t in self.tasks for _ in t.features])
         return feats, y, groups
 
-    def split(self, held_out: float, seed: int = 0) -> tuple[TrainingSet, TrainingSet]:
-        """Tasks (not programs) split at random: (training, held-out), `held_out` the held-out share of tasks."""
-        order = np.random.default_rng(seed).permutation(len(self.tasks))
-        n = int(round(held_out * len(self.tasks)))
-        return (TrainingSet([self.tasks[i] for i in sorted(order[n:])]),
-                TrainingSet([self.tasks[i] for i in sorted(order[:n])]))
+    def split(self, held_out: float, seed: int = 0,
+              workloads: Collection[str] = ()) -> tuple[TrainingSet, TrainingSet]:
+        """Tasks (not programs) split: (training, held-out). Held out: every task of `workloads` (workload keys,
+        e.g. a model's, so that none of its tasks is trained on) and `held_out`, a share of the others drawn at
+        random."""
+        keep = [i for i, t in enumerate(self.tasks) if t.workload_key not in workloads]
+        order = np.random.default_rng(seed).permutation(len(keep))
+        n = int(round(held_out * len(keep)))
+        train = {keep[i] for i in order[n:]}
+        return (TrainingSet([t for i, t in enumerate(self.tasks) if i in train]),
+                TrainingSet([t for i, t in enumerate(self.tasks) if i not in train]))
 
 
 def load_training_set(paths: Sequence[str | Path], dataflow: bool = True, min_programs: int = 2,
