@@ -1,8 +1,9 @@
 """The cost models that ship in the package: PaCM pretrained on measured x86 programs, one per kind of machine,
 named `pacm_<ISA family>-<vendor>.pt`: `pacm_x86-intel.pt` on AVX2 programs of the zoo's tasks measured on an Intel
-CPU (bench/dataset.py, random and searched programs), `pacm_x86-amd.pt` on the MobileNet-V2 and ResNet-50 programs
-tuned on an AMD CPU (bench/pruner_networks.py's databases; `tensorgen costmodel train`). Pruner's search starts from
-the one of its machine's kind when PyTorch is installed (`--policy pruner`, cost model "auto", the default): the
+CPU (bench/dataset.py, random and searched programs), `pacm_x86-amd.pt` on programs measured on an AMD CPU: a data set
+of ConvNeXt-T, DCGAN, BERT-tiny and ResNet-18 (bench/dataset.py) and the tuning databases of MobileNet-V2, ResNet-50
+and ViT-S/16 (bench/pruner_networks.py; `tensorgen costmodel train`, bench/results/pruner_s32.md). Pruner's search
+starts from the one of its machine's kind when PyTorch is installed (`--policy pruner`, cost model "auto", the default): the
 first run of a new user starts from what was learned on other models, by momentum transfer (costmodel.pacm). The
 ISA family alone is not enough: on the AMD CPU the Intel-measured model made Pruner slower than no pretraining, a
 model pretrained on that machine's records of another network faster (bench/results/pruner_s25.md). Ansor's search
