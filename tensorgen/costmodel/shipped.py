@@ -1,14 +1,14 @@
-"""The cost models that ship in the package: PaCM pretrained on measured x86 programs, one per kind of machine,
-named `pacm_<ISA family>-<vendor>.pt`: `pacm_x86-intel.pt` on AVX2 programs of the zoo's tasks measured on an Intel
-CPU (bench/dataset.py, random and searched programs), `pacm_x86-amd.pt` on programs measured on an AMD CPU: a data set
-of ConvNeXt-T, DCGAN, BERT-tiny and ResNet-18 (bench/dataset.py) and the tuning databases of MobileNet-V2, ResNet-50
-and ViT-S/16 (bench/pruner_networks.py; `tensorgen costmodel train`, bench/results/pruner_s32.md). Pruner's search
-starts from the one of its machine's kind when PyTorch is installed (`--policy pruner`, cost model "auto", the
-default): the first run of a new user starts from what was learned on other models, by momentum transfer (costmodel.pacm). The
-ISA family alone is not enough: on the AMD CPU the Intel-measured model made Pruner slower than no pretraining, a
-model pretrained on that machine's records of another network faster (bench/results/pruner_s25.md). Ansor's search
-keeps XGBoost: on held-out tasks the shipped PaCM, fine-tuned, ranks pairs better than XGBoost learned online but
-finds the best program less often (bench/results/pruner_s24.md).
+"""The cost models that ship in the package: PaCM pretrained on measured x86 programs, one per kind of machine, named
+`pacm_<ISA family>-<vendor>.pt`: `pacm_x86-intel.pt` on AVX2 programs of the zoo's tasks measured on an Intel CPU
+(bench/dataset.py, random and searched programs), `pacm_x86-amd.pt` on programs measured on an AMD CPU: a data set of
+ConvNeXt-T, DCGAN, BERT-tiny and ResNet-18 (bench/dataset.py) and the tuning databases of MobileNet-V2, ResNet-50 and
+ViT-S/16 (bench/pruner_networks.py; `tensorgen costmodel train`, bench/results/pruner_s32.md). Pruner's search starts
+from the one of its machine's kind when PyTorch is installed (`--policy pruner`, cost model "auto", the default): the
+first run of a new user starts from what was learned on other models, by momentum transfer (costmodel.pacm). The ISA
+family alone is not enough: on the AMD CPU the Intel-measured model made Pruner slower than no pretraining, a model
+pretrained on that machine's records of another network faster (bench/results/pruner_s25.md). Ansor's search keeps
+XGBoost: on held-out tasks the shipped PaCM, fine-tuned, ranks pairs better than XGBoost learned online but finds the
+best program less often (bench/results/pruner_s24.md).
 """
 
 from __future__ import annotations
