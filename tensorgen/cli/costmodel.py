@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from typing import Any
 
@@ -56,7 +57,7 @@ def _line(quality: dict[str, float]) -> str:
 
 
 def _load(paths: list[str], dataflow: bool) -> TrainingSet:
-    data = load_training_set(paths, dataflow=dataflow)
+    data = load_training_set(paths, dataflow=dataflow, progress=lambda line: print(line, file=sys.stderr, flush=True))
     if not data.tasks:
         raise TensorgenError(f"no task with two or more measured programs in {', '.join(paths)}")
     print(f"{len(data.tasks)} tasks, {data.programs} programs from {len(paths)} database(s) "
