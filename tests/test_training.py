@@ -90,6 +90,8 @@ def test_the_command_trains_saves_and_evaluates_a_model(db, tmp_path, capsys):
     (["train", "--db", "missing.db", "-o", "m.pt"], "no database at missing.db"),
     (["train", "--db", "{db}", "-o", "m.pt", "--held-out", "1.5"], "--held-out must be in [0, 1)"),
     (["train", "--db", "{db}", "-o", "m.pt", "--held-out-model", "resnet51"], "'resnet51' is neither a zoo model"),
+    # the held-out model is checked before any database is replayed
+    (["train", "--db", "missing.db", "-o", "m.pt", "--held-out-model", "resnet51"], "'resnet51' is neither"),
     (["eval", "pacm:missing.pt", "--db", "{db}"], "no model file 'missing.pt'"),
     (["eval", "xgb:{db}", "--db", "{db}"], "not a tensorgen.costmodel.xgb/1 file"),
 ])

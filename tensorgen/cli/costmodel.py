@@ -69,12 +69,12 @@ def _load(paths: list[str], dataflow: bool) -> TrainingSet:
 def _train(args: argparse.Namespace) -> int:
     if not 0 <= args.held_out < 1:
         raise TensorgenError(f"--held-out must be in [0, 1), got {args.held_out}")
-    data = _load(args.db, dataflow=True)
     held_keys = {mt.task.workload_key for model in args.held_out_model
                  for mt in extract_tasks(load_graph(model), Target.parse("cpu"))}
+    data = _load(args.db, dataflow=True)
     train, held = data.split(args.held_out, args.seed, workloads=held_keys)
     if not train.tasks:
-        raise TensorgenError("no task left to train on: lower --held-out")
+        raise TensorgenError("no task left to train on: lower --held-out or hold out fewer models")
     model = PaCM(seed=args.seed, config=PaCMConfig(dataflow=not args.no_dataflow))
     t0 = time.perf_counter()
     model.fit(*train.arrays(), steps=args.steps)
