@@ -148,7 +148,8 @@ def run_variant(model: str, variant: Variant, trials: int, db: str, seed: int, r
     result = scheduler.tune(trials, db=db, policy=variant.policy, cost_model=variant.cost_model,
                             policy_options=dict(variant.options) or None)
     return asdict(variant) | {"db": db, "trials": result.trials, "round_trials": round_trials,
-                              "stopped": result.stopped, "wall_s": turn.clock(),
+                              "stopped": result.stopped, "wall_s": turn.clock(), "search_s": result.search_s,
+                              "build_s": result.build_s, "run_s": result.run_s,
                               "final_ms": curve[-1][2] if curve else None, "curve": curve,
                               "tasks": [{"index": r.index, "desc": r.desc, "weight": r.weight, "trials": r.trials,
                                          "ms": r.latency * 1e3 if math.isfinite(r.latency) else None}
@@ -249,7 +250,9 @@ def summarize(runs: dict[str, dict[str, Any]], reference: str) -> dict[str, dict
         rows[name] = {"final_ms": run["final_ms"], "wall_s": run["wall_s"], "trials": run["trials"],
                       "reaches_reference_final_at_s": reach[0] if reach else None,
                       "reaches_reference_final_at_trials": reach[1] if reach else None,
-                      "time_ratio": reach[0] / base["wall_s"] if reach else None}
+                      "time_ratio": reach[0] / base["wall_s"] if reach else None,
+                      "first_estimate": run["curve"][0] if run["curve"] else None,  # (s, trials, ms): warmed up
+                      **{k: run[k] for k in ("search_s", "build_s", "run_s")}}
     return rows
 
 
@@ -260,8 +263,11 @@ def print_rows(title: str, rows: dict[str, dict[str, Any]], reference: str) -> N
         at = row["reaches_reference_final_at_s"]
         reach = "never" if at is None else (f"at {at:.0f} s ({row['reaches_reference_final_at_trials']} trials, "
                                             f"{row['time_ratio']:.2f}x its time)")
+        first = row["first_estimate"]
+        warm = f"first estimate {first[2]:.3f} ms at {first[0]:.0f} s ({first[1]} trials); " if first else ""
         print(f"{title} {name}: final {final} in {row['wall_s']:.0f} s, {row['trials']} trials; reaches {reference}'s "
-              f"final {reach}", flush=True)
+              f"final {reach}; {warm}search {row['search_s']:.0f} s, build {row['build_s']:.0f} s, "
+              f"run {row['run_s']:.0f} s", flush=True)
 
 
 def task_gaps(runs: dict[str, dict[str, Any]], reference: str, top: int = 5) -> dict[str, list[dict[str, Any]]]:

@@ -156,6 +156,7 @@ class _ScriptedVariant:
         if self.moves[-1] == "stop" or self.rounds == len(self.estimates):
             final = next((e for e in reversed(self.estimates[:self.rounds]) if e is not None), None)
             return ("done", {"final_ms": final, "wall_s": float(self.rounds), "trials": self.rounds,
+                             "search_s": 0.25 * self.rounds, "build_s": 0.25 * self.rounds, "run_s": 0.5 * self.rounds,
                              "curve": [(i + 1.0, i + 1, e) for i, e in enumerate(self.estimates[:self.rounds])
                                        if e is not None]})
         self.rounds += 1
@@ -180,6 +181,7 @@ def test_pruner_networks_interleaves_the_variants():
     rows = networks.summarize(runs, "ansor")
     assert rows["fast"]["reaches_reference_final_at_s"] == 2.0 and rows["fast"]["time_ratio"] == pytest.approx(0.4)
     assert rows["slow"]["time_ratio"] is None and rows["ansor"]["time_ratio"] == 1.0
+    assert rows["fast"]["first_estimate"] == (1.0, 1, 7.0) and rows["fast"]["run_s"] == 1.0
     fakes = {name: _ScriptedVariant(e) for name, e in scripts.items()}
     networks.coordinate({n: networks.Player(f) for n, f in fakes.items()}, "ansor", full=True)
     assert [len(f.moves) for f in fakes.values()] == [6, 4, 8]  # every round, then the "go" that ends the run
@@ -247,6 +249,9 @@ def test_pruner_networks_end_to_end(tmp_path):
     assert set(runs) == {"ansor", pruner} and runs["ansor"]["trials"] == 6
     assert (tmp_path / "pn_tiny_ansor_s3.db").exists() and (tmp_path / f"pn_tiny_{pruner}_s3.db").exists()
     assert runs[pruner]["curve"][0][1] == 1  # its warm-up round: one program
+    summary = report["seeds"]["3"]["summary"][pruner]
+    assert summary["first_estimate"][1] == 1
+    assert 0 < summary["search_s"] and 0 < summary["build_s"] < runs[pruner]["wall_s"]
     assert runs[pruner]["options"] == [["draft_population", 64]]
     assert 0 < report["median_time_ratio"]["ansor"] <= 1  # the reference reaches its own final
     assert [t["index"] for t in runs["ansor"]["tasks"]] == [0] and runs["ansor"]["tasks"][0]["trials"] == 6

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -217,6 +218,7 @@ def test_build_uses_the_next_record_past_a_corrupt_best(tmp_path):
     tiny_model(tmp_path / "tiny.onnx")
     tuned = run_cli(["tune", "tiny.onnx", "--trials", "4", "--policy", "random", "--db", "t.db"], tmp_path)
     assert tuned.returncode == 0, tuned.stderr
+    assert re.search(r"4 trials in [\d.]+ s \(budget\): search [\d.]+ s, build [\d.]+ s, run [\d.]+ s", tuned.stdout)
     with SQLiteDatabase(tmp_path / "t.db", readonly=True) as db:
         (key, target, _), = db.workloads()
         best, second = db.top_k(key, target, 2)  # the two fastest programs (a re-timed one has several records)

@@ -196,6 +196,7 @@ def test_round_robin_is_even_and_the_last_round_is_cut():
                                      weights=[100, 1, 1], strategy="round-robin")
     assert order == [0, 1, 2] * 3
     assert [len(t.costs) for t in tuners] == [12, 12, 9] and result.trials == 33
+    assert (result.search_s, result.build_s, result.run_s) == (0, 0, 0)  # fakes count no time (the default)
 
 
 def test_exhausted_and_failing_tasks():
@@ -398,6 +399,10 @@ def test_end_to_end_with_the_real_tuner_and_resume(tmp_path):
     x = rng.standard_normal((32, 32)).astype(np.float32)
     np.testing.assert_array_equal(build(first.best_states[1]).run(x)[0], np.maximum(x, 0))
     assert "Estimated total latency" in plain.getvalue()
+    # the time split: every part was spent, and together they fit in the run's wall time
+    assert 0 < first.search_s and 0 < first.build_s and 0 < first.run_s
+    assert first.search_s + first.build_s + first.run_s <= first.wall_s
+    assert first.to_dict()["run_s"] == first.run_s
 
     # relu(32) has few distinct programs: it may run out, and the scheduler then drops it
     with SQLiteDatabase(path) as db:  # a program that failed for the machine's sake (a timeout under load) is

@@ -100,11 +100,13 @@ def tune_model(args: argparse.Namespace) -> int:
     if layout_share and extra is None and not result.interrupted:
         more = tune(layout_share)
         result = replace(more, trials=result.trials + more.trials, rounds=result.rounds + more.rounds,
-                         wall_s=result.wall_s + more.wall_s)
+                         wall_s=result.wall_s + more.wall_s, search_s=result.search_s + more.search_s,
+                         build_s=result.build_s + more.build_s, run_s=result.run_s + more.run_s)
     latency = result.models.get(graph.name)
     print(f"estimated end-to-end latency: {latency * 1e3:.3f} ms" if latency else
           "estimated end-to-end latency: - (some task has no valid program yet)")
-    print(f"{result.trials} trials in {result.wall_s:.1f} s ({result.stopped})")
+    print(f"{result.trials} trials in {result.wall_s:.1f} s ({result.stopped}): search {result.search_s:.1f} s, "
+          f"build {result.build_s:.1f} s, run {result.run_s:.1f} s")
     if extra is not None:
         print(f"layout tasks: {extra.trials} trials in {extra.wall_s:.1f} s ({extra.stopped})")
     print(report_hint(args.db, args.op, args.batch, args.shape))

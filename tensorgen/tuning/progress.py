@@ -73,6 +73,11 @@ class ScheduleResult:
     stopped: str
     wall_s: float
     skipped: dict[str, int] = field(default_factory=dict)  # search operations that raised, per kind (search.skips)
+    # where the time went, summed over the tasks: the search itself (proposals, cost-model updates, the resume),
+    # building and running the programs measured (RoundTuner.seconds)
+    search_s: float = 0.0
+    build_s: float = 0.0
+    run_s: float = 0.0
 
     @property
     def best_costs(self) -> list[float]:
@@ -92,7 +97,8 @@ class ScheduleResult:
                   "best_steps": s.to_json() if s is not None else None}
                  for t, r, s in zip(self.tasks, self.rows, self.best_states)]
         return {"tasks": tasks, "models": {k: seconds(v) for k, v in self.models.items()}, "trials": self.trials,
-                "rounds": self.rounds, "stopped": self.stopped, "wall_s": self.wall_s, "skipped": dict(self.skipped)}
+                "rounds": self.rounds, "stopped": self.stopped, "wall_s": self.wall_s, "skipped": dict(self.skipped),
+                "search_s": self.search_s, "build_s": self.build_s, "run_s": self.run_s}
 
 
 SchedulerCallback = Callable[[SchedulerProgress], None]

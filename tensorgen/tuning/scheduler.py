@@ -92,6 +92,10 @@ class RoundTuner(Protocol):
     def release(self) -> None:
         """After its round: free what the tuner holds until its next one (worker processes). Default: nothing."""
 
+    def seconds(self) -> tuple[float, float, float]:
+        """(search, build, run) seconds this tuner has spent so far; the default: not counted, (0, 0, 0)."""
+        return 0.0, 0.0, 0.0
+
 
 @dataclass(frozen=True)
 class ModelTasks:
@@ -366,9 +370,11 @@ class TaskScheduler:
             stopped = "interrupted"
             LOGGER.info("scheduler interrupted after %d trials; every measured record is in the database",
                         session.done)
+        search_s, build_s, run_s = np.sum([t.seconds() for t in tuners], axis=0)
         return ScheduleResult(self.tasks, self._rows(session), [t.best_state for t in tuners],
                               self._model_latencies(session.best()), session.done, session.rounds, stopped,
-                              time.perf_counter() - session.start, skips.summary() if skips is not None else {})
+                              time.perf_counter() - session.start, skips.summary() if skips is not None else {},
+                              float(search_s), float(build_s), float(run_s))
 
     def _confirm(self, session: _Session) -> None:
         """Before the final estimate: every task's best is re-timed unless it was already (see tune.RETIMES)."""

@@ -535,6 +535,10 @@ class TaskTuner:
                           t.policy_s, t.build_s, t.run_s, {k: n for k, n in sorted(t.errors.items())}, interrupted,
                           self.skips.summary(), t.retimed)
 
+    def seconds(self) -> tuple[float, float, float]:
+        """(search, build, run) seconds so far: what result() reports as search overhead, build and run."""
+        return self.tally.policy_s, self.tally.build_s, self.tally.run_s
+
     def __repr__(self) -> str:
         return f"TaskTuner({self.task}, {self.tally.done} measured, best {self.tally.best_cost:.3g} s)"
 
