@@ -229,8 +229,8 @@ def test_pruner_networks_task_gaps_rank_the_tasks_a_variant_lags_on_by_weighted_
     assert networks.task_gaps(runs, "ansor")["pruner"][-1]["gap_ms"] == pytest.approx(-1.0)
 
 
-def test_pruner_networks_end_to_end(tmp_path):
-    """The script on a one-layer model: two variants in their own processes, in turns, each with its database."""
+def _tiny_model(path: Path) -> Path:
+    """A one-layer ONNX model (MatMul, Relu): one task."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -238,7 +238,13 @@ def test_pruner_networks_end_to_end(tmp_path):
     graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Relu", ["y"], ["z"])],
                               "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 32])],
                               [helper.make_tensor_value_info("z", TensorProto.FLOAT, [8, 16])], [w])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "tiny.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_pruner_networks_end_to_end(tmp_path):
+    """The script on a one-layer model: two variants in their own processes, in turns, each with its database."""
+    _tiny_model(tmp_path / "tiny.onnx")
     out = tmp_path / "report.json"
     subprocess.run([sys.executable, str(BENCH / "pruner_networks.py"), "--models", str(tmp_path / "tiny.onnx"),
                     "--trials", "6", "--round-trials", "2", "--variants", "ansor,pruner@1:draft_population=64",
@@ -261,3 +267,56 @@ def test_pruner_networks_end_to_end(tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode != 0 and "Traceback" not in bad.stderr
     assert "variant pruner:drafts=3 failed: SketchPolicy has no knob 'drafts'" in bad.stderr.strip().splitlines()[-1]
+
+
+def test_kernel_profiles_ratios_and_the_kernels_that_differ_most():
+    profiles = _bench_module("kernel_profiles")
+
+    def profile(a, b):
+        return [{"kernel": "k0_conv", "ms": a, "tuned_ms": 1.0}, {"kernel": "k1_relu", "ms": b, "tuned_ms": None}]
+
+    report = profiles.summarize({"ref": [profile(2.0, 1.0), profile(3.0, 1.0), profile(2.0, 2.0)],
+                                 "new": [profile(4.0, 1.0), profile(3.0, 1.5), profile(2.0, 1.0)]}, "ref")
+    new = report["builds"]["new"]
+    assert report["builds"]["ref"]["ratio"] == 1.0 and report["builds"]["ref"]["tuned_ms"] == 1.0
+    assert new["rounds_ms"] == [5.0, 4.5, 3.0] and new["median_ms"] == 4.5
+    assert new["ratio"] == pytest.approx(9 / 8) and new["ratio_min"] == pytest.approx(0.75)
+    assert new["ratio_max"] == pytest.approx(5 / 3)
+    assert [(k["kernel"], k["ms"], k["reference_ms"]) for k in report["kernels"]["new"]] == [("k0_conv", 3.0, 2.0),
+                                                                                            ("k1_relu", 1.0, 1.0)]
+
+    class Build:  # records when it was profiled
+        def __init__(self, name, log):
+            self.name, self.log = name, log
+
+        def profile(self, inputs, repeat):
+            self.log.append(self.name)
+            return profile(1.0, 1.0)
+
+    log: list[str] = []
+    out = profiles.profile_builds({n: Build(n, log) for n in "ab"}, [], rounds=3, repeat=1)
+    assert log == ["a", "b", "b", "a", "a", "b"] and [len(v) for v in out.values()] == [3, 3]
+
+
+def test_kernel_profiles_end_to_end(tmp_path):
+    from tensorgen.graph.backend.tasks import extract_tasks
+    from tensorgen.graph.load import load_graph
+    from tensorgen.tuning.scheduler import TaskScheduler
+
+    model = _tiny_model(tmp_path / "tiny.onnx")
+    for seed in (0, 1):
+        sched = TaskScheduler.from_models({"tiny": extract_tasks(load_graph(model))}, seed=seed)
+        sched.tune(3, db=tmp_path / f"{seed}.db", policy="random")
+    out = tmp_path / "report.json"
+    run = subprocess.run([sys.executable, str(BENCH / "kernel_profiles.py"), "--model", str(model), "--db",
+                          str(tmp_path / "0.db"), "--db", str(tmp_path / "1.db"), "--rounds", "2", "--repeat", "3",
+                          "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    report = json.loads(out.read_text())
+    assert set(report["builds"]) == {str(tmp_path / "0.db"), str(tmp_path / "1.db")}
+    assert all(len(b["rounds_ms"]) == 2 and b["median_ms"] > 0 and b["tuned_ms"] > 0 for b in report["builds"].values())
+    assert "x the reference (rounds" in run.stdout
+    bad = subprocess.run([sys.executable, str(BENCH / "kernel_profiles.py"), "--model", str(model), "--db",
+                          str(tmp_path / "0.db"), "--db", str(tmp_path / "missing.db")], capture_output=True,
+                         text=True, timeout=600)
+    assert bad.returncode != 0 and "no database at" in bad.stderr and "Traceback" not in bad.stderr
