@@ -48,10 +48,12 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import thread_env  # noqa: E402, F401  (first: the thread counts of NumPy and torch)
+
+# isort: split
+
+import numpy as np  # noqa: E402
 
 from tensorgen.errors import TensorgenError  # noqa: E402
 from tensorgen.graph.backend.tasks import extract_tasks  # noqa: E402
