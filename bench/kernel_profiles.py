@@ -31,6 +31,7 @@ import thread_env  # noqa: E402, F401  (first: the thread counts of NumPy and to
 
 import numpy as np  # noqa: E402
 
+from tensorgen.errors import TensorgenError  # noqa: E402
 from tensorgen.graph.backend.build import build_model  # noqa: E402
 from tensorgen.graph.frontend.onnx_inputs import random_inputs  # noqa: E402
 from tensorgen.graph.load import load_graph, onnx_model_of  # noqa: E402
@@ -92,8 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.db:
         if not Path(path).is_file():
             raise SystemExit(f"no database at {path}")
-    onnx_model = onnx_model_of(args.model)
-    graph = load_graph(onnx_model)
+    try:
+        onnx_model = onnx_model_of(args.model)
+        graph = load_graph(onnx_model)
+    except TensorgenError as e:  # an unknown model: one line, not a traceback
+        raise SystemExit(f"error: {e}") from None
     feeds = random_inputs(onnx_model, 0, None)
     inputs = [feeds[name] for name in graph.inputs]
     with tempfile.TemporaryDirectory() as tmp:

@@ -320,3 +320,7 @@ def test_kernel_profiles_end_to_end(tmp_path):
                           str(tmp_path / "0.db"), "--db", str(tmp_path / "missing.db")], capture_output=True,
                          text=True, timeout=600)
     assert bad.returncode != 0 and "no database at" in bad.stderr and "Traceback" not in bad.stderr
+    unknown = subprocess.run([sys.executable, str(BENCH / "kernel_profiles.py"), "--model", "resnet51", "--db",
+                              str(tmp_path / "0.db"), "--db", str(tmp_path / "1.db")], capture_output=True, text=True,
+                             timeout=600)
+    assert unknown.returncode != 0 and "'resnet51' is neither" in unknown.stderr and "Traceback" not in unknown.stderr
