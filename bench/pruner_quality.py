@@ -2,6 +2,7 @@
 (bench/dataset.py):
 
     python bench/pruner_quality.py models --train-db dataset_avx2.db --test-db heldout.db [--online 64] [--json F]
+    python bench/pruner_quality.py models --pretrained pacm.pt --test-db heldout.db [--train-db ...]
     python bench/pruner_quality.py psa --db dataset.db [--sizes 8,16,32] [--programs random|all] [--json F]
 
 models  How well each cost model ranks the programs of tasks it was never trained on, in the online setting of a
@@ -11,7 +12,9 @@ models  How well each cost model ranks the programs of tasks it was never traine
         transfer (MTL: fine-tuned from the pretrained copy on them); PaCM with MTL but without its data-flow
         branch (the ablation). Figures: mean pairwise accuracy and recall@10 over tasks, TenSet's top-1 / top-5
         (sum of the best latencies over the sum of the best latency among each model's k first picks), and the
-        seconds to update and to predict.
+        seconds to update and to predict. `--pretrained FILE`: the PaCMs start from that file (e.g. the one that
+        ships, trained on another machine: the cross-ISA table) instead of one pretrained on --train-db; without
+        --train-db the models that need it (XGBoost pretrained, the ablation) are left out.
 psa     The static analyzer's pruned space against a random space of the same size (Best-k, Pruner Table 1): per
         task, the random programs measured for it (the `random` runs of bench/dataset.py) are the whole space; the
         target space is the `size` programs PSA estimates fastest, the random space `size` programs drawn at random
@@ -49,24 +52,23 @@ from tensorgen.tuning.training import TaskData, TrainingSet, load_training_set, 
 # cost models
 
 
-def _models(pretrained: dict[str, Path], train: TrainingSet, seed: int) -> dict[str, Any]:
-    """Fresh models for one held-out task, by name (the PaCMs start from the pretrained files, as `pacm:FILE`)."""
-    xgb_warm = XGBModel(seed=seed, min_samples=1)
-    xgb_warm.update(*train.arrays())
-    return {"xgb (online)": XGBModel(seed=seed, min_samples=1), "xgb (pretrained + online)": xgb_warm,
-            "pacm (online)": PaCM(seed=seed, config=PaCMConfig(min_samples=1)),
-            "pacm (pretrained, no update)": PaCM(seed=seed, path=pretrained["pacm"]),
-            "pacm + mtl": PaCM(seed=seed, path=pretrained["pacm"]),
-            "pacm + mtl, no data-flow branch": PaCM(seed=seed, path=pretrained["no data-flow"])}
+def _models(pretrained: dict[str, Path], train: TrainingSet | None, seed: int) -> dict[str, Any]:
+    """Fresh models for one held-out task, by name (the PaCMs start from the pretrained files, as `pacm:FILE`);
+    without training databases, only the models that need none beyond the pretrained PaCM file."""
+    models: dict[str, Any] = {"xgb (online)": XGBModel(seed=seed, min_samples=1)}
+    if train is not None:
+        models["xgb (pretrained + online)"] = XGBModel(seed=seed, min_samples=1)
+        models["xgb (pretrained + online)"].update(*train.arrays())
+    models |= {"pacm (online)": PaCM(seed=seed, config=PaCMConfig(min_samples=1)),
+               "pacm (pretrained, no update)": PaCM(seed=seed, path=pretrained["pacm"]),
+               "pacm + mtl": PaCM(seed=seed, path=pretrained["pacm"])}
+    if "no data-flow" in pretrained:
+        models["pacm + mtl, no data-flow branch"] = PaCM(seed=seed, path=pretrained["no data-flow"])
+    return models
 
 
-def compare_models(args: argparse.Namespace) -> dict[str, Any]:
-    train = load_training_set(args.train_db)
-    test = load_training_set(args.test_db)
-    overlap = {t.workload_key for t in train.tasks} & {t.workload_key for t in test.tasks}
-    test = TrainingSet([t for t in test.tasks if t.workload_key not in overlap and len(t.features) > args.online + 4])
-    print(f"train: {len(train.tasks)} tasks, {train.programs} programs; held out: {len(test.tasks)} tasks "
-          f"({len(overlap)} shared with training left out)", flush=True)
+def _pretrain(args: argparse.Namespace, train: TrainingSet) -> tuple[dict[str, Path], dict[str, float]]:
+    """PaCM pretrained on the training set, with and without its data-flow branch: their files, and seconds."""
     pretrained, pretrain_s = {}, {}
     for name, dataflow in (("pacm", True), ("no data-flow", False)):
         model = PaCM(seed=args.seed, config=PaCMConfig(dataflow=dataflow))
@@ -75,6 +77,22 @@ def compare_models(args: argparse.Namespace) -> dict[str, Any]:
         pretrain_s[name] = time.perf_counter() - t0
         pretrained[name] = Path(args.workdir) / f"pretrained_{name.replace(' ', '_')}.pt"
         model.save(pretrained[name])
+    return pretrained, pretrain_s
+
+
+def compare_models(args: argparse.Namespace) -> dict[str, Any]:
+    train = load_training_set(args.train_db) if args.train_db else None
+    test = load_training_set(args.test_db)
+    overlap = {t.workload_key for t in train.tasks} & {t.workload_key for t in test.tasks} if train else set()
+    test = TrainingSet([t for t in test.tasks if t.workload_key not in overlap and len(t.features) > args.online + 4])
+    if not test.tasks:
+        raise SystemExit(f"no held-out task of {', '.join(args.test_db)} has more than {args.online + 4} programs")
+    print(f"train: {f'{len(train.tasks)} tasks, {train.programs} programs' if train else args.pretrained}; "
+          f"held out: {len(test.tasks)} tasks ({len(overlap)} shared with training left out)", flush=True)
+    if args.pretrained:
+        pretrained, pretrain_s = {"pacm": Path(args.pretrained)}, {}
+    else:
+        pretrained, pretrain_s = _pretrain(args, train)
     rows: dict[str, dict[str, list]] = {}
     for task in test.tasks:
         first = TaskData(task.workload_key, task.target, task.desc, task.flop, task.features[:args.online],
@@ -99,7 +117,8 @@ def compare_models(args: argparse.Namespace) -> dict[str, Any]:
                        "top-1": _task_mean(q, "top-1"), "top-5": _task_mean(q, "top-5"),
                        "update_s": float(np.mean(row["update_s"])), "predict_s": float(np.mean(row["predict_s"]))}
     return {"train_dbs": args.train_db, "test_dbs": args.test_db, "online": args.online, "steps": args.steps,
-            "train_tasks": len(train.tasks), "train_programs": train.programs, "test_tasks": len(test.tasks),
+            "train_tasks": len(train.tasks) if train else None, "train_programs": train.programs if train else None,
+            "test_tasks": len(test.tasks),
             "pretrain_s": pretrain_s, "pretrained": {k: str(v) for k, v in pretrained.items()},
             "models": table}
 
@@ -162,7 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="phase", required=True)
     m = sub.add_parser("models")
-    m.add_argument("--train-db", action="append", required=True)
+    m.add_argument("--train-db", action="append", default=[])
+    m.add_argument("--pretrained", default=None,
+                   help="a PaCM file (tensorgen costmodel train) instead of pretraining on --train-db")
     m.add_argument("--test-db", action="append", required=True)
     m.add_argument("--online", type=int, default=64)
     m.add_argument("--steps", type=int, default=3000, help="pretraining steps")
@@ -177,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         q.add_argument("--json", default=None)
         q.add_argument("--threads", default="2", help="(read by thread_env)")
     args = p.parse_args(argv)
+    if args.phase == "models" and not (args.train_db or args.pretrained):
+        p.error("models needs --train-db or --pretrained")
     report = compare_models(args) if args.phase == "models" else best_k(args)
     print(json.dumps(report, indent=1))
     if args.json:

@@ -127,6 +127,16 @@ def test_pruner_quality_bench_tables(tmp_path):
     report = json.loads(out.read_text())
     assert report["test_tasks"] == 1 and report["train_tasks"] == 1 and len(report["models"]) == 6
     assert all(0 <= m["pairwise"] <= 1 and 0 < m["top-5"] <= 1 for m in report["models"].values())
+    pacm = report["pretrained"]["pacm"]  # a PaCM file instead of training databases: the models that need none
+    assert quality.main(["models", "--pretrained", pacm, "--test-db", str(test), "--online", "8", "--json",
+                         str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["train_tasks"] is None and report["pretrained"] == {"pacm": pacm}
+    assert set(report["models"]) == {"xgb (online)", "pacm (online)", "pacm (pretrained, no update)", "pacm + mtl"}
+    with pytest.raises(SystemExit):
+        quality.main(["models", "--test-db", str(test)])  # neither training databases nor a pretrained file
+    with pytest.raises(SystemExit, match="no held-out task"):
+        quality.main(["models", "--pretrained", pacm, "--test-db", str(test), "--online", "100"])
     out = tmp_path / "psa.json"
     assert quality.main(["psa", "--db", str(test), "--db", str(train), "--sizes", "3,6", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
