@@ -41,6 +41,7 @@ import thread_env  # noqa: E402, F401  (first: the thread counts of NumPy and to
 
 import numpy as np  # noqa: E402
 
+from tensorgen.costmodel.base import CostModelError  # noqa: E402
 from tensorgen.costmodel.pacm import PaCM, PaCMConfig  # noqa: E402
 from tensorgen.costmodel.psa import StaticAnalyzer  # noqa: E402
 from tensorgen.costmodel.xgb import XGBModel  # noqa: E402
@@ -81,6 +82,8 @@ def _pretrain(args: argparse.Namespace, train: TrainingSet) -> tuple[dict[str, P
 
 
 def compare_models(args: argparse.Namespace) -> dict[str, Any]:
+    if args.pretrained:
+        PaCM(path=args.pretrained)  # a missing or foreign file fails here, before any database is replayed
     train = load_training_set(args.train_db) if args.train_db else None
     test = load_training_set(args.test_db)
     overlap = {t.workload_key for t in train.tasks} & {t.workload_key for t in test.tasks} if train else set()
@@ -200,7 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.phase == "models" and not (args.train_db or args.pretrained):
         p.error("models needs --train-db or --pretrained")
-    report = compare_models(args) if args.phase == "models" else best_k(args)
+    try:
+        report = compare_models(args) if args.phase == "models" else best_k(args)
+    except CostModelError as err:
+        raise SystemExit(f"pruner_quality: {err}") from None
     print(json.dumps(report, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))

@@ -135,6 +135,8 @@ def test_pruner_quality_bench_tables(tmp_path):
     assert set(report["models"]) == {"xgb (online)", "pacm (online)", "pacm (pretrained, no update)", "pacm + mtl"}
     with pytest.raises(SystemExit):
         quality.main(["models", "--test-db", str(test)])  # neither training databases nor a pretrained file
+    with pytest.raises(SystemExit, match="cannot read the model"):
+        quality.main(["models", "--pretrained", str(tmp_path / "missing.pt"), "--test-db", str(test)])
     with pytest.raises(SystemExit, match="no held-out task"):
         quality.main(["models", "--pretrained", pacm, "--test-db", str(test), "--online", "100"])
     out = tmp_path / "psa.json"
