@@ -14,7 +14,9 @@ Variants, each from an empty database `<dbs>_<model>_<variant>_s<seed>.db` (the 
     NAME@N      the variant with a warm-up round of N programs per task (SchedulerConfig.warmup_trials; without
                 @N every round has --round-trials)
     NAME:K=V    the variant with its policy's knob K set to V (any number of :K=V, after @N if any; e.g.
-                pruner@8:draft_population=512 — the knobs of PrunerPolicy.from_options / SketchPolicy.of)
+                pruner@8:draft_population=512 — the knobs of PrunerPolicy.from_options / SketchPolicy.of);
+                :pacm.K=V sets the PaCM cost model's K (costmodel.pacm.PaCMConfig; e.g.
+                pruner-mtl@8:pacm.transfer_lr=1e-4)
 
 The variants of a network run interleaved, in one run: each in its own process, taking turns round by round, so that
 all of them measure in the same minutes of this machine (whose speed drifts by up to 25% within minutes on some
@@ -43,7 +45,7 @@ import multiprocessing
 import sys
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,7 @@ import thread_env  # noqa: E402, F401  (first: the thread counts of NumPy and to
 
 import numpy as np  # noqa: E402
 
+from tensorgen.costmodel.pacm import PaCM, PaCMConfig  # noqa: E402
 from tensorgen.errors import TensorgenError  # noqa: E402
 from tensorgen.graph.backend.tasks import extract_tasks  # noqa: E402
 from tensorgen.graph.load import load_graph  # noqa: E402
@@ -73,12 +76,20 @@ class Variant:
     cost_model: str
     warmup_trials: int | None = None
     options: tuple[tuple[str, Any], ...] = ()  # the policy's knobs (tune's policy_options)
+    pacm: tuple[tuple[str, Any], ...] = ()  # the PaCM cost model's knobs (PaCMConfig)
+
+    def make_cost_model(self, seed: int) -> str | PaCM:
+        """The cost model as tune takes it: its name, or a PaCM made with this variant's knobs."""
+        if not self.pacm:
+            return self.cost_model
+        _, _, path = self.cost_model.partition(":")
+        return PaCM(seed=seed, path=path or None, config=PaCMConfig(**dict(self.pacm)))
 
 
 def _knob(text: str, variant: str) -> tuple[str, Any]:
     """K=V of a variant: V as a Python literal (512, 0.5, None), else as the text it is."""
     key, eq, value = text.partition("=")
-    if not (key.isidentifier() and eq and value):
+    if not (key.removeprefix("pacm.").isidentifier() and eq and value):
         raise SystemExit(f"--variants: {variant!r}: expected :KNOB=VALUE, got {text!r}")
     try:
         return key, ast.literal_eval(value)
@@ -94,11 +105,19 @@ def parse_variant(text: str, pretrained: str | None) -> Variant:
         raise SystemExit(f"--variants: unknown variant {text!r}; use any of {', '.join(POLICIES)}, each optionally "
                          f"with @N (a warm-up round of N > 0 programs per task) and :KNOB=VALUE")
     policy, cost_model = POLICIES[base]
+    pairs = [_knob(k, text) for k in knobs]
+    pacm = tuple((k.removeprefix("pacm."), v) for k, v in pairs if k.startswith("pacm."))
+    if pacm and not cost_model.startswith("pacm"):
+        raise SystemExit(f"--variants: {text!r}: pacm.KNOB needs a variant whose cost model is PaCM")
+    unknown = sorted({k for k, _ in pacm} - {f.name for f in fields(PaCMConfig)})
+    if unknown:
+        raise SystemExit(f"--variants: {text!r}: PaCM has no knob {unknown[0]!r}")
     if "{pretrained}" in cost_model:
         if pretrained is None:
             raise SystemExit(f"variant {text} needs --pretrained MODEL.pt (tensorgen costmodel train)")
         cost_model = cost_model.format(pretrained=pretrained)
-    return Variant(text, policy, cost_model, int(warmup) if warmup else None, tuple(_knob(k, text) for k in knobs))
+    return Variant(text, policy, cost_model, int(warmup) if warmup else None,
+                   tuple(p for p in pairs if not p[0].startswith("pacm.")), pacm)
 
 
 class Turn:
@@ -147,7 +166,7 @@ def run_variant(model: str, variant: Variant, trials: int, db: str, seed: int, r
     config = SchedulerConfig(round_trials=round_trials, warmup_trials=variant.warmup_trials)
     scheduler = TaskScheduler.from_models({graph.name: extract_tasks(graph)}, seed=seed, callbacks=[record],
                                           config=config)
-    result = scheduler.tune(trials, db=db, policy=variant.policy, cost_model=variant.cost_model,
+    result = scheduler.tune(trials, db=db, policy=variant.policy, cost_model=variant.make_cost_model(seed),
                             policy_options=dict(variant.options) or None)
     return asdict(variant) | {"db": db, "trials": result.trials, "round_trials": round_trials,
                               "stopped": result.stopped, "wall_s": turn.clock(), "search_s": result.search_s,

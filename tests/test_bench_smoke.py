@@ -206,8 +206,12 @@ def test_pruner_networks_variants():
     knobbed = networks.parse_variant("pruner@8:draft_population=512:verify_population=None:space=sketch", None)
     assert knobbed.warmup_trials == 8 and knobbed.options == (("draft_population", 512), ("verify_population", None),
                                                                ("space", "sketch"))
+    tuned = networks.parse_variant("pruner-mtl@8:pacm.transfer_lr=1e-4:draft_population=64", "m.pt")
+    assert tuned.pacm == (("transfer_lr", 1e-4),) and tuned.options == (("draft_population", 64),)
+    assert networks.parse_variant("pruner:pacm.steps=8", None).make_cost_model(0).config.steps == 8
     for bad, match in [("pruner@0", "unknown variant"), ("tvm", "unknown variant"), ("pruner-mtl", "--pretrained"),
-                       ("pruner:draft_population", "KNOB=VALUE"), ("pruner:=3", "KNOB=VALUE")]:
+                       ("pruner:draft_population", "KNOB=VALUE"), ("pruner:=3", "KNOB=VALUE"),
+                       ("ansor:pacm.lr=1", "cost model is PaCM"), ("pruner:pacm.speed=2", "no knob 'speed'")]:
         with pytest.raises(SystemExit, match=match):
             networks.parse_variant(bad, None)
     with pytest.raises(SystemExit, match="at least one other"):

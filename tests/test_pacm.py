@@ -104,6 +104,21 @@ def test_a_saved_model_is_the_pretrained_copy_and_moves_by_momentum(tmp_path):
         torch.testing.assert_close(b, 0.99 * a + 0.01 * t.detach(), rtol=1e-5, atol=1e-6)
 
 
+def test_a_loaded_model_keeps_its_shape_from_the_file_and_trains_by_its_own_config(tmp_path):
+    feats, y = _programs(gmm(), 60)
+    teacher = PaCM(seed=1, config=PaCMConfig(hidden=32, steps=10, min_samples=16))
+    teacher.update(feats[:40], y[:40], np.zeros(40))
+    teacher.save(tmp_path / "m.pt")
+    still = PaCM(seed=2, path=tmp_path / "m.pt", config=PaCMConfig(transfer_steps=3, transfer_lr=0.0))
+    assert still.config.hidden == 32 and still.config.transfer_steps == 3
+    before = still.predict(feats[40:])
+    still.update(feats[40:], y[40:], np.zeros(20))  # fine-tuning at learning rate 0 leaves the network as loaded
+    np.testing.assert_allclose(still.predict(feats[40:]), before, rtol=1e-6)
+    moving = PaCM(seed=2, path=tmp_path / "m.pt", config=PaCMConfig(transfer_steps=3, transfer_lr=1e-2))
+    moving.update(feats[40:], y[40:], np.zeros(20))
+    assert not np.allclose(moving.predict(feats[40:]), before)
+
+
 def test_bad_model_files_say_so(tmp_path):
     bad = tmp_path / "bad.pt"
     bad.write_text("not a model")

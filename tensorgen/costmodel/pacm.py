@@ -23,7 +23,7 @@ import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -61,6 +61,11 @@ class PaCMConfig:
     min_samples: int = 64  # measurements before a model without pretraining predicts
     momentum: float = 0.99
     momentum_every: int = 4  # updates between momentum steps of the Siamese copy
+    transfer_steps: int = 64  # MTL: training steps per update of the clone of the Siamese copy
+    transfer_lr: float = 1e-3  # ... and their learning rate
+
+
+_ARCHITECTURE = ("hidden", "token_dim", "heads", "statements", "dataflow")  # what a saved model's config fixes
 
 
 @dataclass
@@ -202,7 +207,9 @@ class PaCM(CostModel):
         self.updates += 1
         if self.siamese is not None:  # MTL: fine-tune a clone of the Siamese copy, then move the copy by momentum
             self.net = copy.deepcopy(self.siamese)
-        self.fit(self._features, np.concatenate(self._throughputs), np.concatenate(self._groups))
+        steps, lr = (self.config.steps, self.config.lr) if self.siamese is None else \
+            (self.config.transfer_steps, self.config.transfer_lr)
+        self.fit(self._features, np.concatenate(self._throughputs), np.concatenate(self._groups), steps, lr)
         if self.siamese is not None and self.updates % self.config.momentum_every == 0:
             with _torch().no_grad():
                 m = self.config.momentum
@@ -210,9 +217,10 @@ class PaCM(CostModel):
                     ps.mul_(m).add_(pt, alpha=1 - m)
 
     def fit(self, features: list[np.ndarray], throughputs: np.ndarray, groups: np.ndarray,
-            steps: int | None = None) -> None:
-        """Train the network: `steps` (default the config's) LambdaRank steps, each on up to `batch` programs of one
-        task drawn at random (tasks in proportion to their programs), on throughputs normalized per task."""
+            steps: int | None = None, lr: float | None = None) -> None:
+        """Train the network: `steps` LambdaRank steps at learning rate `lr` (default the config's), each on up to
+        `batch` programs of one task drawn at random (tasks in proportion to their programs), on throughputs
+        normalized per task."""
         y = normalize_throughput(throughputs, groups).astype(np.float32)
         _, inv = np.unique(np.asarray(groups).astype(str), return_inverse=True)
         inv = inv.reshape(-1)
@@ -224,7 +232,7 @@ class PaCM(CostModel):
         every = self._batch(features)  # all programs as tensors once; each step selects its rows
         start = np.concatenate([[0], np.cumsum(np.bincount(every.owner.numpy(), minlength=len(features)))])
         with self._threads() as torch:
-            opt = torch.optim.Adam(self.net.parameters(), lr=self.config.lr)
+            opt = torch.optim.Adam(self.net.parameters(), lr=self.config.lr if lr is None else lr)
             self.net.train()
             for _ in range(self.config.steps if steps is None else steps):
                 idx = members[int(self._rng.choice(len(members), p=weights / weights.sum()))]
@@ -262,7 +270,8 @@ class PaCM(CostModel):
                     "state": self.net.state_dict()}, path)
 
     def load(self, path: str | os.PathLike) -> None:
-        """Start from a saved network as the pretrained Siamese copy (MTL); the measurements so far are kept."""
+        """Start from a saved network as the pretrained Siamese copy (MTL); the measurements so far are kept. The
+        file fixes the network's shape; how it trains stays this model's config."""
         torch = _torch()
         try:
             meta = torch.load(path, map_location="cpu", weights_only=True)
@@ -272,7 +281,7 @@ class PaCM(CostModel):
             raise CostModelError(f"{path}: not a PaCM model file ({type(err).__name__})") from None
         if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
             raise CostModelError(f"{path}: not a {_FORMAT} file")
-        self.config = PaCMConfig(**{**asdict(self.config), **meta["config"]})
+        self.config = replace(self.config, **{k: v for k, v in meta["config"].items() if k in _ARCHITECTURE})
         self.net = _network(self.config, self.seed)
         self.net.load_state_dict(meta["state"])
         self.net.eval()
