@@ -10,8 +10,9 @@ Without a pretrained model it learns online like Ansor's model: from `min_sample
 trains `steps` steps on programs drawn from everything measured (the network is kept between updates: an update
 costs the same however much was measured). With a pretrained model
 (`path`, or `load`) it is trained at once and learns by MTL: the pretrained network is the Siamese copy; every
-update clones it into the target network, trains the target on the measurements and predicts with it, and every
-`momentum_every` updates the copy moves towards the target by momentum (copy = m copy + (1 - m) target, m = 0.99).
+update clones it into the target network, trains the target on the measurements (`transfer_steps` steps at
+`transfer_lr`) and predicts with it, and every `momentum_every` updates the copy moves towards the target by momentum
+(copy = m copy + (1 - m) target, m = 0.99). A saved file fixes the network's shape; how it trains is the config's.
 
 `dataflow=False` / `statements=False` leave a branch out (the ablations). Needs torch (`pip install tensorgen[torch]`).
 """
