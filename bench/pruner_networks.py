@@ -105,8 +105,10 @@ def parse_variant(text: str, pretrained: str | None) -> Variant:
         raise SystemExit(f"--variants: unknown variant {text!r}; use any of {', '.join(POLICIES)}, each optionally "
                          f"with @N (a warm-up round of N > 0 programs per task) and :KNOB=VALUE")
     policy, cost_model = POLICIES[base]
-    pairs = [_knob(k, text) for k in knobs]
-    pacm = tuple((k.removeprefix("pacm."), v) for k, v in pairs if k.startswith("pacm."))
+    options: list[tuple[str, Any]] = []
+    pacm: list[tuple[str, Any]] = []
+    for key, value in (_knob(k, text) for k in knobs):
+        (pacm if key.startswith("pacm.") else options).append((key.removeprefix("pacm."), value))
     if pacm and not cost_model.startswith("pacm"):
         raise SystemExit(f"--variants: {text!r}: pacm.KNOB needs a variant whose cost model is PaCM")
     unknown = sorted({k for k, _ in pacm} - {f.name for f in fields(PaCMConfig)})
@@ -116,8 +118,7 @@ def parse_variant(text: str, pretrained: str | None) -> Variant:
         if pretrained is None:
             raise SystemExit(f"variant {text} needs --pretrained MODEL.pt (tensorgen costmodel train)")
         cost_model = cost_model.format(pretrained=pretrained)
-    return Variant(text, policy, cost_model, int(warmup) if warmup else None,
-                   tuple(p for p in pairs if not p[0].startswith("pacm.")), pacm)
+    return Variant(text, policy, cost_model, int(warmup) if warmup else None, tuple(options), tuple(pacm))
 
 
 class Turn:
