@@ -16,7 +16,8 @@ Variants, each from an empty database `<dbs>_<model>_<variant>_s<seed>.db` (the 
     NAME:K=V    the variant with its policy's knob K set to V (any number of :K=V, after @N if any; e.g.
                 pruner@8:draft_population=512 — the knobs of PrunerPolicy.from_options / SketchPolicy.of);
                 :pacm.K=V sets the PaCM cost model's K (costmodel.pacm.PaCMConfig; e.g.
-                pruner-mtl@8:pacm.transfer_lr=1e-4)
+                pruner-mtl@8:pacm.transfer_lr=1e-4), :sched.K=V the task scheduler's (SchedulerConfig, e.g.
+                pruner-mtl@8:sched.spent_in_trials=False)
 
 The variants of a network run interleaved, in one run: each in its own process, taking turns round by round, so that
 all of them measure in the same minutes of this machine (whose speed drifts by up to 25% within minutes on some
@@ -77,6 +78,7 @@ class Variant:
     warmup_trials: int | None = None
     options: tuple[tuple[str, Any], ...] = ()  # the policy's knobs (tune's policy_options)
     pacm: tuple[tuple[str, Any], ...] = ()  # the PaCM cost model's knobs (PaCMConfig)
+    sched: tuple[tuple[str, Any], ...] = ()  # the task scheduler's knobs (SchedulerConfig)
 
     def make_cost_model(self, seed: int) -> str | PaCM:
         """The cost model as tune takes it: its name, or a PaCM made with this variant's knobs."""
@@ -86,15 +88,16 @@ class Variant:
         return PaCM(seed=seed, path=path or None, config=PaCMConfig(**dict(self.pacm)))
 
 
-def _knob(text: str, variant: str) -> tuple[str, Any]:
-    """K=V of a variant: V as a Python literal (512, 0.5, None), else as the text it is."""
+def _knob(text: str, variant: str) -> tuple[str, str, Any]:
+    """[pacm.|sched.]K=V of a variant as (prefix, K, V): V as a Python literal (512, 0.5, None), else as its text."""
     key, eq, value = text.partition("=")
-    if not (key.removeprefix("pacm.").isidentifier() and eq and value):
-        raise SystemExit(f"--variants: {variant!r}: expected :KNOB=VALUE, got {text!r}")
+    prefix, _, name = key.rpartition(".")
+    if not (prefix in ("", "pacm", "sched") and name.isidentifier() and eq and value):
+        raise SystemExit(f"--variants: {variant!r}: expected :[pacm.|sched.]KNOB=VALUE, got {text!r}")
     try:
-        return key, ast.literal_eval(value)
+        return prefix, name, ast.literal_eval(value)
     except (ValueError, SyntaxError):
-        return key, value
+        return prefix, name, value
 
 
 def parse_variant(text: str, pretrained: str | None) -> Variant:
@@ -105,20 +108,21 @@ def parse_variant(text: str, pretrained: str | None) -> Variant:
         raise SystemExit(f"--variants: unknown variant {text!r}; use any of {', '.join(POLICIES)}, each optionally "
                          f"with @N (a warm-up round of N > 0 programs per task) and :KNOB=VALUE")
     policy, cost_model = POLICIES[base]
-    options: list[tuple[str, Any]] = []
-    pacm: list[tuple[str, Any]] = []
-    for key, value in (_knob(k, text) for k in knobs):
-        (pacm if key.startswith("pacm.") else options).append((key.removeprefix("pacm."), value))
-    if pacm and not cost_model.startswith("pacm"):
+    groups: dict[str, list[tuple[str, Any]]] = {"": [], "pacm": [], "sched": []}  # policy, PaCM, scheduler knobs
+    for prefix, name, value in (_knob(k, text) for k in knobs):
+        groups[prefix].append((name, value))
+    if groups["pacm"] and not cost_model.startswith("pacm"):
         raise SystemExit(f"--variants: {text!r}: pacm.KNOB needs a variant whose cost model is PaCM")
-    unknown = sorted({k for k, _ in pacm} - {f.name for f in fields(PaCMConfig)})
-    if unknown:
-        raise SystemExit(f"--variants: {text!r}: PaCM has no knob {unknown[0]!r}")
+    for prefix, config in (("pacm", PaCMConfig), ("sched", SchedulerConfig)):
+        unknown = sorted({k for k, _ in groups[prefix]} - {f.name for f in fields(config)})
+        if unknown:
+            raise SystemExit(f"--variants: {text!r}: {config.__name__} has no knob {unknown[0]!r}")
     if "{pretrained}" in cost_model:
         if pretrained is None:
             raise SystemExit(f"variant {text} needs --pretrained MODEL.pt (tensorgen costmodel train)")
         cost_model = cost_model.format(pretrained=pretrained)
-    return Variant(text, policy, cost_model, int(warmup) if warmup else None, tuple(options), tuple(pacm))
+    return Variant(text, policy, cost_model, int(warmup) if warmup else None, tuple(groups[""]),
+                   tuple(groups["pacm"]), tuple(groups["sched"]))
 
 
 class Turn:
@@ -164,7 +168,8 @@ def run_variant(model: str, variant: Variant, trials: int, db: str, seed: int, r
                       f"estimate {latency * 1e3:.3f} ms", flush=True)
         turn.hand_over(p.trials_done, curve[-1][2] if latency is not None else None)
 
-    config = SchedulerConfig(round_trials=round_trials, warmup_trials=variant.warmup_trials)
+    config = SchedulerConfig(**{"round_trials": round_trials, "warmup_trials": variant.warmup_trials,
+                                **dict(variant.sched)})
     scheduler = TaskScheduler.from_models({graph.name: extract_tasks(graph)}, seed=seed, callbacks=[record],
                                           config=config)
     result = scheduler.tune(trials, db=db, policy=variant.policy, cost_model=variant.make_cost_model(seed),
