@@ -17,7 +17,7 @@ Variants, each from an empty database `<dbs>_<model>_<variant>_s<seed>.db` (the 
                 pruner@8:draft_population=512 — the knobs of PrunerPolicy.from_options / SketchPolicy.of);
                 :pacm.K=V sets the PaCM cost model's K (costmodel.pacm.PaCMConfig; e.g.
                 pruner-mtl@8:pacm.transfer_lr=1e-4), :sched.K=V the task scheduler's (SchedulerConfig, e.g.
-                pruner-mtl@8:sched.spent_in_trials=False)
+                pruner-mtl@8:sched.backward_window=1)
 
 The variants of a network run interleaved, in one run: each in its own process, taking turns round by round, so that
 all of them measure in the same minutes of this machine (whose speed drifts by up to 25% within minutes on some

@@ -172,22 +172,6 @@ def test_the_warm_up_round_has_its_own_size():
         SchedulerConfig(warmup_trials=0)
 
 
-def test_a_short_warm_up_round_counts_as_a_fraction_of_one():
-    """t_i is a task's trials / round_trials: after a warm-up of 1 program next to rounds of 4, the small task (a
-    tenth of the objective) is as unexplored as 4 rounds' worth, so it gets a second round after the large one's
-    third (gains -10/t vs -1/0.25); counted in rounds (Ansor's t_i) only after the large one's tenth."""
-    tasks = [gmm_task(16), relu_task(32)]
-    for in_trials, first_second_round in ((True, 5), (False, None)):
-        _, order, _ = run_fake([flat(10.0), flat(1.0)], trials=2 + 4 * 6, tasks=tasks, warmup_trials=1,
-                               eps_greedy=0.0, spent_in_trials=in_trials)
-        assert order[:2] == [0, 1]
-        assert (order.index(1, 2) if 1 in order[2:] else None) == first_second_round, (in_trials, order)
-    assert task_gradient(1.0, [5.0], 5.0, 1e9, 0.0, 0.2, 2.0, window=3, spent=0.25) == pytest.approx(0.8 * -20)
-    sched = TaskScheduler(tasks[1:], config=SchedulerConfig(round_trials=4, alpha=0.0))
-    assert sched.gradients([[1.0]], [1]) == pytest.approx([-4.0])
-    assert sched.gradients([[1.0] * 5], [5]) == pytest.approx([-1 / 4])  # 5 rounds of 1 program: 4 whole ones after
-
-
 def test_more_rounds_to_the_task_that_dominates():
     curves = [lambda r: 1e-2 / r, flat(1e-3), flat(1e-3)]  # task 0 keeps improving and weighs most
     result, order, _ = run_fake(curves, trials=4 * 30, weights=[5, 1, 1], eps_greedy=0.0)

@@ -152,11 +152,11 @@ def estimate_latencies(best: np.ndarray, flops: np.ndarray) -> np.ndarray:
 
 
 def task_gradient(df_dg: float, history: Sequence[float], latency: float, flops: float, similar_speed: float,
-                  alpha: float, beta: float, window: int, spent: float | None = None) -> float:
-    """Ansor's approximation of df/dt_i for one task with current (estimated) latency g_i = `latency` after t_i =
-    `spent` rounds (None: len(history), one per round; a fraction of one for a short round); `similar_speed` is
-    max V_k over N(i) (0: none known). The backward term needs window + 1 rounds of finite history, else it is 0."""
-    t = len(history) if spent is None else spent
+                  alpha: float, beta: float, window: int) -> float:
+    """Ansor's approximation of df/dt_i for one task with t_i = len(history) rounds and current (estimated)
+    latency g_i = `latency`; `similar_speed` is max V_k over N(i) (0: none known). The backward term needs
+    window + 1 rounds of finite history, else it is 0."""
+    t = len(history)
     backward = 0.0
     if t > window and math.isfinite(history[-1]) and math.isfinite(history[-1 - window]):
         backward = (history[-1] - history[-1 - window]) / window

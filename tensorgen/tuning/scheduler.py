@@ -12,10 +12,6 @@ N(i) (same compute-intensive stage tags, FLOPs within `similarity_factor`), and 
 One deviation: a task whose best has not improved in `similarity_patience` rounds loses its similarity
 term. A structurally slower task (ResNet-50's stride-2 1x1 projection next to its 1x1 peers) otherwise
 keeps a large predicted gain forever: it took 208 of 1024 trials and stayed at 40% of its peers' speed.
-Another: t_i counts the task's measured programs in rounds (its trials / round_trials), so a short warm-up round is
-a fraction of one (but every later round counts whole, however few new programs it found). Counted in rounds, a task that had only a warm-up round of 8 programs next to rounds of 32 looked
-as well explored as one that had 32: BERT-base's softmax kept its 8 warm-up programs (at 1.9x the latency Ansor's
-32 found) while its largest matmuls took 488 trials (bench/results/pruner_s35.md).
 "round-robin" allocates evenly instead (the "no task scheduler" ablation of Figure 10).
 
 The scheduler measures nothing itself: it drives one `RoundTuner` per task (`tensorgen.tuning.tune.TaskTuner`,
@@ -121,7 +117,7 @@ def _round_robin(sched: TaskScheduler, session: _Session, open_tasks: list[int])
 
 
 def _gradient(sched: TaskScheduler, session: _Session, open_tasks: list[int]) -> int | None:
-    grads = sched.gradients(session.history, [len(t.costs) for t in session.tuners])[open_tasks]
+    grads = sched.gradients(session.history)[open_tasks]
     if not np.any(grads < 0):  # nothing left to gain under this objective
         return None
     if session.rng.random() < sched.config.eps_greedy:
@@ -176,8 +172,6 @@ class SchedulerConfig:
     the gradient's (Ansor §6.2); tasks of the same stage tags whose FLOPs are within `similarity_factor` are
     similar, and a task whose best has not improved in `similarity_patience` rounds (None: never) loses its
     similarity term.
-    `spent_in_trials`: the gradient's t_i is the task's trials / `round_trials` (a warm-up round shorter than a
-    round is a fraction of one), at least its rounds after the first; False: its rounds, as Ansor.
     `early_stopping` (rounds): a task whose best has not improved in that many of its rounds gets no more.
     `transfer`: before a round, the task's policy is offered the best programs of tasks of the same structure
     whose best changed since (tensorgen.search.transfer), adapted to its shapes; False is Ansor as published.
@@ -192,7 +186,6 @@ class SchedulerConfig:
     eps_greedy: float = 0.05
     similarity_factor: float = 2.0
     similarity_patience: int | None = 3
-    spent_in_trials: bool = True
     early_stopping: int | None = None
     transfer: bool = True
 
@@ -270,9 +263,8 @@ class TaskScheduler:
         return SchedulerView(tuple(m.name for m in self.models), self.weights, tuple(tuple(h) for h in history),
                              estimate_latencies(best, self.flops))
 
-    def gradients(self, history: Sequence[Sequence[float]], trials: Sequence[int] | None = None) -> np.ndarray:
-        """df/dt_i for every task (0 for a task without rounds: it has no estimate), `trials` the programs each has
-        measured (None: t_i is its rounds, see SchedulerConfig.spent_in_trials). A task without a valid
+    def gradients(self, history: Sequence[Sequence[float]]) -> np.ndarray:
+        """df/dt_i for every task (0 for a task without rounds: it has no estimate). A task without a valid
         measurement gets no similarity term: its stand-in latency is itself made from other tasks' speeds,
         and a peer's speed it cannot approach would keep it first forever; nor does a stalled task (see the
         module docstring)."""
@@ -285,10 +277,8 @@ class TaskScheduler:
             patience = self.config.similarity_patience
             peers = self.similar[i] if math.isfinite(h[-1]) and not (patience and stalled(h, patience)) else ()
             speeds = [self.flops[k] / history[k][-1] for k in peers if 0 < history[k][-1] < math.inf]
-            counted = trials is not None and self.config.spent_in_trials and trials[i] > 0
-            spent = max(trials[i] / self.config.round_trials, len(h) - 1) if counted else None
             out[i] = task_gradient(df_dg[i], h, view.latencies[i], self.flops[i], max(speeds, default=0.0),
-                                   self.config.alpha, self.config.beta, self.config.backward_window, spent)
+                                   self.config.alpha, self.config.beta, self.config.backward_window)
         return out
 
     def _check_objective(self) -> None:
