@@ -10,7 +10,8 @@ Variants, each from an empty database `<dbs>_<model>_<variant>_s<seed>.db` (the 
     ansor       Ansor: sketch policy, XGBoost learned online (the reference: the first variant named)
     pruner      Pruner without transfer: draft-then-verify (policy "pruner"), PaCM learned online
     pruner-mtl  Pruner: draft-then-verify, PaCM pretrained (`--pretrained`, tensorgen costmodel train) with
-                momentum transfer
+                momentum transfer; pruner-mtl:pretrained=FILE starts from FILE instead (two pretrained models
+                side by side)
     NAME@N      the variant with a warm-up round of N programs per task (SchedulerConfig.warmup_trials; without
                 @N every round has --round-trials)
     NAME:K=V    the variant with its policy's knob K set to V (any number of :K=V, after @N if any; e.g.
@@ -117,6 +118,11 @@ def parse_variant(text: str, pretrained: str | None) -> Variant:
         unknown = sorted({k for k, _ in groups[prefix]} - {f.name for f in fields(config)})
         if unknown:
             raise SystemExit(f"--variants: {text!r}: {config.__name__} has no knob {unknown[0]!r}")
+    own = [value for name, value in groups[""] if name == "pretrained"]
+    groups[""] = [(name, value) for name, value in groups[""] if name != "pretrained"]
+    if own and "{pretrained}" not in cost_model:
+        raise SystemExit(f"--variants: {text!r}: pretrained=FILE needs a pretrained variant (pruner-mtl)")
+    pretrained = str(own[-1]) if own else pretrained
     if "{pretrained}" in cost_model:
         if pretrained is None:
             raise SystemExit(f"variant {text} needs --pretrained MODEL.pt (tensorgen costmodel train)")

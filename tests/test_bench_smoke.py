@@ -209,12 +209,15 @@ def test_pruner_networks_variants():
     tuned = networks.parse_variant("pruner-mtl@8:pacm.transfer_lr=1e-4:draft_population=64", "m.pt")
     assert tuned.pacm == (("transfer_lr", 1e-4),) and tuned.options == (("draft_population", 64),)
     assert networks.parse_variant("pruner:pacm.steps=8", None).make_cost_model(0).config.steps == 8
+    own = networks.parse_variant("pruner-mtl:pretrained=other.pt:draft_population=64", "m.pt")
+    assert own.cost_model == "pacm:other.pt" and own.options == (("draft_population", 64),)
     assert networks.parse_variant("ansor@8:sched.backward_window=1", None).sched == (("backward_window", 1),)
     for bad, match in [("pruner@0", "unknown variant"), ("tvm", "unknown variant"), ("pruner-mtl", "--pretrained"),
                        ("pruner:draft_population", "KNOB=VALUE"), ("pruner:=3", "KNOB=VALUE"),
                        ("pruner:x.y=1", "KNOB=VALUE"), ("pruner:pacm.sched.lr=1", "KNOB=VALUE"),
                        ("ansor:pacm.lr=1", "cost model is PaCM"), ("pruner:pacm.speed=2", "PaCMConfig has no knob"),
-                       ("ansor:sched.alpah=1", "SchedulerConfig has no knob 'alpah'")]:
+                       ("ansor:sched.alpah=1", "SchedulerConfig has no knob 'alpah'"),
+                       ("pruner:pretrained=m.pt", "needs a pretrained variant")]:
         with pytest.raises(SystemExit, match=match):
             networks.parse_variant(bad, None)
     with pytest.raises(SystemExit, match="at least one other"):
