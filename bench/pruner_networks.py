@@ -44,6 +44,7 @@ import ast
 import json
 import math
 import multiprocessing
+import re
 import sys
 import time
 import traceback
@@ -244,6 +245,13 @@ def coordinate(players: dict[str, Player], reference: str, full: bool) -> dict[s
     return {name: p.run for name, p in players.items()}
 
 
+def variant_db(prefix: str, model: str, variant: str, seed: int) -> str:
+    """The database of one variant's run: `<prefix>_<model>_<variant>_s<seed>.db`, the variant's name with every
+    character a file name should not have (a path's /: pretrained=DIR/FILE) as _."""
+    safe = re.sub(r"[^\w@:=.,+-]", "_", variant)
+    return f"{prefix}_{Path(model).stem}_{safe}_s{seed}.db"
+
+
 def tune_interleaved(model: str, variants: list[Variant], seed: int,
                      args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """Every variant of `model` in its own process, in turns, with `seed`; the first is the reference."""
@@ -253,7 +261,7 @@ def tune_interleaved(model: str, variants: list[Variant], seed: int,
         trials = args.trials if v is variants[0] or args.full else OTHERS_TRIALS * args.trials
         ours, theirs = ctx.Pipe()
         proc = ctx.Process(target=play, name=f"{model}-{v.name}",
-                           args=(theirs, model, v, trials, f"{args.dbs}_{Path(model).stem}_{v.name}_s{seed}.db",
+                           args=(theirs, model, v, trials, variant_db(args.dbs, model, v.name, seed),
                                  seed, args.round_trials))
         proc.start()
         players[v.name] = Player(ours)
