@@ -3,7 +3,7 @@ reaches with its whole budget, on whole networks.
 
     python bench/pruner_networks.py --models resnet50,mobilenet_v2 --trials 2000 [--pretrained model.pt] \\
                                     [--variants ansor,ansor@8,pruner@8,pruner-mtl@8] [--dbs pruner_networks] \\
-                                    [--seeds 0,1,2] [--full] [--json F]
+                                    [--seeds 0,1,2] [--target "cpu -mcpu=haswell"] [--full] [--json F]
 
 Variants, each from an empty database `<dbs>_<model>_<variant>_s<seed>.db` (the model's name, or its file's stem):
 
@@ -64,6 +64,7 @@ from tensorgen.costmodel.pacm import PaCM, PaCMConfig  # noqa: E402
 from tensorgen.errors import TensorgenError  # noqa: E402
 from tensorgen.graph.backend.tasks import extract_tasks  # noqa: E402
 from tensorgen.graph.load import load_graph  # noqa: E402
+from tensorgen.target import Target  # noqa: E402
 from tensorgen.tuning.progress import SchedulerProgress, StopTuning, TaskRow  # noqa: E402
 from tensorgen.tuning.scheduler import SchedulerConfig, TaskScheduler  # noqa: E402
 
@@ -156,9 +157,9 @@ class Turn:
         self.wait()
 
 
-def run_variant(model: str, variant: Variant, trials: int, db: str, seed: int, round_trials: int,
+def run_variant(model: str, variant: Variant, trials: int, db: str, seed: int, round_trials: int, target: str,
                 turn: Turn) -> dict[str, Any]:
-    """Tune `model` from an empty `db` with one variant, a round per turn."""
+    """Tune `model` for `target` from an empty `db` with one variant, a round per turn."""
     graph = load_graph(model)
     curve: list[tuple[float, int, float]] = []
     last_rows: list[TaskRow] = []  # the tasks at the last round
@@ -177,7 +178,7 @@ def run_variant(model: str, variant: Variant, trials: int, db: str, seed: int, r
 
     config = SchedulerConfig(**{"round_trials": round_trials, "warmup_trials": variant.warmup_trials,
                                 **dict(variant.sched)})
-    scheduler = TaskScheduler.from_models({graph.name: extract_tasks(graph)}, seed=seed, callbacks=[record],
+    scheduler = TaskScheduler.from_models({graph.name: extract_tasks(graph, target)}, seed=seed, callbacks=[record],
                                           config=config)
     result = scheduler.tune(trials, db=db, policy=variant.policy, cost_model=variant.make_cost_model(seed),
                             policy_options=dict(variant.options) or None)
@@ -262,7 +263,7 @@ def tune_interleaved(model: str, variants: list[Variant], seed: int,
         ours, theirs = ctx.Pipe()
         proc = ctx.Process(target=play, name=f"{model}-{v.name}",
                            args=(theirs, model, v, trials, variant_db(args.dbs, model, v.name, seed),
-                                 seed, args.round_trials))
+                                 seed, args.round_trials, args.target))
         proc.start()
         players[v.name] = Player(ours)
         procs.append(proc)
@@ -361,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--round-trials", type=int, default=32,
                    help="programs per task round (default 32: MobileNet-V2's 33 tasks take 1056 trials to have an "
                         "estimate; the scheduler's 64 would take 2112)")
+    p.add_argument("--target", default="cpu",
+                   help='the target of every variant ("cpu -mcpu=haswell": AVX2 programs on an AVX-512 machine)')
     p.add_argument("--full", action="store_true", help="run every variant to the whole budget")
     p.add_argument("--json", default=None)
     p.add_argument("--threads", default="2", help="(read by thread_env)")
@@ -372,7 +375,12 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--seeds: expected comma-separated integers, got {args.seeds!r}") from None
     if len(variants) < 2 or len({v.name for v in variants}) < len(variants):
         raise SystemExit("--variants: name a reference and at least one other variant, each once")
-    report: dict[str, Any] = {"trials": args.trials, "round_trials": args.round_trials, "protocol": "interleaved",
+    try:
+        args.target = str(Target.parse(args.target))
+    except TensorgenError as err:
+        raise SystemExit(f"--target: {err}") from None
+    report: dict[str, Any] = {"trials": args.trials, "round_trials": args.round_trials, "target": args.target,
+                              "protocol": "interleaved",
                               "reference": variants[0].name, "models": {}}
     for model in args.models.split(","):
         per_seed = {}

@@ -226,6 +226,8 @@ def test_pruner_networks_variants():
         networks.main(["--variants", "ansor"])
     with pytest.raises(SystemExit, match="--seeds: expected"):
         networks.main(["--variants", "ansor,pruner", "--seeds", "0,x"])
+    with pytest.raises(SystemExit, match="--target: "):
+        networks.main(["--variants", "ansor,pruner", "--target", "tpu -v=2"])
 
 
 def test_pruner_networks_median_ratio_over_seeds_counts_never_as_slowest():
