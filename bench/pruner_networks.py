@@ -111,8 +111,12 @@ def parse_variant(text: str, pretrained: str | None) -> Variant:
         raise SystemExit(f"--variants: unknown variant {text!r}; use any of {', '.join(POLICIES)}, each optionally "
                          f"with @N (a warm-up round of N > 0 programs per task) and :KNOB=VALUE")
     policy, cost_model = POLICIES[base]
+    own = [k.partition("=")[2] for k in knobs if k.startswith("pretrained=")]  # a file name, as written
+    if own and not ("{pretrained}" in cost_model and own[-1]):
+        raise SystemExit(f"--variants: {text!r}: pretrained=FILE needs a pretrained variant (pruner-mtl) and a file")
+    pretrained = own[-1] if own else pretrained
     groups: dict[str, list[tuple[str, Any]]] = {"": [], "pacm": [], "sched": []}  # policy, PaCM, scheduler knobs
-    for prefix, name, value in (_knob(k, text) for k in knobs):
+    for prefix, name, value in (_knob(k, text) for k in knobs if not k.startswith("pretrained=")):
         groups[prefix].append((name, value))
     if groups["pacm"] and not cost_model.startswith("pacm"):
         raise SystemExit(f"--variants: {text!r}: pacm.KNOB needs a variant whose cost model is PaCM")
@@ -120,11 +124,6 @@ def parse_variant(text: str, pretrained: str | None) -> Variant:
         unknown = sorted({k for k, _ in groups[prefix]} - {f.name for f in fields(config)})
         if unknown:
             raise SystemExit(f"--variants: {text!r}: {config.__name__} has no knob {unknown[0]!r}")
-    own = [value for name, value in groups[""] if name == "pretrained"]
-    groups[""] = [(name, value) for name, value in groups[""] if name != "pretrained"]
-    if own and "{pretrained}" not in cost_model:
-        raise SystemExit(f"--variants: {text!r}: pretrained=FILE needs a pretrained variant (pruner-mtl)")
-    pretrained = str(own[-1]) if own else pretrained
     if "{pretrained}" in cost_model:
         if pretrained is None:
             raise SystemExit(f"variant {text} needs --pretrained MODEL.pt (tensorgen costmodel train)")
@@ -380,8 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     except TensorgenError as err:
         raise SystemExit(f"--target: {err}") from None
     report: dict[str, Any] = {"trials": args.trials, "round_trials": args.round_trials, "target": args.target,
-                              "protocol": "interleaved",
-                              "reference": variants[0].name, "models": {}}
+                              "protocol": "interleaved", "reference": variants[0].name, "models": {}}
     for model in args.models.split(","):
         per_seed = {}
         for seed in seeds:

@@ -210,9 +210,9 @@ def test_pruner_networks_variants():
     assert tuned.pacm == (("transfer_lr", 1e-4),) and tuned.options == (("draft_population", 64),)
     assert networks.parse_variant("pruner:pacm.steps=8", None).make_cost_model(0).config.steps == 8
     own = networks.parse_variant("pruner-mtl:pretrained=other.pt:draft_population=64", "m.pt")
+    assert own.cost_model == "pacm:other.pt" and own.options == (("draft_population", 64),)
     assert networks.variant_db("/tmp/x", "nets/m.onnx", "pruner-mtl:pretrained=/a/b.pt", 2) == \
         "/tmp/x_m_pruner-mtl:pretrained=_a_b.pt_s2.db"
-    assert own.cost_model == "pacm:other.pt" and own.options == (("draft_population", 64),)
     assert networks.parse_variant("ansor@8:sched.backward_window=1", None).sched == (("backward_window", 1),)
     for bad, match in [("pruner@0", "unknown variant"), ("tvm", "unknown variant"), ("pruner-mtl", "--pretrained"),
                        ("pruner:draft_population", "KNOB=VALUE"), ("pruner:=3", "KNOB=VALUE"),
