@@ -9,7 +9,8 @@ import os
 import pytest
 
 from tensorgen.cli import main
-from tensorgen.cli.args import local_target, target_name
+from tensorgen.cli.args import local_target, target_name, write_json
+from tensorgen.errors import TensorgenError
 from tensorgen.target import Target, TargetError
 
 USABLE = len(os.sched_getaffinity(0))
@@ -58,6 +59,16 @@ BAD = {  # argv -> what the one line must say
     "unknown argument": (["tune", *OP, "--trails", "5"], "unrecognized arguments: --trails 5"),
     "no command": ([], "the following arguments are required"),
 }
+MISSING = "no_such_folder/out"  # an output file whose folder does not exist: refused before any work, not after
+for name, argv in {"tune --json": ["tune", *OP, "--json"], "tune model --json": ["tune", "mlp", "--json"],
+                   "bench --json": ["bench", "mlp", "--json"], "run -o": ["run", "mlp", "--inputs", "x.npz", "-o"],
+                   "costmodel train -o": ["costmodel", "train", "--db", "x.db", "-o"],
+                   "costmodel train --json": ["costmodel", "train", "--db", "x.db", "-o", "m.pt", "--json"],
+                   "costmodel eval --json": ["costmodel", "eval", "auto", "--db", "x.db", "--json"],
+                   "db stats --json": ["db", "stats", "--json"], "db best --json": ["db", "best", "k", "--json"],
+                   "db export": ["db", "export"], "report -o": ["report", "-o"], "hw --json": ["hw", "--json"]}.items():
+    BAD[f"{name} in a missing folder"] = ([*argv, MISSING], "the folder 'no_such_folder' does not exist")
+BAD["tune --json a folder"] = (["tune", *OP, "--json", "."], "'.' is a folder; give a file name")
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
@@ -79,3 +90,11 @@ def test_good_targets_pass_and_are_canonical():
     assert str(Target.parse("cuda -arch=sm_90")) == "cuda -arch=sm_90"
     with pytest.raises(TargetError, match="unknown option -cores"):
         Target.parse("cuda -cores=2")
+
+
+def test_a_failed_write_at_the_end_is_one_line(tmp_path):
+    """The folder checked when the command started may be gone when it writes (or the disk full)."""
+    write_json(str(tmp_path / "ok.json"), {"a": 1})
+    assert (tmp_path / "ok.json").read_text() == '{\n  "a": 1\n}\n'
+    with pytest.raises(TensorgenError, match="cannot write .*gone/x.json: No such file or directory"):
+        write_json(str(tmp_path / "gone" / "x.json"), {})

@@ -1,16 +1,19 @@
-"""Argument types and the parser shared by every `tensorgen` command: a bad value is one line, exit code 2.
+"""Argument types, the parser and the output files shared by every `tensorgen` command: a bad value is one line,
+exit code 2.
 
-A number or target is checked where argparse reads it, so no command starts work (or measures a
-program) with `--threads 0` or a target the compiler rejects.
+A number, target or output file is checked where argparse reads it, so no command starts work (or measures a
+program) with `--threads 0`, a target the compiler rejects, or a file it could not write at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from collections.abc import Callable
 from functools import cache
-from typing import NoReturn
+from pathlib import Path
+from typing import Any, NoReturn
 
 from tensorgen.codegen.toolchain import preflight
 from tensorgen.errors import TensorgenError
@@ -99,3 +102,31 @@ def local_target(text: str) -> str:
     target = target_name(text)
     _check_local(target)
     return target
+
+
+@_as_argument_type
+def output_file(text: str) -> str:
+    """An argparse type: a file the command writes, maybe after minutes of work: checked now (not a folder, its
+    folder exists and is writable), so a mistyped path costs nothing."""
+    path = Path(text)
+    folder = path.parent
+    if path.is_dir():
+        raise TensorgenError(f"{text!r} is a folder; give a file name")
+    if not folder.is_dir():
+        raise TensorgenError(f"cannot write {text!r}: the folder {str(folder)!r} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise TensorgenError(f"cannot write {text!r}: permission denied")
+    return text
+
+
+def output_file_or_stdout(text: str) -> str:
+    """An argparse type: '-' (standard output) or an output_file."""
+    return text if text == "-" else output_file(text)
+
+
+def write_json(path: str, data: Any, indent: int = 2) -> None:
+    """Write `data` as JSON to `path`; a failure (a full disk) is one line, not a traceback."""
+    try:
+        Path(path).write_text(json.dumps(data, indent=indent) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise TensorgenError(f"cannot write {path}: {exc.strerror or exc}") from exc

@@ -10,12 +10,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import Any
 
-from tensorgen.cli.args import positive_int
+from tensorgen.cli.args import output_file, positive_int, write_json
 from tensorgen.cli.tune import cost_model_arg
 from tensorgen.costmodel.pacm import PaCM, PaCMConfig
 from tensorgen.errors import TensorgenError
@@ -32,7 +31,8 @@ def register(subparsers: Any) -> None:
     train = sub.add_parser("train", help="pretrain a PaCM cost model on the measured programs of databases")
     train.add_argument("--db", action="append", required=True, metavar="FILE",
                        help="a tuning database (repeat for several): every task's measured programs")
-    train.add_argument("-o", "--out", required=True, metavar="FILE.pt", help="where to write the model")
+    train.add_argument("-o", "--out", required=True, type=output_file, metavar="FILE.pt",
+                       help="where to write the model")
     train.add_argument("--steps", type=positive_int, default=3000, help="training steps (default 3000)")
     train.add_argument("--held-out", type=float, default=0.0, metavar="SHARE",
                        help="leave this share of the tasks out of training and report the model's ranking of them")
@@ -41,13 +41,13 @@ def register(subparsers: Any) -> None:
                             "report the ranking of those the databases hold: pretraining for a model it never saw")
     train.add_argument("--no-dataflow", action="store_true", help="leave out the data-flow branch (the ablation)")
     train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    train.add_argument("--json", type=output_file, metavar="FILE", help="also write the figures as JSON")
     train.set_defaults(fn=_train)
     ev = sub.add_parser("eval", help="how a cost model ranks the measured programs of databases")
     ev.add_argument("model", type=cost_model_arg, metavar="NAME:FILE",
                     help="a saved model, e.g. pacm:model.pt; auto: the one that ships for this machine")
     ev.add_argument("--db", action="append", required=True, metavar="FILE", help="a tuning database (repeatable)")
-    ev.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    ev.add_argument("--json", type=output_file, metavar="FILE", help="also write the figures as JSON")
     ev.set_defaults(fn=_eval)
 
 
@@ -79,7 +79,10 @@ def _train(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     model.fit(*train.arrays(), steps=args.steps)
     seconds = time.perf_counter() - t0
-    model.save(args.out)
+    try:
+        model.save(args.out)
+    except (OSError, RuntimeError) as exc:  # torch.save reports a failed write as a RuntimeError
+        raise TensorgenError(f"cannot write the model to {args.out}: {exc}") from exc
     print(f"trained PaCM on {len(train.tasks)} tasks ({train.programs} programs), {args.steps} steps in "
           f"{seconds:.1f} s -> {args.out}")
     out: dict[str, Any] = {"tasks": len(train.tasks), "programs": train.programs, "steps": args.steps,
@@ -88,8 +91,7 @@ def _train(args: argparse.Namespace) -> int:
         out["held_out"] = ranking_quality(model, held)
         print(f"held out, {_line(out['held_out'])}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+        write_json(args.json, out, indent=1)
     return 0
 
 
@@ -98,6 +100,5 @@ def _eval(args: argparse.Namespace) -> int:
     quality = ranking_quality(model, _load(args.db, dataflow=model.dataflow))
     print(_line(quality))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(quality, f, indent=1)
+        write_json(args.json, quality, indent=1)
     return 0

@@ -7,12 +7,11 @@ MODEL is a zoo name (see `tensorgen models`) or a path to an .onnx file.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from dataclasses import replace
 
-from tensorgen.cli.args import positive_int, thread_count, usable_cpus
+from tensorgen.cli.args import output_file, positive_int, thread_count, usable_cpus, write_json
 from tensorgen.cli.inputs import add_input_args, model_inputs, parse_input_shapes
 from tensorgen.cli.records import DEFAULT_DB, interrupted_line, open_existing, report_unreadable
 from tensorgen.cli.report import report_hint
@@ -51,14 +50,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="rounds of alternating blocks before their agreement is checked (default 3, at least 2); "
                             "rounds are added, up to 9, until they agree within 10%%, else the result is marked "
                             "UNRELIABLE")
-    bench.add_argument("--json", metavar="FILE", help="also write the result to this JSON file")
+    bench.add_argument("--json", type=output_file, metavar="FILE", help="also write the result to this JSON file")
     bench.add_argument("--profile", action="store_true",
                        help="also time every kernel inside the model, beside its tuned cost")
     bench.set_defaults(fn=_bench)
     run = model_args(subparsers.add_parser(
         "run", help="run a model once on your inputs (.npz in, .npz out); MODEL may also be a `tensorgen build` "
                     "directory"), inputs_required=True, candidates=1)
-    run.add_argument("-o", "--out", required=True, metavar="FILE.npz", help="where to write the outputs, by name")
+    run.add_argument("-o", "--out", required=True, type=output_file, metavar="FILE.npz",
+                     help="where to write the outputs, by name")
     run.set_defaults(fn=_run)
 
 
@@ -113,8 +113,7 @@ def tune_model(args: argparse.Namespace) -> int:
     if result.skipped:
         print("skipped (search faults): " + ", ".join(f"{n} {k}" for k, n in result.skipped.items()))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({**result.to_dict(), "model": graph.name, "db": args.db}, f, indent=1)
+        write_json(args.json, {**result.to_dict(), "model": graph.name, "db": args.db}, indent=1)
     if result.interrupted or (extra is not None and extra.interrupted):
         print(interrupted_line(result.trials, args.db), file=sys.stderr)
         return 130
@@ -224,9 +223,8 @@ def _bench(args: argparse.Namespace) -> int:
         if len(slowest) > PROFILE_LINES:
             print(f"    ... {len(slowest) - PROFILE_LINES} more (all of them in --json)")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({**result.__dict__, "ratios": ratios, "output_ok": result.output_ok, "output_rtol": OUTPUT_RTOL},
-                      f, indent=1)
+        write_json(args.json, {**result.__dict__, "ratios": ratios, "output_ok": result.output_ok,
+                               "output_rtol": OUTPUT_RTOL}, indent=1)
     return 1 if result.output_ok is False else 0
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
+from tensorgen.cli.args import output_file_or_stdout, write_json
 from tensorgen.errors import TensorgenError
 from tensorgen.hardware import cache_path, local_hardware
 from tensorgen.target import HardwareParams
@@ -21,7 +21,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--measure", action="store_true",
                    help="run the FP32-peak and memory-bandwidth micro-benchmarks (~1 s; best on an otherwise idle "
                         "machine) and cache the results per machine")
-    p.add_argument("--json", metavar="FILE", help="write the parameters as JSON to FILE ('-' for stdout)")
+    p.add_argument("--json", type=output_file_or_stdout, metavar="FILE",
+                   help="write the parameters as JSON to FILE ('-' for stdout)")
     p.add_argument("--set", metavar="KEY=VALUE", nargs="+", action="extend", default=[], dest="overrides",
                    help="override a parameter for this run, e.g. --set cores=1 l2_bytes=1M peak_gflops=150")
     p.set_defaults(fn=run)
@@ -73,13 +74,8 @@ def run(args: argparse.Namespace) -> int:
     progress = (lambda msg: print(msg, file=sys.stderr, flush=True)) if args.measure else None
     hw = local_hardware(measure=args.measure, overrides=overrides, progress=progress)
     print(format_table(hw, frozenset(overrides)), file=sys.stderr if args.json == "-" else sys.stdout)
-    if args.json:
-        text = json.dumps(hw.to_dict(), indent=2, sort_keys=True) + "\n"
-        if args.json == "-":
-            sys.stdout.write(text)
-        else:
-            try:
-                Path(args.json).write_text(text)
-            except OSError as exc:
-                raise TensorgenError(f"cannot write {args.json}: {exc}") from exc
+    if args.json == "-":
+        sys.stdout.write(json.dumps(hw.to_dict(), indent=2) + "\n")
+    elif args.json:
+        write_json(args.json, hw.to_dict())
     return 0

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import os
 from collections import Counter
-from typing import Any
 
-from tensorgen.cli.args import target_name
+from tensorgen.cli.args import output_file, target_name, write_json
 from tensorgen.errors import TensorgenError
 from tensorgen.records.database import SQLiteDatabase
 from tensorgen.records.jsonl import export, import_
@@ -36,18 +34,18 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         return p
 
     stats = with_db(sub.add_parser("stats", help="workloads with record counts, best cost and errors by kind"))
-    stats.add_argument("--json", metavar="F", help="also write the statistics to this JSON file")
+    stats.add_argument("--json", type=output_file, metavar="F", help="also write the statistics to this JSON file")
     stats.set_defaults(fn=_stats)
 
     best = with_db(sub.add_parser("best", help="the best program of a workload as Python steps, with its speed"))
     best.add_argument("workload_key", help="a workload key (or a unique prefix of one)")
     best.add_argument("--target", type=target_name,
                       help="only this target (default: every target the workload was tuned for)")
-    best.add_argument("--json", metavar="F", help="also write the result to this JSON file")
+    best.add_argument("--json", type=output_file, metavar="F", help="also write the result to this JSON file")
     best.set_defaults(fn=_best)
 
     exp = with_db(sub.add_parser("export", help="write records as JSON lines"))
-    exp.add_argument("file", help="the JSON-lines file to write")
+    exp.add_argument("file", type=output_file, help="the JSON-lines file to write")
     exp.add_argument("--workload", metavar="KEY", help="only this workload")
     exp.set_defaults(fn=_export)
 
@@ -83,12 +81,6 @@ def best_program(db: SQLiteDatabase, workload_key: str, target: str) -> tuple[Re
     return None
 
 
-def _write_json(path: str | None, data: Any) -> None:
-    if path:
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2)
-
-
 def _gflops(record: Record | None) -> float | None:
     if record is None or not math.isfinite(record.cost) or record.cost <= 0:
         return None
@@ -122,7 +114,8 @@ def _stats(args: argparse.Namespace) -> int:
               f"{_fmt_ms(r['best_cost']):>10s}  {gf:>8s}  {errs}")
     if unreadable_note:
         print(f"{args.db}: {unreadable_note}")
-    _write_json(args.json, {"db": args.db, "workloads": rows, "unreadable": unreadable})
+    if args.json:
+        write_json(args.json, {"db": args.db, "workloads": rows, "unreadable": unreadable})
     return 0
 
 
@@ -158,7 +151,8 @@ def _best(args: argparse.Namespace) -> int:
             out.append({"workload_key": key, "target": target, "cost": record.cost, "gflops": gflops,
                         "flop_count": record.compute_dag.flop_count, "steps": record.steps, "program": program})
         report_unreadable(db)
-    _write_json(args.json, out)
+    if args.json:
+        write_json(args.json, out)
     return status
 
 

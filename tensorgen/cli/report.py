@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from tensorgen.cli.args import positive_int, target_name, thread_count, usable_cpus
+from tensorgen.cli.args import output_file, positive_int, target_name, thread_count, usable_cpus
 from tensorgen.cli.inputs import add_input_args, model_inputs
 from tensorgen.cli.records import DEFAULT_DB, open_existing, report_unreadable
 from tensorgen.errors import TensorgenError
@@ -26,7 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("report", help="a tuning database as one self-contained HTML page: best speed per task "
                                              "against trials and time, a model's estimated latency, errors, hardware")
     p.add_argument("--db", default=DEFAULT_DB, help=f"the tuning database (default {DEFAULT_DB})")
-    p.add_argument("-o", "--out", default=DEFAULT_OUT, help=f"the HTML file to write (default {DEFAULT_OUT})")
+    p.add_argument("-o", "--out", type=output_file, default=DEFAULT_OUT,
+                   help=f"the HTML file to write (default {DEFAULT_OUT})")
     p.add_argument("--model", metavar="MODEL",
                    help="a zoo name or .onnx file: its estimated latency from its own tasks and weights (default: "
                         "the models the tuning runs recorded)")

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import json
 import math
 import os
 import sys
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from tensorgen.cli.args import local_target, nonneg_int, positive_int
+from tensorgen.cli.args import local_target, nonneg_int, output_file, positive_int, write_json
 from tensorgen.cli.records import DEFAULT_DB, interrupted_line, open_existing
 from tensorgen.cli.report import report_hint
 from tensorgen.dag import ComputeDAG
@@ -72,7 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tune.add_argument("--warmup-trials", type=positive_int, default=None, metavar="N",
                       help="models: programs measured in each task's first round (default: the batch size); the "
                            "model has an estimate once every task has had one")
-    tune.add_argument("--json", metavar="FILE", help="also write the result to this JSON file")
+    tune.add_argument("--json", type=output_file, metavar="FILE", help="also write the result to this JSON file")
     tune.add_argument("--early-stopping", type=positive_int, metavar="ROUNDS",
                       help="models: stop tuning a task after this many rounds without improvement (objective f4)")
     tune.add_argument("--strategy", choices=STRATEGIES.names(), default="gradient",
@@ -236,8 +235,7 @@ def _tune(args: argparse.Namespace) -> int:
         data = {**result.to_dict(), "op": name, "shape": list(config), "batch": args.batch, "policy": policy,
                 "ablation": args.ablation, "prefilter": args.prefilter,
                 "seed": args.seed, "db": args.db}
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2)
+        write_json(args.json, data)
     if result.interrupted:
         print(interrupted_line(result.trials, args.db), file=sys.stderr)
         return 130
