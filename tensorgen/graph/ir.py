@@ -119,6 +119,8 @@ class Graph:
                 if name and name not in defined:
                     raise GraphError(f"{node} reads {name!r}, which no earlier node, input or constant defines")
             for name in node.outputs:
+                if not name:  # an optional output left out (LayerNormalization's Mean)
+                    continue
                 if name not in self.values:
                     raise GraphError(f"{node} output {name!r} has no shape/dtype")
                 defined.add(name)

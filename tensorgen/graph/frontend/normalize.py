@@ -300,7 +300,7 @@ def _reduce(n: OnnxNode) -> Node:
     if axes is None and n.input(1):
         axes = n.const(1).tolist()
     if not axes:
-        if n.attrs["noop_with_empty_axes"]:
+        if n.attrs.get("noop_with_empty_axes", 0):  # an attribute since ReduceSum 13, ReduceMean 18
             return n.make("Identity")
         axes = range(rank)
     return n.make(attrs={"axes": n.axes(axes, rank), "keepdims": int(n.attrs["keepdims"])})

@@ -130,7 +130,7 @@ def check_feed(model: onnx.ModelProto, arrays: Mapping[str, np.ndarray],
         if spec.name in given and tuple(given[spec.name]) != shape:
             raise GraphError(f"{source}: input {spec.name!r} has the shape {shape_text(shape)}, but --shape says "
                              f"{shape_text(given[spec.name])}")
-        feed[spec.name] = np.ascontiguousarray(array)
+        feed[spec.name] = np.require(array, requirements="C")  # ascontiguousarray would make a 0-d array 1-d
     return feed
 
 

@@ -123,11 +123,13 @@ def _is(uses: Uses, name: str, value: float) -> bool:
 
 
 def _erf_gelu(uses: Uses, mul: Node) -> list[Node] | None:
-    """x * 0.5 * (1 + erf(x / sqrt 2)) in any order of its products, as ONNX exporters write F.gelu."""
+    """x * 0.5 * (1 + erf(x / sqrt 2)) in any order of its products, as ONNX exporters write F.gelu (not where a
+    constant of higher rank broadcasts x to another shape)."""
     factors = _factors(uses, mul)
     halves = [f for f in factors if _is(uses, f, 0.5)]
     if len(factors) != 3 or len(halves) != 1:
         return None
+    shape = uses.graph.value(mul.outputs[0]).shape
     rest = [f for f in factors if f != halves[0]]
     for one_plus, x in (rest, rest[::-1]):
         add = uses.inner(one_plus)
@@ -135,7 +137,7 @@ def _erf_gelu(uses: Uses, mul: Node) -> list[Node] | None:
             continue
         erf = uses.inner(next(i for i in add.inputs if not _is(uses, i, 1.0)))
         scaled = uses.inner(erf.inputs[0]) if erf is not None and erf.op == "Erf" else None
-        if scaled is not None and scaled.inputs[0] == x and (
+        if scaled is not None and scaled.inputs[0] == x and uses.graph.value(x).shape == shape and (
                 (scaled.op == "Div" and _is(uses, scaled.inputs[1], math.sqrt(2)))
                 or (scaled.op == "Mul" and _is(uses, scaled.inputs[1], math.sqrt(0.5)))):
             return [Node("Gelu", mul.name, [x], list(mul.outputs), {"approximate": "none"})]

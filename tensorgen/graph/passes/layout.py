@@ -95,7 +95,7 @@ class _Rewriter:
             self.last[out] = twin
 
     def constant(self, name: str, array: np.ndarray) -> str:
-        return add_constant(self.g.values, self.g.constants, name, np.ascontiguousarray(array))
+        return add_constant(self.g.values, self.g.constants, name, np.require(array, requirements="C"))
 
     def conv(self, node: Node) -> bool:
         x, w = node.inputs[0], node.inputs[1]

@@ -1,0 +1,79 @@
+"""Valid ONNX models in forms exporters write that a fault hunt found refused or mangled (session 37): each is built
+and compared with ONNX Runtime on the same inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tensorgen.cli import main
+from tensorgen.graph.backend.build import build_model
+from tensorgen.graph.load import load_graph
+from tensorgen.runtime.model import CompiledModel
+
+FLOAT = TensorProto.FLOAT
+
+
+def _model(nodes, inputs, outputs, initializers=(), opset: int = 17) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "forms", inputs, outputs, list(initializers))
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+    onnx.checker.check_model(proto, full_check=True)
+    return proto
+
+
+def _vi(name: str, shape) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, FLOAT, shape)
+
+
+def _const(name: str, value) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(value, np.float32), name)
+
+
+def _check(proto: onnx.ModelProto, tmp_path, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    feeds = {x.name: rng.standard_normal([d.dim_value for d in x.type.tensor_type.shape.dim]).astype(np.float32)
+             for x in proto.graph.input}
+    ref = ort.InferenceSession(proto.SerializeToString()).run(None, feeds)
+    ours = CompiledModel(build_model(proto, tmp_path / "model"), threads=1).run(
+        [feeds[n] for n in load_graph(proto).inputs])
+    for a, b in zip(ours, ref):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("keepdims", [0, 1])
+@pytest.mark.parametrize("opset", [13, 17])
+def test_reduce_mean_over_everything_before_opset_18(opset, keepdims, tmp_path):
+    """torch.mean(x) as exported: no axes, and no noop_with_empty_axes attribute before opset 18."""
+    node = helper.make_node("ReduceMean", ["x"], ["y"], keepdims=keepdims)
+    _check(_model([node], [_vi("x", [2, 3])], [_vi("y", [1, 1] if keepdims else [])], opset=opset), tmp_path)
+
+
+def test_layer_norm_with_its_mean_output_left_out(tmp_path):
+    node = helper.make_node("LayerNormalization", ["x", "g"], ["y", "", "inv_std"], axis=-1)
+    rng = np.random.default_rng(1)
+    _check(_model([node], [_vi("x", [3, 8])], [_vi("y", [3, 8]), _vi("inv_std", [3, 1])],
+                  [_const("g", rng.standard_normal(8))]), tmp_path)
+
+
+def test_erf_gelu_whose_constant_broadcasts_x_to_a_higher_rank(tmp_path):
+    """Not rewritten into a Gelu of x's shape: the (1, 1) half makes the output (1, 7)."""
+    nodes = [helper.make_node("Div", ["x", "s2"], ["a"]), helper.make_node("Erf", ["a"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["x", "e1"], ["xm"]),
+             helper.make_node("Mul", ["xm", "half"], ["y"])]
+    _check(_model(nodes, [_vi("x", [7])], [_vi("y", [1, 7])],
+                  [_const("s2", np.sqrt(2)), _const("one", 1.0), _const("half", np.full((1, 1), 0.5))]), tmp_path)
+
+
+def test_a_scalar_input_given_in_an_npz_file(tmp_path, monkeypatch):
+    """`run --inputs` with a 0-d array for a 0-d input (it was read as shape (1,) and refused)."""
+    monkeypatch.chdir(tmp_path)
+    proto = _model([helper.make_node("Mul", ["x", "s"], ["y"])], [_vi("x", [3, 4]), _vi("s", [])], [_vi("y", [3, 4])])
+    onnx.save(proto, "m.onnx")
+    feeds = {"x": np.random.default_rng(2).standard_normal((3, 4)).astype(np.float32), "s": np.array(1.5, np.float32)}
+    np.savez("in.npz", **feeds)
+    assert main(["run", "m.onnx", "--inputs", "in.npz", "-o", "out.npz"]) == 0
+    np.testing.assert_allclose(np.load("out.npz")["y"], feeds["x"] * 1.5, rtol=1e-6)
