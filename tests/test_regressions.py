@@ -1,6 +1,7 @@
 """Programs that once compiled to wrong code, kept so they stay right."""
 
 import numpy as np
+import pytest
 
 from tensorgen import State, build, te
 
@@ -44,3 +45,16 @@ def test_unrolled_loop_around_local_arrays_gcc12_ivopts():
     (got,) = build(s).run(xs, ws)
     (want,) = build(State([x, w, y])).run(xs, ws)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 5), (2, 7), (5, 3, 3), (4, 2, 2, 3)])
+def test_a_select_on_data_with_loads_in_its_arms_is_exact(shape):
+    """gcc 12 -O3 -march=native on AVX-512 unrolled a small PRelu nest and masked the slope's loads with the first
+    vector's mask (-0 for a fifth of the negative inputs); such selects now go through a function (eager arms)."""
+    x, s = te.placeholder(shape, name="x"), te.placeholder(shape, name="s")
+    y = te.compute(shape, lambda *i: te.select(x[i] < 0, x[i] * s[i], x[i]), name="y")
+    z = te.compute(shape, lambda *i: te.select(s[i] < 0, x[i], 0.0), name="z")
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
+    for out, want in ((y, np.where(a < 0, a * b, a)), (z, np.where(b < 0, a, 0))):
+        np.testing.assert_array_equal(build([x, s, out]).run(a, b)[0], want)
