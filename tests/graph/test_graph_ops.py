@@ -429,11 +429,13 @@ def test_supported_ops_and_kinds():
         "Conv ConvTranspose BatchNormalization Relu LeakyRelu Clip Sigmoid Tanh Erf Gelu HardSigmoid HardSwish Add "
         "Sub Mul Div Pow Sqrt Reciprocal Exp Neg Abs Max Min MaxPool AveragePool GlobalAveragePool Gemm MatMul "
         "Flatten Reshape Transpose Squeeze Unsqueeze Concat Split Slice Gather Softmax LayerNormalization "
-        "ReduceMean ReduceSum Cast Identity Pad Resize Expand Where".split())
+        "ReduceMean ReduceSum Cast Identity Pad Resize Expand Where Log Elu Selu Celu ThresholdedRelu Softplus "
+        "Softsign Mish PRelu Sum Mean GlobalMaxPool LogSoftmax".split())
     kinds = {op: op_kind(Node(op, "n", [], [])) for op in SUPPORTED_OPS}
     assert {op for op, k in kinds.items() if k == "compute"} == {"Conv", "ConvTranspose", "Gemm", "MatMul"}
     assert {op for op, k in kinds.items() if k == "reduce"} == {
-        "Softmax", "LayerNormalization", "ReduceMean", "ReduceSum", "MaxPool", "AveragePool", "GlobalAveragePool"}
+        "Softmax", "LogSoftmax", "LayerNormalization", "ReduceMean", "ReduceSum", "MaxPool", "AveragePool",
+        "GlobalAveragePool", "GlobalMaxPool"}
     assert {op for op, k in kinds.items() if k == "injective"} == {
         "Reshape", "Transpose", "Slice", "Concat", "Pad", "Gather", "Expand", "Resize", "Split", "Flatten",
         "Squeeze", "Unsqueeze"}
@@ -457,7 +459,7 @@ def test_stage_names_and_tags():
 
 
 @pytest.mark.parametrize("op, inputs, outputs, attrs, message", [
-    ("Softplus", {"x": ((3,), "float32")}, {"y": ((3,), "float32")}, {}, "not supported"),
+    ("LRN", {"x": ((3,), "float32")}, {"y": ((3,), "float32")}, {}, "not supported"),
     ("Relu", {"x": ((3,), "float16")}, {"y": ((3,), "float16")}, {}, "float16"),
     ("Sigmoid", {"x": ((3,), "int32")}, {"y": ((3,), "int32")}, {}, "Sigmoid supports float32, float64"),
     ("Gelu", {"x": ((3,), "float32")}, {"y": ((3,), "float32")}, {"approximate": "erf"}, "approximate"),

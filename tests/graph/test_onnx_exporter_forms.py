@@ -77,3 +77,45 @@ def test_a_scalar_input_given_in_an_npz_file(tmp_path, monkeypatch):
     np.savez("in.npz", **feeds)
     assert main(["run", "m.onnx", "--inputs", "in.npz", "-o", "out.npz"]) == 0
     np.testing.assert_allclose(np.load("out.npz")["y"], feeds["x"] * 1.5, rtol=1e-6)
+
+
+UNARY = {"Log": {}, "Elu": {"alpha": 0.7}, "Selu": {}, "Celu": {"alpha": 1.5}, "ThresholdedRelu": {"alpha": 0.3},
+         "Softplus": {}, "Softsign": {}, "Mish": {}}
+
+
+@pytest.mark.parametrize("op", sorted(UNARY))
+def test_activations_match_onnxruntime(op, tmp_path):
+    """On values from -30 to 30 (Softplus and Mish where exp over- and underflows; Log of their absolute value)."""
+    x = np.concatenate([np.linspace(-30, 30, 61), np.random.default_rng(3).standard_normal(67)]).astype(np.float32)
+    nodes = [helper.make_node("Abs", ["x"], ["a"]), helper.make_node(op, ["a"], ["y"], **UNARY[op])] if op == "Log" \
+        else [helper.make_node(op, ["x"], ["y"], **UNARY[op])]
+    proto = _model(nodes, [_vi("x", [2, 64])], [_vi("y", [2, 64])], opset=18)
+    feeds = {"x": x.reshape(2, 64)}
+    ref = ort.InferenceSession(proto.SerializeToString()).run(None, feeds)[0]
+    ours = CompiledModel(build_model(proto, tmp_path / "model"), threads=1).run([feeds["x"]])[0]
+    np.testing.assert_allclose(ours, ref, rtol=2e-6, atol=1e-6 if op != "Mish" else 1e-5)
+
+
+def test_prelu_sum_mean_global_max_pool_and_log_softmax_after_a_conv(tmp_path):
+    """A per-channel PRelu slope (C, 1, 1) and GlobalMaxPool on the channels-last values a Conv leaves, 3-input
+    Sum and Mean with broadcasting, LogSoftmax on the channel axis."""
+    rng = np.random.default_rng(4)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("PRelu", ["c", "slope"], ["p"]),
+             helper.make_node("Sum", ["p", "c", "b"], ["s"]),
+             helper.make_node("Mean", ["s", "p", "b"], ["m"]),
+             helper.make_node("GlobalMaxPool", ["m"], ["g"]),
+             helper.make_node("LogSoftmax", ["m"], ["ls"], axis=1)]
+    _check(_model(nodes, [_vi("x", [2, 3, 6, 6])], [_vi("g", [2, 8, 1, 1]), _vi("ls", [2, 8, 6, 6])],
+                  [_const("w", rng.standard_normal((8, 3, 3, 3))), _const("slope", rng.random((8, 1, 1))),
+                   _const("b", rng.standard_normal((6,)))]), tmp_path)
+
+
+def test_log_softmax_is_stable_on_large_logits(tmp_path):
+    proto = _model([helper.make_node("LogSoftmax", ["x"], ["y"], axis=-1)], [_vi("x", [3, 1000])],
+                   [_vi("y", [3, 1000])])
+    feeds = {"x": (np.random.default_rng(5).standard_normal((3, 1000)) * 100).astype(np.float32)}
+    ref = ort.InferenceSession(proto.SerializeToString()).run(None, feeds)[0]
+    ours = CompiledModel(build_model(proto, tmp_path / "model"), threads=1).run([feeds["x"]])[0]
+    assert np.isfinite(ours).all()
+    np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-3)

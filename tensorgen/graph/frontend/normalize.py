@@ -159,8 +159,13 @@ def _keep(*attrs: str) -> Normalizer:
 _PLAIN: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(["Relu", "Sigmoid", "Tanh", "Erf", "HardSwish", "Add", "Sub", "Mul", "Div", "Pow", "Sqrt",
                      "Reciprocal", "Exp", "GlobalAveragePool", "MatMul", "Where", "Identity", "Neg", "Abs",
-                     "Max", "Min"], ()),
+                     "Max", "Min", "Log", "Softplus", "Softsign", "Mish", "PRelu", "Sum", "Mean",
+                     "GlobalMaxPool"], ()),
     "LeakyRelu": ("alpha",),
+    "Elu": ("alpha",),
+    "Celu": ("alpha",),
+    "ThresholdedRelu": ("alpha",),
+    "Selu": ("alpha", "gamma"),
     "HardSigmoid": ("alpha", "beta"),
     "Gelu": ("approximate",),
     "Gemm": ("alpha", "beta", "transA", "transB"),
@@ -170,7 +175,7 @@ for _op, _attrs in _PLAIN.items():
     normalizer(_op)(_keep(*_attrs))
 
 
-@normalizer("Softmax", "Concat")
+@normalizer("Softmax", "LogSoftmax", "Concat")
 def _axis_op(n: OnnxNode) -> Node:
     return n.make(attrs={"axis": n.axis(n.attrs["axis"], len(n.out().shape))})
 

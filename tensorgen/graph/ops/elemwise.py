@@ -45,11 +45,35 @@ UNARY: dict[str, tuple[Unary, tuple[str, ...]]] = {
     "HardSigmoid": (lambda x, a: _hard_sigmoid(x, float(a.attr("alpha")), float(a.attr("beta"))), FLOATS),
     "HardSwish": (lambda x, a: x * _hard_sigmoid(x, 1.0 / 6.0, 0.5), FLOATS),
     "Gelu": (lambda x, a: _gelu(x, a), FLOATS),
+    "Log": (lambda x, a: E.log(x), FLOATS),
+    "Elu": (lambda x, a: E.select(x >= 0.0, x, (E.exp(x) - 1.0) * float(a.attr("alpha"))), FLOATS),
+    "Selu": (lambda x, a: _selu(x, float(a.attr("alpha")), float(a.attr("gamma"))), FLOATS),
+    "Celu": (lambda x, a: _celu(x, float(a.attr("alpha"))), FLOATS),
+    "ThresholdedRelu": (lambda x, a: E.select(x > float(a.attr("alpha")), x, E.const(0.0, x.dtype)), FLOATS),
+    "Softplus": (lambda x, a: _softplus(x), FLOATS),
+    "Softsign": (lambda x, a: x / (E.absolute(x) + 1.0), FLOATS),
+    "Mish": (lambda x, a: x * E.tanh(_softplus(x)), FLOATS),
 }
 
 
 def _hard_sigmoid(x: E.Expr, alpha: float, beta: float) -> E.Expr:
     return E.max_expr(E.min_expr(x * alpha + beta, 1.0), 0.0)
+
+
+def _selu(x: E.Expr, alpha: float, gamma: float) -> E.Expr:
+    return E.select(x > 0.0, x * gamma, (E.exp(x) - 1.0) * (alpha * gamma))
+
+
+def _celu(x: E.Expr, alpha: float) -> E.Expr:
+    return E.max_expr(x, 0.0) + E.min_expr((E.exp(x * (1.0 / alpha)) - 1.0) * alpha, 0.0)
+
+
+def _softplus(x: E.Expr) -> E.Expr:
+    """log(1 + exp(x)) without overflow, as max(x, 0) + log1p(exp(-|x|)); log1p(u) = u log(w) / (w - 1) with
+    w = 1 + u (exact where w rounds to 1: there it is u), so softplus(-20) is 2e-9, not 0."""
+    u = E.exp(-E.absolute(x))
+    w = u + 1.0
+    return E.max_expr(x, 0.0) + E.select(E.eq(w, 1.0), u, E.log(w) * u / (w - 1.0))
 
 
 def _gelu(x: E.Expr, args: Args) -> E.Expr:
@@ -112,18 +136,25 @@ BINARY: dict[str, Callable[[E.Expr, E.Expr], E.Expr]] = {
     "Div": lambda a, b: a / b if E.is_float(a.dtype) else _trunc_div(a, b),
     "Max": E.max_expr,
     "Min": E.min_expr,
+    "Sum": lambda a, b: a + b,
+    "Mean": lambda a, b: a + b,  # then divided by the count
+    "PRelu": lambda x, slope: E.select(x < 0, x * slope, x),
 }
+VARIADIC = ("Max", "Min", "Sum", "Mean")
 
 
-@lowering(*BINARY, kind="elemwise")
+@lowering(*(op for op in BINARY if op != "Mean"), kind="elemwise")
+@lowering("Mean", kind="elemwise", dtypes=FLOATS)
 def _binary(node: Node, args: Args) -> list[Tensor]:
-    """Broadcasting arithmetic; Max and Min take any number of inputs."""
+    """Broadcasting arithmetic; Max, Min, Sum and Mean take any number of inputs."""
     dtype = args.out(0).dtype
     fn = BINARY[node.op]
     ops = [operand(args, i, dtype) for i in range(len(node.inputs))]
-    if not ops or (node.op not in ("Max", "Min") and len(ops) != 2):
-        raise args.error(f"expects {'at least one input' if node.op in ('Max', 'Min') else 'two inputs'}, "
+    if not ops or (node.op not in VARIADIC and len(ops) != 2):
+        raise args.error(f"expects {'at least one input' if node.op in VARIADIC else 'two inputs'}, "
                          f"got {len(ops)}")
+    if node.op == "Mean":
+        return _pointwise(args, lambda idx: reduce(fn, (op(idx) for op in ops)) * (1.0 / len(ops)))
     return _pointwise(args, lambda idx: reduce(fn, (op(idx) for op in ops)))
 
 

@@ -138,8 +138,8 @@ def _avg_pool(node: Node, args: Args) -> list[Tensor]:
     return [compute(total.shape, named(average, win.layout.names), name=args.name(), tag=BROADCAST)]
 
 
-@lowering("GlobalAveragePool", kind="reduce", dtypes=FLOATS)
-def _global_avg_pool(node: Node, args: Args) -> list[Tensor]:
+@lowering("GlobalAveragePool", "GlobalMaxPool", kind="reduce", dtypes=FLOATS)
+def _global_pool(node: Node, args: Args) -> list[Tensor]:
     x = args.tensor(0)
     if x.ndim < 3:
         raise args.error(f"input {list(x.shape)} has no spatial dimensions")
@@ -152,14 +152,16 @@ def _global_avg_pool(node: Node, args: Args) -> list[Tensor]:
 
     def body(*idx):
         n, c, _ = layout.split(idx)
-        return te_sum(x[layout.join(n, c, raxes)] * scale, axis=raxes)
+        window = x[layout.join(n, c, raxes)]
+        return te_max(window, axis=raxes) if node.op == "GlobalMaxPool" else te_sum(window * scale, axis=raxes)
 
     return [compute(args.out_shape(), named(body, layout.names), name=args.name(), tag=POOL)]
 
 
-@lowering("Softmax", kind="reduce", dtypes=FLOATS)
+@lowering("Softmax", "LogSoftmax", kind="reduce", dtypes=FLOATS)
 def _softmax(node: Node, args: Args) -> list[Tensor]:
-    return [softmax(args.tensor(0), int(args.attr("axis")), name=args.name())]
+    return [softmax(args.tensor(0), int(args.attr("axis")), name=args.name(),
+                    log_softmax=node.op == "LogSoftmax")]
 
 
 @lowering("ReduceSum", kind="reduce")

@@ -35,7 +35,7 @@ from tensorgen.te.ops.conv import gathers, plain_transpose
 
 #: the layout attribute a channels-last Conv carries, by spatial rank
 CHANNELS_LAST = {1: "NWC", 2: "NHWC", 3: "NDHWC"}
-POOLS = frozenset({"MaxPool", "AveragePool", "GlobalAveragePool"})
+POOLS = frozenset({"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"})
 
 
 def to_last(rank: int) -> tuple[int, ...]:

@@ -64,8 +64,8 @@ def _torch_dtype(name: str) -> Any:
 # ops that are one torch function of their inputs (broadcasting as ONNX does), and the variadic ones folded pairwise
 _DIRECT = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Erf": "erf", "Sqrt": "sqrt",
            "Reciprocal": "reciprocal", "Exp": "exp", "Neg": "neg", "Abs": "abs", "Add": "add", "Sub": "sub",
-           "Mul": "mul", "Where": "where"}
-_VARIADIC = {"Max": "maximum", "Min": "minimum"}
+           "Mul": "mul", "Where": "where", "Log": "log"}
+_VARIADIC = {"Max": "maximum", "Min": "minimum", "Sum": "add"}
 
 
 def _torch_fn(name: str) -> OpFn:
@@ -127,6 +127,54 @@ def _hard_swish(node, xs, graph):
 @register("Gelu")
 def _gelu(node, xs, graph):
     return F.gelu(xs[0], approximate=node.attrs.get("approximate", "none"))
+
+
+@register("Elu")
+def _elu(node, xs, graph):
+    return F.elu(xs[0], node.attrs.get("alpha", 1.0))
+
+
+@register("Celu")
+def _celu(node, xs, graph):
+    return F.celu(xs[0], node.attrs.get("alpha", 1.0))
+
+
+@register("Selu")
+def _selu(node, xs, graph):
+    alpha, gamma, x = node.attrs["alpha"], node.attrs["gamma"], xs[0]
+    return torch.where(x > 0, x * gamma, (torch.exp(x) - 1) * (alpha * gamma))
+
+
+@register("ThresholdedRelu")
+def _thresholded_relu(node, xs, graph):
+    x = xs[0]
+    return torch.where(x > node.attrs.get("alpha", 1.0), x, torch.zeros_like(x))
+
+
+@register("Softplus")
+def _softplus(node, xs, graph):
+    return F.softplus(xs[0], threshold=math.inf)
+
+
+@register("Softsign")
+def _softsign(node, xs, graph):
+    return F.softsign(xs[0])
+
+
+@register("Mish")
+def _mish(node, xs, graph):
+    return F.mish(xs[0])
+
+
+@register("PRelu")
+def _prelu(node, xs, graph):
+    x, slope = xs
+    return torch.where(x < 0, x * slope, x)  # the slope broadcasts as ONNX says (F.prelu wants it per channel)
+
+
+@register("Mean")
+def _mean(node, xs, graph):
+    return functools.reduce(torch.add, xs) / len(xs)
 
 
 @register("Cast")
@@ -267,6 +315,11 @@ def _global_average_pool(node, xs, graph):
     return xs[0].mean(dim=tuple(range(2, xs[0].dim())), keepdim=True)
 
 
+@register("GlobalMaxPool")
+def _global_max_pool(node, xs, graph):
+    return xs[0].amax(dim=tuple(range(2, xs[0].dim())), keepdim=True)
+
+
 # --- normalization, matrix products, softmax, reductions ----------------------------------
 
 @register("BatchNormalization")
@@ -306,6 +359,11 @@ def _matmul(node, xs, graph):
 @register("Softmax")
 def _softmax(node, xs, graph):
     return torch.softmax(xs[0], node.attrs["axis"])
+
+
+@register("LogSoftmax")
+def _log_softmax(node, xs, graph):
+    return torch.log_softmax(xs[0], node.attrs["axis"])
 
 
 @register("ReduceMean")

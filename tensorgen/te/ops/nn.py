@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tensorgen.errors import TensorExprError
-from tensorgen.te.expr import cast, exp, is_float, max_expr, min_expr, rsqrt
+from tensorgen.te.expr import cast, exp, is_float, log, max_expr, min_expr, rsqrt
 from tensorgen.te.ops.common import (
     BROADCAST,
     ELEMWISE,
@@ -136,8 +136,9 @@ def _insert(idx: tuple, axis: int, value) -> tuple:
     return idx[:axis] + (value,) + idx[axis:]
 
 
-def softmax(x: Tensor, axis: int = -1, name: str = "softmax") -> Tensor:
-    """Numerically stable softmax: `softmax_max`, `softmax_exp`, `softmax_sum`, then the division stage."""
+def softmax(x: Tensor, axis: int = -1, name: str = "softmax", log_softmax: bool = False) -> Tensor:
+    """Numerically stable softmax: `softmax_max`, `softmax_exp`, `softmax_sum`, then the division stage
+    (`log_softmax`: x - max - log(sum) in the last stage)."""
     check_tensor(x, "softmax")
     _require_float(x, "softmax")
     axis = normalize_axis(axis, x.ndim, "softmax")
@@ -155,6 +156,9 @@ def softmax(x: Tensor, axis: int = -1, name: str = "softmax") -> Tensor:
     mx = compute(outer, lambda *idx: te_max(x[red_index(idx, k1)], axis=k1), name=f"{name}_max", tag=REDUCE)
     ex = compute(x.shape, lambda *idx: exp(x[idx] - mx[outer_index(idx)]), name=f"{name}_exp", tag=BROADCAST)
     sm = compute(outer, lambda *idx: te_sum(ex[red_index(idx, k2)], axis=k2), name=f"{name}_sum", tag=REDUCE)
+    if log_softmax:
+        return compute(x.shape, lambda *idx: x[idx] - mx[outer_index(idx)] - log(sm[outer_index(idx)]), name=name,
+                       tag=BROADCAST, attrs={"axis": axis})
     return compute(x.shape, lambda *idx: ex[idx] / sm[outer_index(idx)], name=name, tag=BROADCAST,
                    attrs={"axis": axis})
 
