@@ -364,3 +364,47 @@ def test_generated_chains_equal_eager(seed):
     np.testing.assert_allclose(got[graph.outputs[0]], want, rtol=1e-5, atol=1e-5)
     if seed < 3:
         np.testing.assert_allclose(compile_graph(graph).run([x.numpy()])[0], want, rtol=1e-4, atol=1e-5)
+
+
+class _Casts(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+
+    def forward(self, x, mask, ids):
+        return x * mask.float() + x.to(torch.float32).double().float() + self.emb(ids.long()).sum(1, keepdim=True)
+
+
+def test_dtype_conversions_compile():
+    """`.float()`, `.long()`, `.to(dtype)` (export checks them with aten._assert_tensor_metadata: skipped)."""
+    module = _Casts().eval()
+    x, mask, ids = torch.randn(3, 4), torch.rand(3, 4) > 0.5, torch.randint(0, 10, (3, 5), dtype=torch.int32)
+    with torch.no_grad():
+        want = module(x, mask, ids)
+        torch.testing.assert_close(torch.compile(module, backend="tensorgen")(x, mask, ids), want)
+        graph = tensorgen.from_torch(module, (x, mask, ids))
+        got = run_nodewise(graph, dict(zip(graph.inputs, (x.numpy(), mask.numpy(), ids.numpy()))))
+        torch.testing.assert_close(torch.from_numpy(got[graph.outputs[0]]), want)
+
+
+class _Accumulates(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("total", torch.zeros(4))
+
+    def forward(self, x):
+        self.total.add_(x.sum(0))
+        return x - self.total
+
+
+class _ScalesItsInput(nn.Module):
+    def forward(self, x):
+        x.mul_(2)
+        return x + 1
+
+
+@pytest.mark.parametrize("module", [_Accumulates(), _ScalesItsInput()], ids=["buffer", "input"])
+def test_a_model_that_changes_a_tensor_in_place_is_refused(module):
+    """Not a silent wrong answer (the outputs came back shifted and the change was lost)."""
+    with pytest.raises(GraphError, match="in place"):
+        tensorgen.from_torch(module, (torch.ones(2, 4),))

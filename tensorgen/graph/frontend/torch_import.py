@@ -94,6 +94,11 @@ class TorchImport:
 
     def run(self) -> Graph:
         signature = self.exported.graph_signature
+        mutated = [*signature.buffers_to_mutate.values(), *signature.user_inputs_to_mutate.values()]
+        if mutated:
+            raise GraphError(f"the model changes {', '.join(map(repr, sorted(set(mutated))))} in place (e.g. "
+                             "`self.total.add_(x)`, `x.mul_(2)`); tensorgen compiles functions of their inputs, "
+                             "with buffers fixed: return the new value instead")
         lifted = {**signature.inputs_to_parameters, **signature.inputs_to_buffers,
                   **signature.inputs_to_lifted_tensor_constants}
         data = {**self.exported.state_dict, **self.exported.constants}
@@ -177,6 +182,8 @@ class TorchImport:
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda a: self.env[a])
         if node.target is operator.getitem:
             return args[0][args[1]]
+        if op_name(node.target) in _ASSERTIONS:  # checks of what the trace already fixed (dtypes, shapes)
+            return None
         if not _has_runtime((args, kwargs)):
             return self._fold(node, args, kwargs)
         key = op_name(node.target)
@@ -237,6 +244,12 @@ def _has_runtime(tree: Any) -> bool:
     if isinstance(tree, dict):
         return any(_has_runtime(t) for t in tree.values())
     return False
+
+
+#: ops export adds to check what the trace fixed (a tensor's dtype and shape, a size's range): nothing to compute
+_ASSERTIONS = frozenset({"aten._assert_tensor_metadata", "aten._assert_async", "aten._assert_scalar",
+                         "aten._functional_assert_async", "aten.sym_constrain_range",
+                         "aten.sym_constrain_range_for_size"})
 
 
 def op_name(target: Any) -> str:
