@@ -91,7 +91,23 @@ class Misc(nn.Module):
                 w, picked)
 
 
+class Activations(nn.Module):
+    """The activations export decomposes into comparisons, where, log1p and expm1, and masks computed at run time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.prelu = nn.Conv2d(4, 6, 3, padding=1), nn.PReLU(6)
+
+    def forward(self, x):
+        y = self.prelu(self.conv(x))
+        y = F.softplus(y) + F.mish(y) - F.celu(y) + F.elu(y, 0.5) + F.selu(y) + torch.log(y.abs() + 1)
+        y = torch.where(y > 1, y, -y) + F.log_softmax(y, dim=1)
+        keep = (x[:, :1] != 0.5) & ~(x[:, 1:2] <= -1) | (x[:, 2:3] >= 2)
+        return y.masked_fill(keep, 0.25) * torch.logical_xor(y < 0, x[:, 3:4] == 0).float()
+
+
 CASES = {
+    "activations": (Activations, (2, 4, 5, 5)),
     "resblock": (ResBlock, (1, 8, 8, 8)),
     "gelu_mlp": (GeluMLP, (4, 32)),
     "depthwise": (Depthwise, (1, 8, 8, 8)),

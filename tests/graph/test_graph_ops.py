@@ -430,7 +430,8 @@ def test_supported_ops_and_kinds():
         "Sub Mul Div Pow Sqrt Reciprocal Exp Neg Abs Max Min MaxPool AveragePool GlobalAveragePool Gemm MatMul "
         "Flatten Reshape Transpose Squeeze Unsqueeze Concat Split Slice Gather Softmax LayerNormalization "
         "ReduceMean ReduceSum Cast Identity Pad Resize Expand Where Log Elu Selu Celu ThresholdedRelu Softplus "
-        "Softsign Mish PRelu Sum Mean GlobalMaxPool LogSoftmax".split())
+        "Softsign Mish PRelu Sum Mean GlobalMaxPool LogSoftmax Equal Less Greater LessOrEqual GreaterOrEqual Not And "
+        "Or Xor".split())
     kinds = {op: op_kind(Node(op, "n", [], [])) for op in SUPPORTED_OPS}
     assert {op for op, k in kinds.items() if k == "compute"} == {"Conv", "ConvTranspose", "Gemm", "MatMul"}
     assert {op for op, k in kinds.items() if k == "reduce"} == {

@@ -119,3 +119,31 @@ def test_log_softmax_is_stable_on_large_logits(tmp_path):
     ours = CompiledModel(build_model(proto, tmp_path / "model"), threads=1).run([feeds["x"]])[0]
     assert np.isfinite(ours).all()
     np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-3)
+
+
+def test_masks_computed_at_run_time(tmp_path):
+    """Comparisons and logic on run-time tensors (HuggingFace's attention masks, x > 0): Where reads them, Cast
+    turns one into floats, and one is itself an output (bool)."""
+    vi_int = helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 6])
+    nodes = [helper.make_node("Greater", ["x", "zero"], ["pos"]),
+             helper.make_node("Where", ["pos", "x", "neg"], ["w"]),
+             helper.make_node("Equal", ["ids", "pad"], ["is_pad"]),
+             helper.make_node("Not", ["is_pad"], ["keep"]),
+             helper.make_node("LessOrEqual", ["x", "half"], ["small"]),
+             helper.make_node("And", ["keep", "small"], ["both"]),
+             helper.make_node("Or", ["both", "pos"], ["either"]),
+             helper.make_node("Xor", ["either", "is_pad"], ["odd"]),
+             helper.make_node("Cast", ["odd"], ["f"], to=FLOAT),
+             helper.make_node("Less", ["w", "f"], ["lt"]),
+             helper.make_node("GreaterOrEqual", ["ids", "pad"], ["ge"])]
+    outputs = [_vi("w", [2, 6]), _vi("f", [2, 6]), helper.make_tensor_value_info("lt", TensorProto.BOOL, [2, 6]),
+               helper.make_tensor_value_info("ge", TensorProto.BOOL, [2, 6])]
+    proto = _model(nodes, [_vi("x", [2, 6]), vi_int], outputs,
+                   [_const("zero", 0.0), _const("neg", -1.0), _const("half", 0.5),
+                    numpy_helper.from_array(np.array(3, np.int64), "pad")])
+    rng = np.random.default_rng(6)
+    feeds = {"x": rng.standard_normal((2, 6)).astype(np.float32), "ids": rng.integers(0, 6, (2, 6))}
+    ref = ort.InferenceSession(proto.SerializeToString()).run(None, feeds)
+    ours = CompiledModel(build_model(proto, tmp_path / "model"), threads=1).run([feeds["x"], feeds["ids"]])
+    for a, b in zip(ours, ref):
+        np.testing.assert_array_equal(a, b)

@@ -132,6 +132,12 @@ CASES = [
     Case("PRelu", [node("PRelu", ["x", "c"])], inits={"c": w(4)}),
     Case("Sum", [node("Sum", ["x", "z", "c"])], {**X3, "z": ((3, 1), F)}, {"c": w(4)}),
     Case("Mean", [node("Mean", ["x", "c"])], inits={"c": w(4)}),
+    *(Case(op, [node(op, ["x", "c"], ["b"]), node("Where", ["b", "x", "c"])], inits={"c": w(4)})
+      for op in ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"]),
+    *(Case(op, [node("Greater", ["x", "c"], ["p"]), node("Less", ["x", "d"], ["q"]), node(op, ["p", "q"], ["b"]),
+                node("Where", ["b", "x", "d"])], inits={"c": w(4), "d": w(3, 1)}) for op in ["And", "Or", "Xor"]),
+    Case("Not", [node("Greater", ["x", "c"], ["p"]), node("Not", ["p"], ["b"]), node("Where", ["b", "x", "c"])],
+         inits={"c": w(4)}),
     Case("Gelu", [node("Gelu", ["x"], approximate="tanh")], opset=20),
     Case("Clip", [node("Clip", ["x", "lo", "hi"])], inits={"lo": np.float32(-0.5), "hi": np.float32(0.7)}),
     Case("Add", [node("Add", ["x", "c"])], inits={"c": w(4)}),
@@ -397,7 +403,7 @@ def test_all_unsupported_ops_reported_at_once():
     message = str(err.value)
     assert "node 'my_topk' (TopK): unsupported op" in message
     assert "node 'ein1' (Einsum): unsupported op (and 1 more Einsum nodes)" in message
-    assert "supported: Abs, Add, AveragePool" in message
+    assert "supported: Abs, Add, And, AveragePool" in message
 
 
 def test_unknown_domain_rejected():
@@ -428,8 +434,8 @@ SCALES = {"s": np.array([1, 1, 2, 2], np.float32)}
 @pytest.mark.parametrize(("nodes", "inputs", "inits", "message"), [
     ([node("Reshape", ["x", "s"], name="r")], {**X3, "s": ((2,), "int64")}, {},
      r"node 'r' \(Reshape\): input 's' \(shape\) must be a constant"),
-    ([node("Equal", ["x", "x"], name="eq")], X3, {},
-     r"node 'eq' \(Equal\): supported only when all its inputs are constants.*'x' is computed at run time"),
+    ([node("Floor", ["x"], name="fl")], X3, {},
+     r"node 'fl' \(Floor\): supported only when all its inputs are constants.*'x' is computed at run time"),
     ([node("MaxPool", ["x"], ["y", "idx"], name="mp", kernel_shape=[2, 2])], X4, {},
      r"node 'mp' \(MaxPool\): output 'idx' \(Indices\) is used"),
     ([node("BatchNormalization", ["x", "g", "g", "g", "g"], name="bn", training_mode=1)], X3, {"g": w(3)},

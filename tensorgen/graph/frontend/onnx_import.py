@@ -39,7 +39,6 @@ SUPPORTED_OPS: frozenset[str] = frozenset(NORMALIZERS) | _ALWAYS_FOLDED
 GRAPH_OPS: frozenset[str] = frozenset(NORMALIZERS) - {"Dropout"}
 # accepted only when all their inputs are constant, so they fold away (mask and shape arithmetic)
 FOLD_ONLY_OPS: frozenset[str] = frozenset({
-    "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or",
     "Size", "Range", "Floor", "Ceil", "Mod", "Sign", "Tile", "Trilu", "CumSum", "ReduceProd", "ReduceMax", "ReduceMin",
 })
 # outputs after the first that must be unused (what they would hold)

@@ -93,7 +93,8 @@ def _unary(op: str, **attrs: Any) -> Converter:
 
 
 for _aten, _op in {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh", "erf": "Erf", "exp": "Exp", "sqrt": "Sqrt",
-                   "reciprocal": "Reciprocal", "neg": "Neg", "abs": "Abs", "hardswish": "HardSwish"}.items():
+                   "reciprocal": "Reciprocal", "neg": "Neg", "abs": "Abs", "hardswish": "HardSwish",
+                   "log": "Log"}.items():
     converts(f"aten.{_aten}")(_unary(_op))
 converts("aten.hardsigmoid")(_unary("HardSigmoid", alpha=1 / 6, beta=0.5))
 
@@ -102,6 +103,36 @@ converts("aten.hardsigmoid")(_unary("HardSigmoid", alpha=1 / 6, beta=0.5))
 def _same_value(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
     """A copy is the value itself (a Cast where the dtype changes; a device or layout change is nothing here)."""
     return operand(cx, args[0], _single(shapes)[1])
+
+
+def _near_one(log: bool) -> Converter:
+    def convert(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
+        """log1p(x) = log(1 + x), expm1(x) = exp(x) - 1, as written: exact to float32's absolute precision near 0,
+        not its relative one (softplus(-20) is 0 here, 2e-9 in PyTorch)."""
+        shape, dtype = _single(shapes)
+        x, one = operand(cx, args[0], dtype), cx.tensor(np.array(1, dtype=dtype))
+        if log:
+            (total,) = cx.emit("Add", [x, one], shapes=[(shape, dtype)])
+            return cx.emit("Log", [total], shapes=[(shape, dtype)])[0]
+        (e,) = cx.emit("Exp", [x], shapes=[(shape, dtype)])
+        return cx.emit("Sub", [e, one], shapes=[(shape, dtype)])[0]
+
+    return convert
+
+
+converts("aten.log1p")(_near_one(log=True))
+converts("aten.expm1")(_near_one(log=False))
+
+
+@converts("aten.elu")
+def _elu(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
+    """elu(x, alpha, scale, input_scale): Elu, or Selu (F.selu's scale) where the input is not scaled."""
+    shape, dtype = _single(shapes)
+    alpha, scale = float(arg(args, kwargs, 1, "alpha", 1.0)), float(arg(args, kwargs, 2, "scale", 1.0))
+    if float(arg(args, kwargs, 3, "input_scale", 1.0)) != 1.0:
+        raise ConvertError("elu with input_scale != 1")
+    op, attrs = ("Elu", {"alpha": alpha}) if scale == 1.0 else ("Selu", {"alpha": alpha, "gamma": scale})
+    return cx.emit(op, [operand(cx, args[0], dtype)], attrs, shapes=[(shape, dtype)])[0]
 
 
 @converts("aten.rsqrt")
@@ -186,6 +217,52 @@ def _rsub(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
 def _pow(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
     shape, dtype = _single(shapes)
     return cx.emit("Pow", [operand(cx, args[0], dtype), operand(cx, args[1], dtype)], shapes=[(shape, dtype)])[0]
+
+
+def _comparison(op: str, negate: bool = False) -> Converter:
+    def convert(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
+        """`x > 0`, `ids == pad`, ...: both sides in the dtype PyTorch compares them in; `ne` is Not(Equal)."""
+        shape, _ = _single(shapes)
+        dtype = _compared_dtype(cx, args[:2])
+        (out,) = cx.emit(op, [operand(cx, args[0], dtype), operand(cx, args[1], dtype)], shapes=[(shape, "bool")])
+        return cx.emit("Not", [out], shapes=[(shape, "bool")])[0] if negate else out
+
+    return convert
+
+
+def _compared_dtype(cx: Emitter, xs: Sequence[Any]) -> str:
+    """The run-time operands' promoted dtype; float32 where an integer tensor meets a float constant."""
+    dtype = str(np.result_type(*(cx.value(cx.tensor(x)).dtype for x in xs if cx.is_runtime(x))))
+    floats = any(np.asarray(x).dtype.kind == "f" for x in xs if not cx.is_runtime(x))
+    return "float32" if floats and not dtype.startswith("float") else dtype
+
+
+for _aten, _op in {"gt": "Greater", "lt": "Less", "ge": "GreaterOrEqual", "le": "LessOrEqual", "eq": "Equal"}.items():
+    converts(f"aten.{_aten}")(_comparison(_op))
+converts("aten.ne")(_comparison("Equal", negate=True))
+
+
+@converts("aten.logical_not", "aten.bitwise_not")
+def _not(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
+    shape, dtype = _single(shapes)
+    if dtype != "bool":
+        raise ConvertError(f"bitwise_not of {dtype} (only of bool: logical not)")
+    return cx.emit("Not", [operand(cx, args[0], "bool")], shapes=[(shape, "bool")])[0]
+
+
+def _logic(op: str) -> Converter:
+    def convert(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
+        """logical_and/or/xor of any dtypes (non-zero is true); the bitwise ones of bools only."""
+        shape, dtype = _single(shapes)
+        if dtype != "bool":
+            raise ConvertError(f"a bitwise operation on {dtype} (only on bool: logical)")
+        return cx.emit(op, [operand(cx, args[0], "bool"), operand(cx, args[1], "bool")], shapes=[(shape, "bool")])[0]
+
+    return convert
+
+
+for _aten, _op in {"and": "And", "or": "Or", "xor": "Xor"}.items():
+    converts(f"aten.logical_{_aten}", f"aten.bitwise_{_aten}")(_logic(_op))
 
 
 @converts("aten.where")
@@ -298,6 +375,12 @@ def _attention_bias(cx: Emitter, mask: Any, causal: bool, length: int, keys: int
         return operand(cx, mask, dtype)
     zero, minus_inf = cx.tensor(np.array(0.0, dtype)), cx.tensor(np.array(-np.inf, dtype))
     return cx.emit("Where", [name, zero, minus_inf], shapes=[(value.shape, dtype)])[0]
+
+
+@converts("aten._log_softmax")
+def _log_softmax(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
+    shape, dtype = _single(shapes)
+    return cx.emit("LogSoftmax", [operand(cx, args[0], dtype)], {"axis": int(args[1])}, shapes=[(shape, dtype)])[0]
 
 
 @converts("aten._softmax", "aten._safe_softmax")

@@ -158,6 +158,24 @@ def _binary(node: Node, args: Args) -> list[Tensor]:
     return _pointwise(args, lambda idx: reduce(fn, (op(idx) for op in ops)))
 
 
+COMPARE = {"Equal": "eq", "Less": "lt", "Greater": "gt", "LessOrEqual": "le", "GreaterOrEqual": "ge"}
+LOGIC: dict[str, Callable[..., E.Expr]] = {"And": E.all_of, "Or": E.any_of, "Xor": E.ne, "Not": E.logical_not}
+
+
+@lowering(*COMPARE, kind="elemwise", dtypes=("bool",))
+def _compare(node: Node, args: Args) -> list[Tensor]:
+    """Comparisons at run time (masks: `x > 0`, `ids == pad`), a bool output."""
+    dtype = args.value(0).dtype
+    a, b = operand(args, 0, dtype), operand(args, 1, dtype)
+    return _pointwise(args, lambda idx: E.cmp(COMPARE[node.op], a(idx), b(idx)))
+
+
+@lowering(*LOGIC, kind="elemwise", dtypes=("bool",))
+def _logic(node: Node, args: Args) -> list[Tensor]:
+    ops = [operand(args, i, "bool") for i in range(len(node.inputs))]
+    return _pointwise(args, lambda idx: LOGIC[node.op](*(op(idx) for op in ops)))
+
+
 @lowering("Pow", kind="elemwise")
 def _pow(node: Node, args: Args) -> list[Tensor]:
     """Exponents 1, 2 and 0.5 are specialized; integer bases go through float64 pow."""
