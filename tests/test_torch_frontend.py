@@ -424,3 +424,23 @@ def test_a_model_that_changes_a_tensor_in_place_is_refused(module):
     """Not a silent wrong answer (the outputs came back shifted and the change was lost)."""
     with pytest.raises(GraphError, match="in place"):
         tensorgen.from_torch(module, (torch.ones(2, 4),))
+
+
+class _Nearest(nn.Module):
+    def __init__(self, **how) -> None:
+        super().__init__()
+        self.how = how
+
+    def forward(self, x):
+        return F.interpolate(x, mode="nearest", **self.how)
+
+
+@pytest.mark.parametrize("how, shape", [({"size": (6, 6)}, (1, 2, 9, 9)), ({"scale_factor": 1.7}, (1, 1, 4, 4)),
+                                        ({"scale_factor": (1.5, 0.75)}, (2, 1, 6, 8)), ({"size": 9}, (1, 2, 4)),
+                                        ({"scale_factor": 2}, (1, 3, 5, 4))])
+def test_nearest_interpolation_reads_the_pixels_pytorch_reads(how, shape):
+    """Where the ratio is not an integer ONNX's o / (m / n) and PyTorch's o * (n / m) floor differently (9 -> 6 read
+    rows 0 1 2 4 5 7 instead of 0 1 3 4 6 7), and a given scale_factor is used as given."""
+    module, x = _Nearest(**how), torch.randn(shape)
+    graph = tensorgen.from_torch(module, (x,))
+    np.testing.assert_array_equal(compile_graph(graph).run([x.numpy()])[0], _eager(module, x)[0])

@@ -466,14 +466,36 @@ def _adaptive_avg_pool(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shap
     return cx.emit("AveragePool", [x], attrs, shapes=[(shape, dtype)])[0]
 
 
+def _nearest_table(n: int, m: int, factor: float | None) -> tuple[np.ndarray, bool]:
+    """The input index PyTorch's nearest reads for each of `m` outputs along an axis of `n`: min(floor(o * s), n - 1)
+    in float32, s = 1 / scale_factor where the user gave one, else n / m; and whether ONNX Resize's asymmetric floor,
+    o / (m / n), reads the same (integer ratios do; 9 -> 6 does not: 2 * 1.5 is 3, 2 / 0.6666667 is 2.9999998)."""
+    step = np.float32(1.0 / factor) if factor else np.float32(n) / np.float32(m)
+    table = np.minimum(np.floor(np.arange(m, dtype=np.float32) * step), n - 1).astype(np.int64)
+    resize = np.minimum(np.floor(np.arange(m) / np.float64(np.float32(m / n))), n - 1).astype(np.int64)
+    return table, bool(np.array_equal(table, resize))
+
+
 @converts("aten.upsample_nearest2d", "aten.upsample_nearest1d", "aten.upsample_nearest3d")
 def _upsample_nearest(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
-    """PyTorch's nearest is ONNX Resize's asymmetric coordinates with floor rounding."""
+    """ONNX Resize (asymmetric, floor) where it reads what PyTorch does, else a Gather of PyTorch's table per axis.
+    The scale factors come as a list (the .vec overload) or one argument per axis (.default)."""
     shape, dtype = _single(shapes)
     x = operand(cx, args[0], dtype)
-    scales = np.array([o / i for o, i in zip(shape, cx.value(x).shape)], dtype=np.float32)
-    attrs = {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
-    return cx.emit("Resize", [x, "", cx.tensor(scales)], attrs, shapes=[(shape, dtype)])[0]
+    sizes, axes = cx.value(x).shape, range(2, len(shape))
+    factors = args[2] if len(args) > 2 and isinstance(args[2], (list, tuple)) else args[2:]
+    factors = [*(factors or ()), *[None] * len(axes)]
+    tables = [_nearest_table(sizes[a], shape[a], f) for a, f in zip(axes, factors)]
+    if all(same for _, same in tables):
+        scales = np.array([o / i for o, i in zip(shape, sizes)], dtype=np.float32)
+        attrs = {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
+        return cx.emit("Resize", [x, "", cx.tensor(scales)], attrs, shapes=[(shape, dtype)])[0]
+    current = list(sizes)
+    for a, (table, _) in zip(axes, tables):
+        if not np.array_equal(table, np.arange(sizes[a])):
+            current[a] = shape[a]
+            (x,) = cx.emit("Gather", [x, cx.tensor(table)], {"axis": a}, shapes=[(tuple(current), dtype)])
+    return x
 
 
 # ---- reductions ---------------------------------------------------------------------------------------
