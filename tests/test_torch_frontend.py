@@ -444,3 +444,22 @@ def test_nearest_interpolation_reads_the_pixels_pytorch_reads(how, shape):
     module, x = _Nearest(**how), torch.randn(shape)
     graph = tensorgen.from_torch(module, (x,))
     np.testing.assert_array_equal(compile_graph(graph).run([x.numpy()])[0], _eager(module, x)[0])
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_layer_fast_path_under_torch_compile(norm_first):
+    """In eval under no_grad TorchDynamo traces nn.TransformerEncoderLayer's fast path, one
+    aten._transformer_encoder_layer_fwd: decomposed into the ops it stands for (with its merged key padding mask)."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True, norm_first=norm_first,
+                                       activation="gelu" if norm_first else "relu").eval()
+    padding = torch.tensor([[False] * 5 + [True], [False] * 6])
+
+    class Encoder(nn.Module):
+        def forward(self, x):
+            return layer(x, src_key_padding_mask=padding)
+
+    x = torch.randn(2, 6, 32)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(Encoder(), backend="tensorgen")(x), Encoder()(x))

@@ -56,7 +56,43 @@ def export_module(module: Any, example_inputs: Sequence[Any]) -> Any:
     table = torch.export.default_decompositions()
     for op in (torch.ops.aten._safe_softmax.default, torch.ops.aten.scaled_dot_product_attention.default):
         table.pop(op, None)
+    table[torch.ops.aten._transformer_encoder_layer_fwd.default] = _encoder_layer
     return exported.run_decompositions(table)
+
+
+def _encoder_layer(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, use_gelu, norm_first,
+                   eps, norm_weight_1, norm_bias_1, norm_weight_2, norm_bias_2, ffn_weight_1, ffn_bias_1, ffn_weight_2,
+                   ffn_bias_2, mask=None, mask_type=None):
+    """aten._transformer_encoder_layer_fwd, the fast path TorchDynamo traces for nn.TransformerEncoderLayer (batch
+    first, eval, no grad), as the ops it stands for. `mask` is nn.MultiheadAttention's (True or -inf: masked out):
+    mask_type 0 an attention mask (L, S), 1 a key padding mask (B, S), 2 both merged (B, H, L, S)."""
+    functional = torch.nn.functional
+    batch, length, _ = src.shape
+    head = embed_dim // num_heads
+
+    def attention(x):
+        q, k, v = functional.linear(x, qkv_weight, qkv_bias).view(batch, length, 3, num_heads, head) \
+            .permute(2, 0, 3, 1, 4)
+        allowed = None
+        if mask is not None:
+            m = mask.view(batch, 1, 1, length) if mask_type == 1 else mask
+            allowed = ~m if m.dtype == torch.bool else m
+        out = functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+        return functional.linear(out.transpose(1, 2).reshape(batch, length, embed_dim), proj_weight, proj_bias)
+
+    def feed_forward(x):
+        hidden = functional.linear(x, ffn_weight_1, ffn_bias_1)
+        hidden = functional.gelu(hidden) if use_gelu else functional.relu(hidden)
+        return functional.linear(hidden, ffn_weight_2, ffn_bias_2)
+
+    def norm(x, weight, bias):
+        return functional.layer_norm(x, (embed_dim,), weight, bias, eps)
+
+    if norm_first:
+        x = src + attention(norm(src, norm_weight_1, norm_bias_1))
+        return x + feed_forward(norm(x, norm_weight_2, norm_bias_2))
+    x = norm(src + attention(src), norm_weight_1, norm_bias_1)
+    return norm(x + feed_forward(x), norm_weight_2, norm_bias_2)
 
 
 def import_torch(module: Any, example_inputs: Sequence[Any], name: str | None = None,
