@@ -463,3 +463,19 @@ def test_encoder_layer_fast_path_under_torch_compile(norm_first):
     torch._dynamo.reset()
     with torch.no_grad():
         torch.testing.assert_close(torch.compile(Encoder(), backend="tensorgen")(x), Encoder()(x))
+
+
+def test_python_number_arguments_that_change_between_calls():
+    """TorchDynamo makes a float argument that changes a run-time scalar (a tensor and .item()) and an int one a
+    size: the graph compiled at the call that first sees them computes what eager does (it raised at that call)."""
+
+    class Scaled(nn.Module):
+        def forward(self, x, alpha, n):
+            return x * alpha + n
+
+    torch._dynamo.reset()
+    compiled, module = torch.compile(Scaled(), backend="tensorgen"), Scaled()
+    with torch.no_grad():
+        for alpha, n in ((0.5, 1), (0.7, 2), (0.9, 2)):
+            x = torch.randn(2, 3)
+            torch.testing.assert_close(compiled(x, alpha, n), module(x, alpha, n))

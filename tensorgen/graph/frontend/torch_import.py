@@ -223,6 +223,8 @@ class TorchImport:
         if not _has_runtime((args, kwargs)):
             return self._fold(node, args, kwargs)
         key = op_name(node.target)
+        if key == "aten._local_scalar_dense" and len(self.value(args[0].name).shape) <= 1:
+            return args[0]  # .item() of a run-time scalar (a Python float argument): the one-element tensor itself
         convert = CONVERTERS.get(key)
         if convert is None:
             raise GraphError(f"{key} is not supported by tensorgen's PyTorch frontend{self.where(node)} (the "
