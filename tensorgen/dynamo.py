@@ -12,7 +12,9 @@ tuning budget of each graph — records already in the database count towards it
 again tunes nothing more; with 0, programs come from the database (a default schedule where it has none);
 `fallback` splits a graph that has ops tensorgen cannot compile: the largest parts it can compile are compiled,
 the rest runs in eager PyTorch (a warning names the ops), instead of failing; `target` the tensorgen target.
-Graphs are cached by structure and weights within a process: a recompile of the same graph reuses its build.
+Graphs are cached by structure and weights within a process: a recompile of the same graph reuses its build. A
+graph whose parameters or buffers were changed in place since its build (an optimizer step, load_state_dict) is
+built again at its next call, with the new values.
 """
 
 from __future__ import annotations
@@ -81,22 +83,32 @@ def tensorgen_backend(gm: Any, example_inputs: Sequence[Any], options: Mapping[s
     tensorgen compiles static shapes: a graph TorchDynamo made dynamic (after a call with new sizes) is compiled
     once per set of sizes it is called with, at its first call with them."""
     config = CompileOptions.of(options)
-    state = {i for i, (node, x) in enumerate(zip(_placeholders(gm), example_inputs)) if _is_module_state(node, x)}
-    built: dict[tuple, Callable] = {}
+    state = sorted(i for i, (node, x) in enumerate(zip(_placeholders(gm), example_inputs))
+                   if _is_module_state(node, x))
+    built: dict[tuple, tuple[tuple, Callable]] = {}  # sizes -> (the module state's versions, the build)
 
     def sizes(args: Sequence[Any]) -> tuple:
         return tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else int(a) for i, a in enumerate(args)
                      if i not in state)
 
     def run(*args: Any) -> Any:
-        key = sizes(args)
-        if key not in built:
-            built[key] = _specialize(gm, args, state, config)
-        return built[key](*args)
+        key, versions = sizes(args), tuple(_version(args[i]) for i in state)
+        if key not in built or built[key][0] != versions:  # new sizes, or weights changed since (an optimizer step)
+            built[key] = versions, _specialize(gm, args, set(state), config)
+        return built[key][1](*args)
 
     if all(isinstance(x, torch.Tensor) for x in example_inputs):  # static: compile now, errors surface here
-        built[sizes(example_inputs)] = _specialize(gm, example_inputs, state, config)
+        built[sizes(example_inputs)] = (tuple(_version(example_inputs[i]) for i in state),
+                                        _specialize(gm, example_inputs, set(state), config))
     return run
+
+
+def _version(t: torch.Tensor) -> int:
+    """A tensor's in-place write counter (-1 for an inference-mode tensor, which has none and cannot change)."""
+    try:
+        return t._version
+    except RuntimeError:
+        return -1
 
 
 def _specialize(gm: Any, args: Sequence[Any], state: set[int], config: CompileOptions) -> Callable:

@@ -479,3 +479,18 @@ def test_python_number_arguments_that_change_between_calls():
         for alpha, n in ((0.5, 1), (0.7, 2), (0.9, 2)):
             x = torch.randn(2, 3)
             torch.testing.assert_close(compiled(x, alpha, n), module(x, alpha, n))
+
+
+def test_weights_changed_after_compiling_are_used():
+    """Parameters are constants of a build; changed in place (an optimizer step, load_state_dict) the graph is
+    built again at its next call (the old weights were used silently)."""
+    torch.manual_seed(0)
+    module, x = nn.Linear(4, 2).eval(), torch.randn(3, 4)
+    torch._dynamo.reset()
+    compiled = torch.compile(module, backend="tensorgen")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), module(x))
+        module.weight.mul_(2)
+        torch.testing.assert_close(compiled(x), module(x))
+        module.load_state_dict({"weight": torch.randn(2, 4), "bias": torch.randn(2)})
+        torch.testing.assert_close(compiled(x), module(x))
