@@ -92,7 +92,8 @@ class Misc(nn.Module):
 
 
 class Activations(nn.Module):
-    """The activations export decomposes into comparisons, where, log1p and expm1, and masks computed at run time."""
+    """The activations export decomposes into comparisons, where, log1p and expm1, masks computed at run time, and
+    max / min reductions."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -103,6 +104,7 @@ class Activations(nn.Module):
         y = F.softplus(y) + F.mish(y) - F.celu(y) + F.elu(y, 0.5) + F.selu(y) + torch.log(y.abs() + 1)
         y = torch.where(y > 1, y, -y) + F.log_softmax(y, dim=1)
         keep = (x[:, :1] != 0.5) & ~(x[:, 1:2] <= -1) | (x[:, 2:3] >= 2)
+        y = y - y.amax(dim=1, keepdim=True) + y.amin(dim=(2, 3), keepdim=True)
         return y.masked_fill(keep, 0.25) * torch.logical_xor(y < 0, x[:, 3:4] == 0).float()
 
 

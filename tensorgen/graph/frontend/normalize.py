@@ -32,6 +32,8 @@ CONST_INPUTS: dict[str, dict[int, str]] = {
     "Clip": {1: "min", 2: "max"},
     "ReduceMean": {1: "axes"},
     "ReduceSum": {1: "axes"},
+    "ReduceMax": {1: "axes"},
+    "ReduceMin": {1: "axes"},
     "Resize": {1: "roi", 2: "scales", 3: "sizes"},
     "Dropout": {1: "ratio", 2: "training_mode"},
 }
@@ -298,7 +300,7 @@ def _clip(n: OnnxNode) -> Node:
     return n.make(attrs={"min": n.scalar(1, -math.inf), "max": n.scalar(2, math.inf)})
 
 
-@normalizer("ReduceMean", "ReduceSum")
+@normalizer("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin")
 def _reduce(n: OnnxNode) -> Node:
     """Axes from the attribute (ReduceMean before opset 18) or the input; none means all, or Identity."""
     rank = len(n.shape())
@@ -306,7 +308,7 @@ def _reduce(n: OnnxNode) -> Node:
     if axes is None and n.input(1):
         axes = n.const(1).tolist()
     if not axes:
-        if n.attrs.get("noop_with_empty_axes", 0):  # an attribute since ReduceSum 13, ReduceMean 18
+        if n.attrs.get("noop_with_empty_axes", 0):  # an attribute since ReduceSum 13, the others 18
             return n.make("Identity")
         axes = range(rank)
     return n.make(attrs={"axes": n.axes(axes, rank), "keepdims": int(n.attrs["keepdims"])})

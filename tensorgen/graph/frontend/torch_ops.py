@@ -520,6 +520,8 @@ def _reduce(op: str) -> Converter:
 
 converts("aten.mean")(_reduce("ReduceMean"))
 converts("aten.sum")(_reduce("ReduceSum"))
+converts("aten.amax")(_reduce("ReduceMax"))
+converts("aten.amin")(_reduce("ReduceMin"))
 
 
 # ---- shapes -------------------------------------------------------------------------------------------

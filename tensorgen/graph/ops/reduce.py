@@ -11,7 +11,7 @@ import numpy as np
 from tensorgen.graph.ir import Node
 from tensorgen.graph.ops.base import FLOATS, Args, broadcast_load, lowering
 from tensorgen.te import expr as E
-from tensorgen.te.ops import reduce_mean, reduce_sum, softmax
+from tensorgen.te.ops import reduce_max, reduce_mean, reduce_min, reduce_sum, softmax
 from tensorgen.te.ops.common import BROADCAST, ELEMWISE, FLOAT_LOWEST, POOL, REDUCE, named, offset, scaled
 from tensorgen.te.ops.conv import join_nc, split_nc
 from tensorgen.te.ops.transform import pad
@@ -164,11 +164,14 @@ def _softmax(node: Node, args: Args) -> list[Tensor]:
                     log_softmax=node.op == "LogSoftmax")]
 
 
-@lowering("ReduceSum", kind="reduce")
+REDUCTIONS = {"ReduceSum": reduce_sum, "ReduceMean": reduce_mean, "ReduceMax": reduce_max, "ReduceMin": reduce_min}
+
+
+@lowering("ReduceSum", "ReduceMax", "ReduceMin", kind="reduce")
 @lowering("ReduceMean", kind="reduce", dtypes=FLOATS)
 def _reduce(node: Node, args: Args) -> list[Tensor]:
     axes = tuple(args.attr("axes")) or tuple(range(len(args.value(0).shape)))
-    fn = reduce_sum if node.op == "ReduceSum" else reduce_mean
+    fn = REDUCTIONS[node.op]
     return [fn(args.tensor(0), axes, bool(args.attr("keepdims")), name=args.name())]
 
 

@@ -371,6 +371,12 @@ def _reduce_mean(node, xs, graph):
     return torch.mean(xs[0], tuple(node.attrs["axes"]), keepdim=bool(node.attrs.get("keepdims", 1)))
 
 
+@register("ReduceMax", "ReduceMin")
+def _reduce_max_min(node, xs, graph):
+    return (torch.amax if node.op == "ReduceMax" else torch.amin)(xs[0], tuple(node.attrs["axes"]),
+                                                                   keepdim=bool(node.attrs.get("keepdims", 1)))
+
+
 @register("ReduceSum")
 def _reduce_sum(node, xs, graph):  # torch would widen integer sums to int64; ONNX keeps the type
     return torch.sum(xs[0], tuple(node.attrs["axes"]), keepdim=bool(node.attrs.get("keepdims", 1)), dtype=xs[0].dtype)
