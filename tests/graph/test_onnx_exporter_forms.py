@@ -147,3 +147,14 @@ def test_masks_computed_at_run_time(tmp_path):
     ours = CompiledModel(build_model(proto, tmp_path / "model"), threads=1).run([feeds["x"], feeds["ids"]])
     for a, b in zip(ours, ref):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("shape", [(2, 8, 5, 6), (3, 8, 7)])
+def test_instance_normalization_after_a_conv(shape, tmp_path):
+    rng = np.random.default_rng(7)
+    kernel = [3] * (len(shape) - 2)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1] * (2 * len(kernel))),
+             helper.make_node("InstanceNormalization", ["c", "s", "b"], ["y"], epsilon=1e-4)]
+    _check(_model(nodes, [_vi("x", [shape[0], 4, *shape[2:]])], [_vi("y", list(shape))],
+                  [_const("w", rng.standard_normal((8, 4, *kernel))), _const("s", rng.standard_normal(8)),
+                   _const("b", rng.standard_normal(8))]), tmp_path)

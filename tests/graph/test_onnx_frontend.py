@@ -133,6 +133,8 @@ CASES = [
     Case("Sum", [node("Sum", ["x", "z", "c"])], {**X3, "z": ((3, 1), F)}, {"c": w(4)}),
     Case("Mean", [node("Mean", ["x", "c"])], inits={"c": w(4)}),
     Case("ReduceMax", [node("ReduceMax", ["x"], axes=[1], keepdims=1)]),
+    Case("InstanceNormalization", [node("InstanceNormalization", ["x", "s", "b"], epsilon=1e-3)],
+         inits={"s": w(3), "b": w(3)}),
     Case("ReduceMin", [node("ReduceMin", ["x", "a"], keepdims=0)], inits={"a": i64(-1, 0)}, opset=18),
     *(Case(op, [node(op, ["x", "c"], ["b"]), node("Where", ["b", "x", "c"])], inits={"c": w(4)})
       for op in ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"]),

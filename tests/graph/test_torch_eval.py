@@ -214,6 +214,8 @@ CASES = [
     Case("mean2", "Mean", {"a": r(2, 3, 4), "b": r(4)}),
     Case("log_softmax", "LogSoftmax", {"x": r(2, 3, 4)}, {"axis": 1}),
     Case("global_max_pool", "GlobalMaxPool", {"x": r(2, 3, 4, 5)}),
+    Case("instance_norm", "InstanceNormalization", {"x": r(2, 3, 4, 5)}, {"epsilon": 1e-5},
+         consts={"s": r(3), "b": r(3)}),
     Case("clip", "Clip", {"x": r(2, 3, 4)}, {"min": -0.5, "max": 0.7}, onnx_attrs={},
          params={"min": np.float32(-0.5), "max": np.float32(0.7)}),
     Case("clip_max_only", "Clip", {"x": r(2, 3, 4)}, {"min": -math.inf, "max": 0.3}, onnx_attrs={},

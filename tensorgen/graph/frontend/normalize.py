@@ -172,6 +172,7 @@ _PLAIN: dict[str, tuple[str, ...]] = {
     "HardSigmoid": ("alpha", "beta"),
     "Gelu": ("approximate",),
     "Gemm": ("alpha", "beta", "transA", "transB"),
+    "InstanceNormalization": ("epsilon",),
     "BatchNormalization": ("epsilon",),  # training_mode=1 fails shape inference with the one output kept
 }
 for _op, _attrs in _PLAIN.items():

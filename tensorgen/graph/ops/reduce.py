@@ -175,13 +175,17 @@ def _reduce(node: Node, args: Args) -> list[Tensor]:
     return [fn(args.tensor(0), axes, bool(args.attr("keepdims")), name=args.name())]
 
 
-@lowering("LayerNormalization", kind="reduce", dtypes=FLOATS)
+@lowering("LayerNormalization", "InstanceNormalization", kind="reduce", dtypes=FLOATS)
 def _layer_norm(node: Node, args: Args) -> list[Tensor | None]:
-    """Normalize over dims axis..end: mean and variance stages (two passes), the inverse standard
-    deviation, then `(x - mean) * inv_std * scale + bias` with scale/bias broadcast over those dims.
-    The optional Mean and InvStdDev outputs are the statistics stages themselves."""
+    """Normalize over dims axis..end (InstanceNormalization: the spatial ones): mean and variance stages (two
+    passes), the inverse standard deviation, then `(x - mean) * inv_std * scale + bias` with scale/bias broadcast
+    over those dims (InstanceNormalization: one per channel). The optional Mean and InvStdDev outputs are the
+    statistics stages themselves."""
     x = args.tensor(0)
-    axis, eps = int(args.attr("axis")), float(args.attr("epsilon"))
+    instance = node.op == "InstanceNormalization"
+    axis, eps = 2 if instance else int(args.attr("axis")), float(args.attr("epsilon"))
+    if x.ndim <= axis:
+        raise args.error(f"input {list(x.shape)} has nothing to normalize over from axis {axis}")
     rank = x.ndim
     inner = x.shape[axis:]
     inv = 1.0 / math.prod(inner)
@@ -207,12 +211,15 @@ def _layer_norm(node: Node, args: Args) -> list[Tensor | None]:
     scale = args.tensor(1) if args.present(1) else None
     bias = args.tensor(2) if args.present(2) else None
 
+    def affine(t: Tensor, idx: Sequence[E.Expr]) -> E.Expr:
+        return t[(idx[1],)] if instance else broadcast_load(t, idx)
+
     def body(*idx):
         y = (x[idx] - mean[stat(idx)]) * inv_std[stat(idx)]
         if scale is not None:
-            y = y * broadcast_load(scale, idx)
+            y = y * affine(scale, idx)
         if bias is not None:
-            y = y + broadcast_load(bias, idx)
+            y = y + affine(bias, idx)
         return y
 
     y = compute(x.shape, body, name=args.name(), tag=BROADCAST, attrs={"axis": axis, "epsilon": eps})

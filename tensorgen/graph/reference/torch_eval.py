@@ -371,6 +371,11 @@ def _reduce_mean(node, xs, graph):
     return torch.mean(xs[0], tuple(node.attrs["axes"]), keepdim=bool(node.attrs.get("keepdims", 1)))
 
 
+@register("InstanceNormalization")
+def _instance_norm(node, xs, graph):
+    return F.instance_norm(xs[0], weight=xs[1], bias=xs[2], eps=node.attrs["epsilon"])
+
+
 @register("ReduceMax", "ReduceMin")
 def _reduce_max_min(node, xs, graph):
     return (torch.amax if node.op == "ReduceMax" else torch.amin)(xs[0], tuple(node.attrs["axes"]),
