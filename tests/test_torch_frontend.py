@@ -108,8 +108,26 @@ class Activations(nn.Module):
         return y.masked_fill(keep, 0.25) * torch.logical_xor(y < 0, x[:, 3:4] == 0).float()
 
 
+class Norms(nn.Module):
+    """Instance norm (batch norm on the input viewed as one sample) and group norm after convolutions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1, self.inorm = nn.Conv2d(3, 8, 3, padding=1), nn.InstanceNorm2d(8, affine=True)
+        self.conv2, self.gnorm = nn.Conv2d(8, 8, 3, padding=1), nn.GroupNorm(4, 8)
+        self.plain = nn.InstanceNorm2d(8)
+        for norm in (self.inorm, self.gnorm):
+            nn.init.uniform_(norm.weight, 0.5, 2.0)
+            nn.init.uniform_(norm.bias, -1.0, 1.0)
+
+    def forward(self, x):
+        y = F.silu(self.inorm(self.conv1(x)))
+        return self.plain(self.gnorm(self.conv2(y)) + y)
+
+
 CASES = {
     "activations": (Activations, (2, 4, 5, 5)),
+    "norms": (Norms, (2, 3, 6, 6)),
     "resblock": (ResBlock, (1, 8, 8, 8)),
     "gelu_mlp": (GeluMLP, (4, 32)),
     "depthwise": (Depthwise, (1, 8, 8, 8)),

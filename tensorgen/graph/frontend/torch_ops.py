@@ -315,6 +315,44 @@ def _batch_norm(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> 
     return (out, *(None,) * (len(shapes) - 1))
 
 
+@converts("aten._native_batch_norm_legit")
+def _batch_statistics_norm(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> tuple:
+    """Batch norm with the statistics of its input (training=True), as F.instance_norm calls it on the input viewed
+    as one sample of N * C channels: InstanceNormalization where the batch is one sample. Both overloads (with
+    running statistics, which it would update, and without)."""
+    shape, dtype = shapes[0]
+    x, weight, bias = args[:3]
+    training, eps = (args[3], args[5]) if len(args) == 6 else (args[5], args[7])  # .no_stats / with running stats
+    if shape[0] != 1 or not training or len(shape) < 3:
+        raise ConvertError("batch norm in training mode over a batch of more than one sample")
+    channels = shape[1]
+    inputs = [operand(cx, x, dtype), _affine(cx, weight, 1.0, channels, dtype), _affine(cx, bias, 0.0, channels, dtype)]
+    (out,) = cx.emit("InstanceNormalization", inputs, {"epsilon": float(eps)}, shapes=[(shape, dtype)])
+    return (out, *(None,) * (len(shapes) - 1))
+
+
+@converts("aten.native_group_norm")
+def _group_norm(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> tuple:
+    """GroupNorm: the input viewed as (N, groups, rest), each group normalized as an instance, viewed back, then the
+    per-channel weight and bias."""
+    shape, dtype = shapes[0]
+    x, weight, bias = args[:3]
+    groups, eps = int(args[6]), float(args[7])
+    batch, channels = shape[:2]
+    (flat,) = cx.emit("Reshape", [operand(cx, x, dtype)],
+                      shapes=[((batch, groups, int(np.prod(shape[1:])) // groups), dtype)])
+    unit = [_affine(cx, None, 1.0, groups, dtype), _affine(cx, None, 0.0, groups, dtype)]
+    (normed,) = cx.emit("InstanceNormalization", [flat, *unit], {"epsilon": eps},
+                        shapes=[(cx.value(flat).shape, dtype)])
+    (out,) = cx.emit("Reshape", [normed], shapes=[(shape, dtype)])
+    per_channel = (channels, *(1,) * (len(shape) - 2))
+    for op, t in (("Mul", weight), ("Add", bias)):
+        if t is not None:
+            (t_c,) = cx.emit("Reshape", [operand(cx, t, dtype)], shapes=[(per_channel, dtype)])
+            (out,) = cx.emit(op, [out, t_c], shapes=[(shape, dtype)])
+    return (out, *(None,) * (len(shapes) - 1))
+
+
 @converts("aten.native_layer_norm")
 def _layer_norm(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> tuple:
     shape, dtype = shapes[0]
