@@ -514,3 +514,24 @@ def test_weights_changed_after_compiling_are_used():
         torch.testing.assert_close(compiled(x), module(x))
         module.load_state_dict({"weight": torch.randn(2, 4), "bias": torch.randn(2)})
         torch.testing.assert_close(compiled(x), module(x))
+
+
+class _Linear(nn.Module):
+    def __init__(self, **how) -> None:
+        super().__init__()
+        self.how = how
+
+    def forward(self, x):
+        return F.interpolate(x, **self.how)
+
+
+@pytest.mark.parametrize("how, shape", [
+    ({"size": (7, 5), "mode": "bilinear", "align_corners": False}, (1, 2, 4, 3)),
+    ({"size": (7, 5), "mode": "bilinear", "align_corners": True}, (2, 2, 4, 3)),
+    ({"scale_factor": 1.7, "mode": "bilinear"}, (1, 1, 5, 6)),
+    ({"scale_factor": (0.5, 1.5), "mode": "bilinear", "align_corners": True}, (1, 2, 8, 6)),
+    ({"size": 11, "mode": "linear"}, (2, 3, 4))])
+def test_linear_interpolation_equals_eager(how, shape):
+    module, x = _Linear(**how), torch.randn(shape)
+    graph = tensorgen.from_torch(module, (x,))
+    np.testing.assert_allclose(compile_graph(graph).run([x.numpy()])[0], _eager(module, x)[0], rtol=1e-5, atol=1e-6)

@@ -536,6 +536,48 @@ def _upsample_nearest(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape
     return x
 
 
+def _linear_taps(n: int, m: int, align_corners: bool, factor: float | None) -> tuple[np.ndarray, ...]:
+    """PyTorch's linear interpolation along an axis of `n` read at `m` points, in float32: the two input indices and
+    their weights for each output (align_corners: o * (n - 1) / (m - 1); else (o + 0.5) * s - 0.5, at least 0,
+    s = 1 / scale_factor where one is given, else n / m)."""
+    o = np.arange(m, dtype=np.float32)
+    if align_corners:
+        source = o * (np.float32(n - 1) / np.float32(m - 1) if m > 1 else np.float32(0))
+    else:
+        step = np.float32(1.0 / factor) if factor else np.float32(n) / np.float32(m)
+        source = np.maximum((o + np.float32(0.5)) * step - np.float32(0.5), np.float32(0))
+    low = np.minimum(np.floor(source).astype(np.int64), n - 1)
+    high = np.minimum(low + 1, n - 1)
+    weight = (source - low).astype(np.float32)
+    return low, high, np.float32(1) - weight, weight
+
+
+@converts("aten.upsample_bilinear2d", "aten.upsample_linear1d")
+def _upsample_linear(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
+    """Separable: along each resized axis two Gathers of PyTorch's source indices, weighted and added (the
+    weights' float32 arithmetic is PyTorch's; the sum's order is one axis after the other)."""
+    shape, dtype = _single(shapes)
+    x = operand(cx, args[0], dtype)
+    sizes, axes = cx.value(x).shape, range(2, len(shape))
+    align = bool(arg(args, kwargs, 2, "align_corners", False))
+    factors = args[3] if len(args) > 3 and isinstance(args[3], (list, tuple)) else args[3:]
+    factors = [*(factors or ()), *[None] * len(axes)]
+    current = list(sizes)
+    for a, factor in zip(axes, factors):
+        if sizes[a] == shape[a] and factor in (None, 1.0):
+            continue
+        low, high, w_low, w_high = _linear_taps(sizes[a], shape[a], align, factor)
+        current[a] = shape[a]
+        out_shape, weight_shape = tuple(current), (shape[a], *(1,) * (len(shape) - 1 - a))
+        terms = []
+        for index, weight in ((low, w_low), (high, w_high)):
+            (taps,) = cx.emit("Gather", [x, cx.tensor(index)], {"axis": a}, shapes=[(out_shape, dtype)])
+            terms.append(cx.emit("Mul", [taps, cx.tensor(weight.astype(dtype).reshape(weight_shape))],
+                                 shapes=[(out_shape, dtype)])[0])
+        (x,) = cx.emit("Add", terms, shapes=[(out_shape, dtype)])
+    return x
+
+
 # ---- reductions ---------------------------------------------------------------------------------------
 
 
