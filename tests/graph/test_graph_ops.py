@@ -417,7 +417,8 @@ def test_pad_negative_crops():
 def test_resize_nearest(scales, mode, nearest):
     x = rand(1, 2, 4, 8)
     attrs = {"mode": "nearest", "coordinate_transformation_mode": mode, "nearest_mode": nearest}
-    check("Resize", [x], {"scales": scales, "coordinate_transformation_mode": mode, "nearest_mode": nearest},
+    check("Resize", [x], {"mode": "nearest", "scales": scales, "coordinate_transformation_mode": mode,
+                          "nearest_mode": nearest},
           onnx_args=[x, None, C(np.array(scales, "float32"))], onnx_attrs=attrs)
 
 
@@ -530,7 +531,7 @@ def test_conv_transpose_negative_pads_extend_the_output():
 
 
 def test_resize_integer_scales_index_with_integer_arithmetic():
-    attrs = {"scales": (1.0, 1.0, 2.0, 0.5), "coordinate_transformation_mode": "half_pixel",
+    attrs = {"mode": "nearest", "scales": (1.0, 1.0, 2.0, 0.5), "coordinate_transformation_mode": "half_pixel",
              "nearest_mode": "round_prefer_floor"}
     (y,) = _lower("Resize", {"x": ((1, 2, 4, 8), "float32")}, {"y": ((1, 2, 8, 4), "float32")}, attrs)
     assert not [n for n in walk(y.body) if isinstance(n, (Call, Cast))]

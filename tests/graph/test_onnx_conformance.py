@@ -31,8 +31,9 @@ KNOWN_UNSUPPORTED: dict[str, str] = {
     # element types beyond float32/float64/int32/int64 (and bool conditions): te and the kernel ABI lack them
     r"(?i)(^|_)(b?float16|float8\w*|float4e2m1|e8m0|u?int(2|4|8|16)|uint(32|64))(_|$)":
         "element type not supported (float32, float64, int32, int64 only)",
-    # Resize is nearest-neighbour only
-    r"^test_resize_.*(linear|cubic)": "Resize supports mode='nearest' only",
+    # Resize is nearest-neighbour or linear
+    r"^test_resize_.*cubic": "Resize supports mode='nearest' and 'linear' only",
+    r"^test_resize_.*linear_antialias": "antialiased linear downsampling is not supported",
     r"^test_resize_tf_crop_and_resize": "Resize coordinate mode tf_crop_and_resize is not supported",
     # te has no zero-size tensors
     r"^test_(slice_start_out_of_bounds|split_zero_size_splits_opset1[38]|reduce_(sum|max|min)_empty_set\w*"

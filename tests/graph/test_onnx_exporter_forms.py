@@ -158,3 +158,16 @@ def test_instance_normalization_after_a_conv(shape, tmp_path):
     _check(_model(nodes, [_vi("x", [shape[0], 4, *shape[2:]])], [_vi("y", list(shape))],
                   [_const("w", rng.standard_normal((8, 4, *kernel))), _const("s", rng.standard_normal(8)),
                    _const("b", rng.standard_normal(8))]), tmp_path)
+
+
+@pytest.mark.parametrize("mode", ["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"])
+@pytest.mark.parametrize("out", [(9, 5), (3, 2), (12, 12)])
+def test_linear_resize_after_a_conv(mode, out, tmp_path):
+    """Bilinear up- and downsampling (segmentation heads), every coordinate mode, checked against ONNX Runtime."""
+    rng = np.random.default_rng(8)
+    sizes = numpy_helper.from_array(np.array([2, 4, *out], np.int64), "sizes")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Resize", ["c", "", "", "sizes"], ["y"], mode="linear",
+                              coordinate_transformation_mode=mode)]
+    _check(_model(nodes, [_vi("x", [2, 3, 6, 4])], [_vi("y", [2, 4, *out])],
+                  [_const("w", rng.standard_normal((4, 3, 3, 3))), sizes], opset=13), tmp_path)

@@ -196,6 +196,9 @@ CASES = [
     Case("Resize_scales", [node("Resize", ["x", "", "s"])], X4, {"s": np.array([1, 1, 2, 1.5], np.float32)}, opset=13),
     Case("Resize_sizes", [node("Resize", ["x", "", "", "s"], coordinate_transformation_mode="asymmetric",
                                nearest_mode="floor")], X4, {"s": i64(1, 3, 5, 12)}),
+    Case("Resize_linear", [node("Resize", ["x", "", "s"], mode="linear",
+                                coordinate_transformation_mode="align_corners")],
+         X4, {"s": np.array([1, 1, 1.5, 0.5], np.float32)}),
     Case("Resize_axes", [node("Resize", ["x", "", "", "s"], axes=[2, 3])], X4, {"s": i64(4, 16)}, opset=19),
     Case("Constant", [node("Constant", [], ["k"], value=numpy_helper.from_array(w(4))), node("Add", ["x", "k"])]),
     Case("Shape_ConstantOfShape", [node("Shape", ["x"], ["s"], start=1), node("ConstantOfShape", ["s"], ["k"],
@@ -298,10 +301,10 @@ def test_clip_inputs_become_attributes():
     ("ReduceSum_all", {"axes": (0, 1, 2), "keepdims": 0}), ("Cast", {"to": "int32"}),
     ("Gemm", {"alpha": 0.5, "beta": 2.0, "transA": 0, "transB": 1}), ("LeakyRelu", {"alpha": pytest.approx(0.2)}),
     ("Gelu", {"approximate": "tanh"}), ("BatchNormalization", {"epsilon": pytest.approx(1e-3)}),
-    ("Resize_sizes", {"scales": (1.0, 1.0, 5 / 8, 1.5), "coordinate_transformation_mode": "asymmetric",
-                      "nearest_mode": "floor"}),
-    ("Resize_axes", {"scales": (1.0, 1.0, 0.5, 2.0), "coordinate_transformation_mode": "half_pixel",
-                     "nearest_mode": "round_prefer_floor"}),
+    ("Resize_sizes", {"mode": "nearest", "scales": (1.0, 1.0, 5 / 8, 1.5),
+                      "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}),
+    ("Resize_axes", {"mode": "nearest", "scales": (1.0, 1.0, 0.5, 2.0),
+                     "coordinate_transformation_mode": "half_pixel", "nearest_mode": "round_prefer_floor"}),
 ])
 def test_normalized_attributes(case_id: str, attrs: dict):
     case = next(c for c in CASES if c.id == case_id)
@@ -445,7 +448,7 @@ SCALES = {"s": np.array([1, 1, 2, 2], np.float32)}
     ([node("BatchNormalization", ["x", "g", "g", "g", "g"], name="bn", training_mode=1)], X3, {"g": w(3)},
      r"node 'bn' \(BatchNormalization\): shape inference failed.*Training_mode = True"),
     ([node("Dropout", ["x", "", "t"], name="do")], X3, {"t": np.array(True)}, r"node 'do' \(Dropout\): training_mode"),
-    ([node("Resize", ["x", "", "s"], name="rz", mode="linear")], X4, SCALES, r"node 'rz' \(Resize\): mode 'linear'"),
+    ([node("Resize", ["x", "", "s"], name="rz", mode="cubic")], X4, SCALES, r"node 'rz' \(Resize\): mode 'cubic'"),
     ([node("Resize", ["x", "", "s"], name="rz", coordinate_transformation_mode="tf_crop_and_resize")], X4, SCALES,
      r"node 'rz' \(Resize\): coordinate_transformation_mode 'tf_crop_and_resize'"),
     ([node("ConvTranspose", ["x", "cw"], name="ct", strides=[2], auto_pad="SAME_UPPER", output_padding=[1])],

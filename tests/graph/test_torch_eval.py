@@ -123,8 +123,9 @@ def resize(name: str, x: np.ndarray, scales: tuple[float, ...], coordinates: str
     params = {"roi": None, "scales": None if sizes else np.array(scales, np.float32)}
     if sizes:
         params["sizes"] = i64(*sizes)
-    return Case(name, "Resize", {"x": x}, {"scales": scales, "coordinate_transformation_mode": coordinates,
-                                         "nearest_mode": nearest}, onnx_attrs=onnx_attrs, params=params, opset=opset)
+    return Case(name, "Resize", {"x": x}, {"mode": "nearest", "scales": scales,
+                                         "coordinate_transformation_mode": coordinates, "nearest_mode": nearest},
+                onnx_attrs=onnx_attrs, params=params, opset=opset)
 
 
 INT_A = rng.integers(-20, 20, (3, 4)).astype(np.int32)
@@ -273,6 +274,11 @@ CASES = [
          onnx_attrs={"mode": "edge"}, params={"pads": i64(2, 1), "value": None, "axes": i64(2)}),
     # Resize (nearest): every coordinate transformation and rounding mode, up and down, scales and sizes
     resize("resize_asymmetric_floor_x2", r(1, 2, 3, 4), (1.0, 1.0, 2.0, 2.0), "asymmetric", "floor"),
+    *(Case(f"resize_linear_{mode}", "Resize", {"x": r(1, 2, 4, 5)},
+           {"mode": "linear", "scales": (1.0, 1.0, 1.5, 0.6), "coordinate_transformation_mode": mode,
+            "nearest_mode": "floor"}, onnx_attrs={"mode": "linear", "coordinate_transformation_mode": mode},
+           params={"roi": None, "scales": np.array((1.0, 1.0, 1.5, 0.6), np.float32)})
+      for mode in ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel")),
     resize("resize_asymmetric_floor_x3", r(1, 2, 3, 4), (1.0, 1.0, 3.0, 1.0), "asymmetric", "floor"),
     resize("resize_asymmetric_round_x3", r(1, 2, 3, 4), (1.0, 1.0, 3.0, 3.0), "asymmetric", "round_prefer_floor"),
     resize("resize_half_pixel_fractional", r(1, 2, 4, 5), (1.0, 1.0, 1.5, 2.5), "half_pixel", "round_prefer_floor"),

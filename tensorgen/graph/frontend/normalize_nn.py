@@ -115,9 +115,10 @@ def _pool(n: OnnxNode) -> Node:
 
 @normalizer("Resize")
 def _resize(n: OnnxNode) -> Node:
-    """Nearest-neighbour only; one scale per axis, from `scales` or as sizes / input size."""
-    if n.attrs["mode"] != "nearest":
-        raise n.error(f"mode {n.attrs['mode']!r} is not supported (only 'nearest')")
+    """Nearest-neighbour or linear; one scale per axis, from `scales` or as sizes / input size."""
+    mode = n.attrs["mode"]
+    if mode not in ("nearest", "linear"):
+        raise n.error(f"mode {mode!r} is not supported (only 'nearest' and 'linear')")
     transform = n.attrs["coordinate_transformation_mode"]
     if transform == "tf_crop_and_resize":
         raise n.error("coordinate_transformation_mode 'tf_crop_and_resize' is not supported")
@@ -138,5 +139,7 @@ def _resize(n: OnnxNode) -> Node:
     full = [1.0] * len(shape)
     for a, s in zip(axes, given):
         full[a] = s
-    return n.make(attrs={"scales": tuple(full), "coordinate_transformation_mode": transform,
+    if mode == "linear" and n.attrs.get("antialias", 0) and min(full) < 1:
+        raise n.error("antialiased linear downsampling is not supported")
+    return n.make(attrs={"mode": mode, "scales": tuple(full), "coordinate_transformation_mode": transform,
                          "nearest_mode": n.attrs["nearest_mode"]})

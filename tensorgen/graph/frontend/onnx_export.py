@@ -50,7 +50,7 @@ def _resize(n: Node, g: Graph) -> tuple[list[Input], dict[str, Any]]:
     floor(in * float32(scale)) cannot round a size down; the scales themselves otherwise."""
     shape, out = g.value(n.inputs[0]).shape, g.value(n.outputs[0]).shape
     scales = n.attrs["scales"]
-    attrs = {"mode": "nearest"} | {k: n.attrs[k] for k in ("coordinate_transformation_mode", "nearest_mode")}
+    attrs = {k: n.attrs[k] for k in ("mode", "coordinate_transformation_mode", "nearest_mode")}
     if all(abs(o - i * s) <= 1e-6 * max(o, 1) for i, o, s in zip(shape, out, scales)):
         return [n.inputs[0], "", "", _i64(out)], attrs
     return [n.inputs[0], "", np.array(scales, dtype=np.float32)], attrs

@@ -6,6 +6,7 @@ axes inputs); each lowering still produces a computed stage, so a node always ha
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any
@@ -207,11 +208,42 @@ def _resize_index(args: Args, axis: int, o: E.Expr) -> E.Expr:
     return E.min_expr(E.max_expr(E.cast(round_fn(x, E), "int32"), 0), n - 1)
 
 
+def _linear_taps(args: Args, axis: int, o: E.Expr) -> list[tuple[E.Expr, E.Expr | None]]:
+    """The input indices output index `o` interpolates along `axis` and their weights (None: the axis is not
+    resized): as ONNX Runtime, the source coordinate clamped to [0, n - 1] in float32, its floor and the next."""
+    n, m = args.value(0).shape[axis], args.out(0).shape[axis]
+    scale = float(args.attr("scales")[axis])
+    if n == m and scale == 1.0:
+        return [(o, None)]
+    mode = args.attr("coordinate_transformation_mode")
+    if mode not in COORDINATES:
+        raise args.error(f"coordinate_transformation_mode={mode!r} is not supported")
+    x = E.min_expr(E.max_expr(COORDINATES[mode](E.cast(o, "float32"), scale, n, scale * n, m), 0.0), float(n - 1))
+    low = E.floor(x)
+    below = E.cast(low, "int32")
+    return [(below, 1.0 - (x - low)), (E.min_expr(below + 1, n - 1), x - low)]
+
+
 @lowering("Resize", kind="injective", dtypes=NUMERIC)
 def _resize(node: Node, args: Args) -> list[Tensor]:
-    """Nearest-neighbour resize: every output element copies one input element."""
+    """Nearest-neighbour resize (every output element copies one input element) or linear (a weighted sum of the
+    2^k input elements around it, k the resized axes)."""
     x = args.tensor(0)
     if len(args.attr("scales")) != x.ndim:
         raise args.error(f"scales {list(args.attr('scales'))} need one entry per axis of {list(x.shape)}")
-    return [compute(args.out_shape(), lambda *idx: x[tuple(_resize_index(args, a, o) for a, o in enumerate(idx))],
-                    name=args.name(), tag=INJECTIVE)]
+    if args.attr("mode") == "nearest":
+        return [compute(args.out_shape(), lambda *idx: x[tuple(_resize_index(args, a, o) for a, o in enumerate(idx))],
+                        name=args.name(), tag=INJECTIVE)]
+    if not E.is_float(x.dtype):
+        raise args.error(f"linear Resize of {x.dtype} (only of floating-point tensors)")
+
+    def body(*idx):
+        total = None
+        for corner in itertools.product(*(_linear_taps(args, a, o) for a, o in enumerate(idx))):
+            term = x[tuple(index for index, _ in corner)]
+            for _, weight in corner:
+                term = term * weight if weight is not None else term
+            total = term if total is None else total + term
+        return total
+
+    return [compute(args.out_shape(), body, name=args.name(), tag=INJECTIVE)]

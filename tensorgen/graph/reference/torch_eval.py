@@ -513,12 +513,31 @@ def _repeats(indices: tuple[np.ndarray | None, ...], sizes: tuple[int, ...]) -> 
     return reps
 
 
+def _linear_resize(x, sizes: tuple[int, ...], outs: tuple[int, ...], scales: tuple[float, ...], coordinates: str):
+    """Linear Resize one axis after the other: the source coordinate clamped to [0, n - 1] in float32, the two
+    elements around it weighted (ONNX Runtime's formula)."""
+    for axis, (n, m, s) in enumerate(zip(sizes, outs, scales)):
+        if n == m and s == 1.0:
+            continue
+        src = _COORDINATES[coordinates](np.arange(m, dtype=np.float32), np.float32(s), np.float32(n), np.float32(m))
+        src = np.clip(src.astype(np.float32), 0, n - 1)
+        low = np.floor(src)
+        high_w = torch.from_numpy((src - low).astype(np.float32)).to(x.dtype).reshape([m] + [1] * (x.dim() - axis - 1))
+        below = low.astype(np.int64)
+        above = np.minimum(below + 1, n - 1)
+        x = x.index_select(axis, torch.from_numpy(below)) * (1 - high_w) + \
+            x.index_select(axis, torch.from_numpy(above)) * high_w
+    return x
+
+
 @register("Resize")
 def _resize(node, xs, graph):
     a, x = node.attrs, xs[0]
-    if a.get("mode", "nearest") != "nearest":
-        raise GraphError(f"{node}: Resize mode {a['mode']!r} is not supported (nearest)")
     coordinates = a.get("coordinate_transformation_mode", "half_pixel")
+    if a.get("mode", "nearest") == "linear" and coordinates in _COORDINATES:
+        return _linear_resize(x, tuple(x.shape), _out_shape(node, graph), tuple(a["scales"]), coordinates)
+    if a.get("mode", "nearest") != "nearest":
+        raise GraphError(f"{node}: Resize mode {a['mode']!r} is not supported (nearest, linear)")
     nearest = a.get("nearest_mode", "round_prefer_floor")
     if coordinates not in _COORDINATES or nearest not in _NEAREST:
         raise GraphError(f"{node}: Resize coordinate_transformation_mode {coordinates!r} / nearest_mode "
