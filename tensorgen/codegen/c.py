@@ -30,6 +30,14 @@ _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 _MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf", "pow": "pow",
          "abs": "fabs", "floor": "floor", "ceil": "ceil"}
+#: identifiers the generated code refers to, which no buffer may shadow (a stage named `log` made
+#: `log[i] = log(x[i])`): C keywords and types, the math and memory functions it calls
+RESERVED = frozenset({
+    *_MATH.values(), *(f"{f}f" for f in _MATH.values()), "expm1", "log1p", "fmax", "fmin", "malloc", "free",
+    "aligned_alloc", "memcpy", "memset", "auto", "break", "case", "char", "const", "continue", "default", "do",
+    "double", "else", "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register",
+    "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned",
+    "void", "volatile", "while", "int32_t", "int64_t", "uint8_t", "_Float16", "_Bool", "bool", "true", "false"})
 
 PRELUDE = """\
 #include <math.h>
@@ -103,13 +111,19 @@ class _CWriter:
     rebased: dict[Buffer, tuple[str, Expr]] = field(default_factory=dict)  # buffer -> (base pointer, offset)
     prefetching: prefetch.Plan | None = None
 
+    def cname(self, buf: Buffer) -> str:
+        """The C name of a buffer: its own, with a `_` after it where C or the code around it uses the name."""
+        return f"{buf.name}_" if buf.name in RESERVED else buf.name
+
     def render(self) -> CFunction:
+        self.taken.update(RESERVED)
         outs = {b.name for b in self.func.args[-self.func.attrs.get("n_outputs", 1):]}
         for buf in self.func.args:
-            self.taken.add(buf.name)
+            name = self.cname(buf)
+            self.taken.add(name)
             const = "" if buf.name in outs else "const "
-            self.types[buf.name] = f"{const}{CTYPES[buf.dtype]}*{self.restrict(buf.name)}"
-        params = ", ".join(f"{self.types[b.name]} {b.name}" for b in self.func.args)
+            self.types[name] = f"{const}{CTYPES[buf.dtype]}*{self.restrict(buf.name)}"
+        params = ", ".join(f"{self.types[self.cname(b)]} {self.cname(b)}" for b in self.func.args)
         self.vec = VectorEmitter(self, self.simd_bytes)
         self.emit(self.func.body, 1)
         body = "\n".join(self.lines)
@@ -149,8 +163,8 @@ class _CWriter:
 
     def emit_allocate(self, s: Allocate, depth: int) -> None:
         buf = s.buffer
-        name = self.declare(buf.name)
-        if name != buf.name:
+        name = self.declare(self.cname(buf))
+        if name != self.cname(buf):
             raise ValueError(f"buffer name {buf.name} is used twice")
         ctype = CTYPES[buf.dtype]
         self.types[name] = f"{ctype}* restrict"
@@ -176,7 +190,7 @@ class _CWriter:
         for buf, base in bases.items():
             ptr = self.declare(f"{buf.name}_at")
             self.types[ptr] = f"const {CTYPES[buf.dtype]}*{self.restrict(buf.name)}"
-            self.line(depth, f"{self.types[ptr]} {ptr} = &{buf.name}[{self.expr(base)}];")
+            self.line(depth, f"{self.types[ptr]} {ptr} = &{self.cname(buf)}[{self.expr(base)}];")
             self.rebased[buf] = (ptr, base)
         name = self.var_name(s.var)
         # OpenMP allows no construct inside a simd loop, and only the outermost parallel loop forks
@@ -250,7 +264,7 @@ class _CWriter:
         p, extent = self.names[plan.parallel.var], plan.parallel.extent
         trip = prefetch.trip_index(plan.path, self.names)
         for panel in plan.panels:
-            nxt = f"&{panel.buffer.name}[({p} + 1) * {panel.stride}]"
+            nxt = f"&{self.cname(panel.buffer)}[({p} + 1) * {panel.stride}]"
             if panel.every > 1:
                 when, first = f" && ({trip}) % {panel.every} == 0", f"({trip}) / {panel.every}"
             else:
@@ -320,7 +334,7 @@ class _CWriter:
         if buf in self.rebased:
             ptr, base = self.rebased[buf]
             return f"{ptr}[{self.expr(rebased_index(index, base))}]"
-        return f"{buf.name}[{self.expr(index)}]"
+        return f"{self.cname(buf)}[{self.expr(index)}]"
 
     def nonneg(self, e: Expr) -> bool:
         b = bound(e, self.ranges)

@@ -171,3 +171,18 @@ def test_linear_resize_after_a_conv(mode, out, tmp_path):
                               coordinate_transformation_mode=mode)]
     _check(_model(nodes, [_vi("x", [2, 3, 6, 4])], [_vi("y", [2, 4, *out])],
                   [_const("w", rng.standard_normal((4, 3, 3, 3))), sizes], opset=13), tmp_path)
+
+
+def test_nodes_named_like_the_functions_and_keywords_of_c(tmp_path):
+    """Float64 Log/Exp named `log`, `exp`, `for`: a buffer named `log` shadowed log() (`log[i] = log(x[i])` did not
+    compile in a model's pooled loop)."""
+    double = TensorProto.DOUBLE
+    nodes = [helper.make_node(op, [x], [y], name=name) for op, x, y, name in (
+        ("Log", "x", "log", "log"), ("Exp", "log", "exp", "exp"), ("Sqrt", "exp", "for", "for"),
+        ("Tanh", "for", "y", "int"))]
+    proto = _model(nodes, [helper.make_tensor_value_info("x", double, [64, 3])],
+                   [helper.make_tensor_value_info("y", double, [64, 3])])
+    feeds = {"x": np.random.default_rng(9).random((64, 3)) + 0.1}
+    ref = ort.InferenceSession(proto.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(CompiledModel(build_model(proto, tmp_path / "model"), threads=1).run([feeds["x"]])[0],
+                               ref, rtol=1e-12)
