@@ -103,12 +103,13 @@ def tensorgen_backend(gm: Any, example_inputs: Sequence[Any], options: Mapping[s
     return run
 
 
-def _version(t: torch.Tensor) -> int:
-    """A tensor's in-place write counter (-1 for an inference-mode tensor, which has none and cannot change)."""
+def _version(t: torch.Tensor) -> tuple[int, int]:
+    """A tensor's memory and in-place write counter (-1 for an inference-mode tensor, which has none): both change
+    when its values may have (`mul_`, an optimizer step; `param.data = other` swaps the memory only)."""
     try:
-        return t._version
+        return t.data_ptr(), t._version
     except RuntimeError:
-        return -1
+        return t.data_ptr(), -1
 
 
 def _specialize(gm: Any, args: Sequence[Any], state: set[int], config: CompileOptions) -> Callable:
@@ -125,7 +126,11 @@ def _specialize(gm: Any, args: Sequence[Any], state: set[int], config: CompileOp
         if not config.fallback:
             raise
         LOGGER.warning("tensorgen compiles what it can of this graph and runs the rest in eager PyTorch: %s", e)
-        run = _split(bound, tensors, config, _traces(gm))
+        try:
+            run = _split(bound, tensors, config, _traces(gm))
+        except TensorgenError as whole:  # not even split (torch.export cannot trace it): all of it in eager
+            LOGGER.warning("tensorgen runs this graph in eager PyTorch: %s", whole)
+            return gm
     return _Rebound(run, sorted(fixed), len(args))
 
 

@@ -514,6 +514,8 @@ def test_weights_changed_after_compiling_are_used():
         torch.testing.assert_close(compiled(x), module(x))
         module.load_state_dict({"weight": torch.randn(2, 4), "bias": torch.randn(2)})
         torch.testing.assert_close(compiled(x), module(x))
+        module.weight.data = torch.randn(2, 4)  # new memory, the version counter of the new tensor
+        torch.testing.assert_close(compiled(x), module(x))
 
 
 class _Linear(nn.Module):
@@ -535,3 +537,15 @@ def test_linear_interpolation_equals_eager(how, shape):
     module, x = _Linear(**how), torch.randn(shape)
     graph = tensorgen.from_torch(module, (x,))
     np.testing.assert_allclose(compile_graph(graph).run([x.numpy()])[0], _eager(module, x)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_a_graph_torch_export_cannot_trace_runs_eagerly_with_fallback(caplog):
+    """A float attribute changed between calls (batch norm's eps) becomes a run-time scalar that torch.export cannot
+    retrace: with fallback=True that graph runs in eager PyTorch, with a warning, and computes what eager does."""
+    module, x = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).eval(), torch.randn(2, 3, 7, 9)
+    torch._dynamo.reset()
+    compiled = torch.compile(module, backend="tensorgen", options={"fallback": True})
+    with torch.no_grad(), caplog.at_level(logging.WARNING, logger="tensorgen.dynamo"):
+        torch.testing.assert_close(compiled(x), module(x))
+        module[1].eps = 0.5
+        torch.testing.assert_close(compiled(x), module(x))

@@ -47,17 +47,16 @@ def export_module(module: Any, example_inputs: Sequence[Any]) -> Any:
         if not isinstance(x, torch.Tensor):
             raise GraphError(f"example input {i} is a {type(x).__name__}; pass torch tensors")
     module = module.eval()
-    try:
-        with torch.no_grad():
-            exported = torch.export.export(module, inputs)
-    except Exception as e:  # noqa: BLE001 - torch.export raises many kinds; the user needs one line
-        raise GraphError(f"torch.export cannot trace {type(module).__name__}: {type(e).__name__}: "
-                         f"{' '.join(str(e).split())[:400]}") from None
     table = torch.export.default_decompositions()
     for op in (torch.ops.aten._safe_softmax.default, torch.ops.aten.scaled_dot_product_attention.default):
         table.pop(op, None)
     table[torch.ops.aten._transformer_encoder_layer_fwd.default] = _encoder_layer
-    return exported.run_decompositions(table)
+    try:
+        with torch.no_grad():
+            return torch.export.export(module, inputs).run_decompositions(table)
+    except Exception as e:  # noqa: BLE001 - torch.export raises many kinds; the user needs one line
+        raise GraphError(f"torch.export cannot trace {type(module).__name__}: {type(e).__name__}: "
+                         f"{' '.join(str(e).split())[:400]}") from None
 
 
 def _encoder_layer(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, use_gelu, norm_first,
