@@ -186,3 +186,31 @@ def test_nodes_named_like_the_functions_and_keywords_of_c(tmp_path):
     ref = ort.InferenceSession(proto.SerializeToString()).run(None, feeds)[0]
     np.testing.assert_allclose(CompiledModel(build_model(proto, tmp_path / "model"), threads=1).run([feeds["x"]])[0],
                                ref, rtol=1e-12)
+
+
+def test_bool_masks_moved_around_and_returned(tmp_path):
+    """A mask made after a conv (channels-last there) is a graph output, transposed, expanded, sliced, gathered and
+    concatenated; one cast from floats (0.5 is true) selects."""
+    rng = np.random.default_rng(10)
+    boolean = TensorProto.BOOL
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Greater", ["c", "zero"], ["mask"]),
+             helper.make_node("Transpose", ["mask"], ["t"], perm=[0, 2, 3, 1]),
+             helper.make_node("Slice", ["t", "starts", "ends", "axes"], ["s"]),
+             helper.make_node("Gather", ["s", "index"], ["g"], axis=3),
+             helper.make_node("Expand", ["g", "shape"], ["e"]),
+             helper.make_node("Concat", ["e", "e"], ["cat"], axis=0),
+             helper.make_node("Cast", ["x"], ["xb"], to=boolean),
+             helper.make_node("Where", ["xb", "x", "zero"], ["wb"])]
+    outputs = [helper.make_tensor_value_info("mask", boolean, [2, 4, 5, 7]),
+               helper.make_tensor_value_info("cat", boolean, [4, 3, 7, 2]), _vi("wb", [2, 3, 5, 7])]
+    proto = _model(nodes, [_vi("x", [2, 3, 5, 7])], outputs,
+                   [_const("w", rng.standard_normal((4, 3, 3, 3))), _const("zero", 0.0),
+                    *(numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+                      (("starts", [1]), ("ends", [4]), ("axes", [1]), ("index", [0, 2]), ("shape", [2, 3, 7, 2])))])
+    feeds = {"x": rng.standard_normal((2, 3, 5, 7)).astype(np.float32)}
+    feeds["x"][0, 0, 0, :3] = (0.0, 0.5, -0.25)
+    ref = ort.InferenceSession(proto.SerializeToString()).run(None, feeds)
+    ours = CompiledModel(build_model(proto, tmp_path / "model"), threads=1).run([feeds["x"]])
+    for a, b in zip(ours, ref):
+        np.testing.assert_array_equal(a, b)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from functools import reduce
 
 from tensorgen.graph.ir import Node
-from tensorgen.graph.ops.base import FLOATS, NUMERIC, Args, broadcast_load, lowering, operand
+from tensorgen.graph.ops.base import FLOATS, NUMERIC, READABLE, Args, broadcast_load, lowering, operand
 from tensorgen.te import expr as E
 from tensorgen.te.ops import batch_norm, broadcast_shape
 from tensorgen.te.ops.common import BROADCAST, ELEMWISE
@@ -34,7 +34,7 @@ UNARY: dict[str, tuple[Unary, tuple[str, ...]]] = {
     "Relu": (lambda x, a: E.max_expr(x, E.const(0, x.dtype)), NUMERIC),
     "Neg": (lambda x, a: -x, NUMERIC),
     "Abs": (lambda x, a: E.absolute(x), NUMERIC),
-    "Identity": (lambda x, a: x, NUMERIC),
+    "Identity": (lambda x, a: x, READABLE),
     "Sigmoid": (lambda x, a: E.sigmoid(x), FLOATS),
     "Tanh": (lambda x, a: E.tanh(x), FLOATS),
     "Erf": (lambda x, a: E.erf(x), FLOATS),
@@ -113,12 +113,15 @@ def _clip(node: Node, args: Args) -> list[Tensor]:
     return _pointwise(args, body)
 
 
-@lowering("Cast", kind="elemwise")
+@lowering("Cast", kind="elemwise", dtypes=READABLE)
 def _cast(node: Node, args: Args) -> list[Tensor]:
+    """To bool: non-zero is true (a C conversion to its one byte would truncate 0.5 to 0)."""
     x = args.tensor(0)
     to = args.attr("to")
     if to != args.out(0).dtype:
         raise args.error(f"to={to!r} disagrees with the output dtype {args.out(0).dtype}")
+    if to == "bool" and x.dtype != "bool":
+        return _pointwise(args, lambda idx: E.ne(x[idx], E.const(0, x.dtype)))
     return _pointwise(args, lambda idx: E.cast(x[idx], to))
 
 
@@ -190,7 +193,7 @@ def _pow(node: Node, args: Args) -> list[Tensor]:
     return _pointwise(args, lambda idx: E.power(E.cast(base(idx), work), E.cast(power(idx), work)))
 
 
-@lowering("Where", kind="elemwise")
+@lowering("Where", kind="elemwise", dtypes=READABLE)
 def _where(node: Node, args: Args) -> list[Tensor]:
     """The condition may be bool, or an integer (non-zero is true)."""
     dtype = args.out(0).dtype

@@ -14,19 +14,19 @@ from typing import Any
 import numpy as np
 
 from tensorgen.graph.ir import Node
-from tensorgen.graph.ops.base import NUMERIC, Args, broadcast_load, lowering
+from tensorgen.graph.ops.base import NUMERIC, READABLE, Args, broadcast_load, lowering
 from tensorgen.te import expr as E
 from tensorgen.te.ops import broadcast_shape, concatenate, reshape, transpose
 from tensorgen.te.ops.common import INJECTIVE, offset
 from tensorgen.te.tensor import Tensor, compute
 
 
-@lowering("Reshape", "Flatten", "Squeeze", "Unsqueeze", kind="injective")
+@lowering("Reshape", "Flatten", "Squeeze", "Unsqueeze", kind="injective", dtypes=READABLE)
 def _reshape(node: Node, args: Args) -> list[Tensor]:
     return [reshape(args.tensor(0), args.out_shape(), name=args.name())]
 
 
-@lowering("Expand", kind="injective")
+@lowering("Expand", kind="injective", dtypes=READABLE)
 def _expand(node: Node, args: Args) -> list[Tensor]:
     x, shape = args.tensor(0), args.out(0).shape
     if broadcast_shape(args.value(0).shape, shape) != shape:
@@ -34,18 +34,18 @@ def _expand(node: Node, args: Args) -> list[Tensor]:
     return [compute(args.out_shape(), lambda *idx: broadcast_load(x, idx), name=args.name(), tag=INJECTIVE)]
 
 
-@lowering("Transpose", kind="injective")
+@lowering("Transpose", kind="injective", dtypes=READABLE)
 def _transpose(node: Node, args: Args) -> list[Tensor]:
     return [transpose(args.tensor(0), tuple(args.attr("perm")), name=args.name())]
 
 
-@lowering("Concat", kind="injective")
+@lowering("Concat", kind="injective", dtypes=READABLE)
 def _concat(node: Node, args: Args) -> list[Tensor]:
     tensors = [args.tensor(i) for i in range(len(node.inputs)) if args.present(i)]
     return [concatenate(tensors, int(args.attr("axis")), name=args.name())]
 
 
-@lowering("Split", kind="injective")
+@lowering("Split", kind="injective", dtypes=READABLE)
 def _split(node: Node, args: Args) -> list[Tensor]:
     """One stage per output, each a window along the axis (sizes from the outputs' shapes)."""
     x, axis = args.tensor(0), int(args.attr("axis"))
@@ -63,7 +63,7 @@ def _split(node: Node, args: Args) -> list[Tensor]:
     return results
 
 
-@lowering("Slice", kind="injective")
+@lowering("Slice", kind="injective", dtypes=READABLE)
 def _slice(node: Node, args: Args) -> list[Tensor]:
     """starts/ends are clamped by the frontend (an end of -1 with a negative step means 'through 0')."""
     x = args.tensor(0)
@@ -79,7 +79,7 @@ def _slice(node: Node, args: Args) -> list[Tensor]:
     return [compute(args.out_shape(), body, name=args.name(), tag=INJECTIVE)]
 
 
-@lowering("Gather", kind="injective")
+@lowering("Gather", kind="injective", dtypes=READABLE)
 def _gather(node: Node, args: Args) -> list[Tensor]:
     """A constant scalar index is a literal; tensor indices may be negative (counted from the end). Indices
     outside [-n, n) are an error, as in ONNX Runtime: constant ones at import (onnx_normalize), run-time ones
