@@ -549,3 +549,17 @@ def test_a_graph_torch_export_cannot_trace_runs_eagerly_with_fallback(caplog):
         torch.testing.assert_close(compiled(x), module(x))
         module[1].eps = 0.5
         torch.testing.assert_close(compiled(x), module(x))
+
+
+class _NearOne(nn.Module):
+    def forward(self, x):
+        return torch.log1p(x), torch.expm1(x)
+
+
+def test_log1p_and_expm1_keep_their_relative_precision_near_zero():
+    """log(1 + x) and exp(x) - 1 lose it there (log1p(1e-8) was 0); infinities and -1 as PyTorch gives them."""
+    x = torch.tensor([1e-8, -1e-7, 1e-6, 3e-4, 0.3, -0.7, 0.999, -0.999, 1.5, -2.0, 5.0, 30.0, -30.0, 0.0, -1.0,
+                      float("inf"), -float("inf")])
+    graph = tensorgen.from_torch(_NearOne(), (x,))
+    for got, want in zip(compile_graph(graph).run([x.numpy()]), _eager(_NearOne(), x)):
+        np.testing.assert_allclose(got, want, rtol=3e-7, atol=0)

@@ -107,15 +107,26 @@ def _same_value(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> 
 
 def _near_one(log: bool) -> Converter:
     def convert(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
-        """log1p(x) = log(1 + x), expm1(x) = exp(x) - 1, as written: exact to float32's absolute precision near 0,
-        not its relative one (softplus(-20) is 0 here, 2e-9 in PyTorch)."""
+        """log1p and expm1 to float32's relative precision near 0, from ops that lose it there: log1p(x) =
+        log(w) * x / (w - 1) with w = 1 + x (x where w rounds to 1: Kahan's); expm1(x) = 2t / (1 - t) with
+        t = tanh(x / 2) where |x| < 1, else exp(x) - 1."""
         shape, dtype = _single(shapes)
-        x, one = operand(cx, args[0], dtype), cx.tensor(np.array(1, dtype=dtype))
+
+        def op(name: str, *inputs: str, out: str = dtype) -> str:
+            return cx.emit(name, list(inputs), shapes=[(shape, out)])[0]
+
+        def c(value: float) -> str:
+            return cx.tensor(np.array(value, dtype=dtype))
+
+        x = operand(cx, args[0], dtype)
         if log:
-            (total,) = cx.emit("Add", [x, one], shapes=[(shape, dtype)])
-            return cx.emit("Log", [total], shapes=[(shape, dtype)])[0]
-        (e,) = cx.emit("Exp", [x], shapes=[(shape, dtype)])
-        return cx.emit("Sub", [e, one], shapes=[(shape, dtype)])[0]
+            w = op("Add", x, c(1))
+            kahan = op("Where", op("Equal", w, c(1), out="bool"), x,
+                       op("Div", op("Mul", op("Log", w), x), op("Sub", w, c(1))))
+            return op("Where", op("Equal", x, c(np.inf), out="bool"), x, kahan)  # log1p(inf): inf / inf is NaN
+        t = op("Tanh", op("Mul", x, c(0.5)))
+        near = op("Div", op("Mul", t, c(2)), op("Sub", c(1), t))
+        return op("Where", op("Less", op("Abs", x), c(1), out="bool"), near, op("Sub", op("Exp", x), c(1)))
 
     return convert
 
