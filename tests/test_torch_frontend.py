@@ -563,3 +563,15 @@ def test_log1p_and_expm1_keep_their_relative_precision_near_zero():
     graph = tensorgen.from_torch(_NearOne(), (x,))
     for got, want in zip(compile_graph(graph).run([x.numpy()]), _eager(_NearOne(), x)):
         np.testing.assert_allclose(got, want, rtol=3e-7, atol=0)
+
+
+class _ArgExtremes(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, 1).argmax(1), x.argmin(-1, keepdim=True), x.argmax(), torch.argmax(x, keepdim=True)
+
+
+def test_argmax_and_argmin_pick_the_first_of_ties():
+    x = torch.randint(0, 3, (2, 5, 3, 4)).float()  # many ties
+    graph = tensorgen.from_torch(_ArgExtremes(), (x,))
+    for got, want in zip(compile_graph(graph).run([x.numpy()]), _eager(_ArgExtremes(), x)):
+        np.testing.assert_array_equal(got, want)

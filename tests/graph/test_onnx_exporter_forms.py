@@ -214,3 +214,22 @@ def test_bool_masks_moved_around_and_returned(tmp_path):
     ours = CompiledModel(build_model(proto, tmp_path / "model"), threads=1).run([feeds["x"]])
     for a, b in zip(ours, ref):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("axis, keepdims, last", [(1, 0, 0), (-1, 1, 0), (0, 1, 1), (2, 0, 1)])
+def test_arg_max_and_min_with_ties(op, axis, keepdims, last, tmp_path):
+    """Segmentation heads end in ArgMax over the classes; ties (the first, or the last index) as ONNX Runtime."""
+    x = np.random.default_rng(11).integers(0, 3, (3, 4, 5)).astype(np.float32)  # many ties
+    shape = [1 if d == axis % 3 else n for d, n in enumerate((3, 4, 5)) if keepdims or d != axis % 3]
+    proto = _model([helper.make_node(op, ["x"], ["y"], axis=axis, keepdims=keepdims, select_last_index=last)],
+                   [_vi("x", [3, 4, 5])], [helper.make_tensor_value_info("y", TensorProto.INT64, shape)])
+    ref = ort.InferenceSession(proto.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(CompiledModel(build_model(proto, tmp_path / "model"), threads=1).run([x])[0], ref)
+
+
+def test_arg_max_of_a_vector_is_a_scalar(tmp_path):
+    x = np.array([1.0, 3.0, np.nan, 3.0, np.nan], np.float32)  # NaN is the largest, the first one: 2
+    proto = _model([helper.make_node("ArgMax", ["x"], ["y"], keepdims=0)], [_vi("x", [5])],
+                   [helper.make_tensor_value_info("y", TensorProto.INT64, [])])
+    assert CompiledModel(build_model(proto, tmp_path / "model"), threads=1).run([x])[0] == 2

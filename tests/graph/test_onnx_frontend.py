@@ -133,6 +133,8 @@ CASES = [
     Case("Sum", [node("Sum", ["x", "z", "c"])], {**X3, "z": ((3, 1), F)}, {"c": w(4)}),
     Case("Mean", [node("Mean", ["x", "c"])], inits={"c": w(4)}),
     Case("ReduceMax", [node("ReduceMax", ["x"], axes=[1], keepdims=1)]),
+    Case("ArgMax", [node("ArgMax", ["x"], ["i"], axis=-1), node("Cast", ["i"], to=onnx.TensorProto.FLOAT)]),
+    Case("ArgMin", [node("ArgMin", ["x"], ["i"], axis=1, keepdims=0), node("Cast", ["i"], to=onnx.TensorProto.FLOAT)]),
     Case("InstanceNormalization", [node("InstanceNormalization", ["x", "s", "b"], epsilon=1e-3)],
          inits={"s": w(3), "b": w(3)}),
     Case("ReduceMin", [node("ReduceMin", ["x", "a"], keepdims=0)], inits={"a": i64(-1, 0)}, opset=18),
@@ -410,7 +412,7 @@ def test_all_unsupported_ops_reported_at_once():
     message = str(err.value)
     assert "node 'my_topk' (TopK): unsupported op" in message
     assert "node 'ein1' (Einsum): unsupported op (and 1 more Einsum nodes)" in message
-    assert "supported: Abs, Add, And, AveragePool" in message
+    assert "supported: Abs, Add, And, ArgMax, ArgMin, AveragePool" in message
 
 
 def test_unknown_domain_rejected():

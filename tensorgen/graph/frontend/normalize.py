@@ -184,6 +184,12 @@ def _axis_op(n: OnnxNode) -> Node:
     return n.make(attrs={"axis": n.axis(n.attrs["axis"], len(n.out().shape))})
 
 
+@normalizer("ArgMax", "ArgMin")
+def _arg_extreme(n: OnnxNode) -> Node:
+    return n.make(attrs={"axis": n.axis(n.attrs["axis"], len(n.shape())), "keepdims": int(n.attrs["keepdims"]),
+                         "select_last_index": int(n.attrs["select_last_index"])})
+
+
 @normalizer("Flatten")
 def _flatten(n: OnnxNode) -> Node:
     return n.make(attrs={"axis": n.axis(n.attrs["axis"], len(n.shape()), allow_end=True)})

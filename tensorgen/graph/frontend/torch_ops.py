@@ -612,6 +612,30 @@ def _reduce(op: str) -> Converter:
 converts("aten.mean")(_reduce("ReduceMean"))
 converts("aten.sum")(_reduce("ReduceSum"))
 converts("aten.amax")(_reduce("ReduceMax"))
+
+
+def _arg_extreme(op: str) -> Converter:
+    def convert(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
+        """argmax / argmin along `dim` (the first index holding the extreme, as PyTorch), over everything flattened
+        where there is no dim."""
+        shape, _ = _single(shapes)
+        x = cx.tensor(args[0])
+        sizes, dtype = cx.value(x).shape, cx.value(x).dtype
+        dim, keepdim = arg(args, kwargs, 1, "dim"), bool(arg(args, kwargs, 2, "keepdim", False))
+        if dim is None:
+            sizes, dim, keepdim = (int(np.prod(sizes)),), 0, False
+            (x,) = cx.emit("Reshape", [x], shapes=[(sizes, dtype)])
+        axis = int(dim) % len(sizes)
+        reduced = tuple(1 if d == axis else n for d, n in enumerate(sizes) if keepdim or d != axis)
+        attrs = {"axis": int(dim), "keepdims": int(keepdim), "select_last_index": 0}
+        (out,) = cx.emit(op, [x], attrs, shapes=[(reduced, "int64")])
+        return out if reduced == tuple(shape) else cx.emit("Reshape", [out], shapes=[(shape, "int64")])[0]
+
+    return convert
+
+
+converts("aten.argmax")(_arg_extreme("ArgMax"))
+converts("aten.argmin")(_arg_extreme("ArgMin"))
 converts("aten.amin")(_reduce("ReduceMin"))
 
 

@@ -17,6 +17,7 @@ from tensorgen.te.ops.conv import join_nc, split_nc
 from tensorgen.te.ops.transform import pad
 from tensorgen.te.tensor import Tensor, compute, reduce_axis
 from tensorgen.te.tensor import max as te_max
+from tensorgen.te.tensor import min as te_min
 from tensorgen.te.tensor import sum as te_sum
 
 
@@ -173,6 +174,29 @@ def _reduce(node: Node, args: Args) -> list[Tensor]:
     axes = tuple(args.attr("axes")) or tuple(range(len(args.value(0).shape)))
     fn = REDUCTIONS[node.op]
     return [fn(args.tensor(0), axes, bool(args.attr("keepdims")), name=args.name())]
+
+
+@lowering("ArgMax", "ArgMin", kind="reduce", dtypes=("int64",))
+def _arg_extreme(node: Node, args: Args) -> list[Tensor]:
+    """The index of the largest (ArgMax) or smallest element along `axis`, the first one holding it (the last with
+    select_last_index): the extreme, then the least (greatest) index holding it. A NaN is the extreme, as in NumPy
+    and PyTorch: the reduction propagates it and the index search matches it."""
+    x = args.tensor(0)
+    axis, keepdims, last = int(args.attr("axis")), bool(args.attr("keepdims")), bool(args.attr("select_last_index"))
+    n = x.shape[axis]
+    extreme = (reduce_max if node.op == "ArgMax" else reduce_min)(x, axis, True, name=args.name("extreme"))
+    k = reduce_axis(n, "k")
+
+    def body(*idx):
+        idx = idx[:len(args.out(0).shape)]  # a 0-d output's te shape is (1,)
+        full = list(idx) if keepdims else [*idx[:axis], 0, *idx[axis:]]
+        value, best = x[(*full[:axis], k, *full[axis + 1:])], extreme[(*full[:axis], 0, *full[axis + 1:])]
+        hit = E.any_of(E.eq(value, best), E.all_of(E.ne(value, value), E.ne(best, best)))
+        if last:
+            return te_max(E.select(hit, E.cast(k, "int64"), E.const(-1, "int64")), axis=k)
+        return te_min(E.select(hit, E.cast(k, "int64"), E.const(n, "int64")), axis=k)
+
+    return [compute(args.out_shape(), body, name=args.name(), tag=REDUCE)]
 
 
 @lowering("LayerNormalization", "InstanceNormalization", kind="reduce", dtypes=FLOATS)

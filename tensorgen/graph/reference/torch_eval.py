@@ -376,6 +376,16 @@ def _instance_norm(node, xs, graph):
     return F.instance_norm(xs[0], weight=xs[1], bias=xs[2], eps=node.attrs["epsilon"])
 
 
+@register("ArgMax", "ArgMin")
+def _arg_extreme(node, xs, graph):
+    a, x = node.attrs, xs[0]
+    if a["select_last_index"]:  # the first index from the end
+        x = x.flip(a["axis"])
+    fn = torch.argmax if node.op == "ArgMax" else torch.argmin
+    index = fn(x, a["axis"], keepdim=bool(a["keepdims"]))
+    return x.shape[a["axis"]] - 1 - index if a["select_last_index"] else index
+
+
 @register("ReduceMax", "ReduceMin")
 def _reduce_max_min(node, xs, graph):
     return (torch.amax if node.op == "ReduceMax" else torch.amin)(xs[0], tuple(node.attrs["axes"]),
