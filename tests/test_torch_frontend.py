@@ -125,8 +125,18 @@ class Norms(nn.Module):
         return self.plain(self.gnorm(self.conv2(y)) + y)
 
 
+class Statistics(nn.Module):
+    """var and std (biased and not), F.normalize and vector norms of orders 1, 2 and inf."""
+
+    def forward(self, x):
+        y = F.normalize(x, dim=1) + x.var(1, keepdim=True) - x.std(-1, keepdim=True)
+        y = y * torch.var(x, dim=(2, 3), unbiased=False, keepdim=True) + x.norm(dim=-1, keepdim=True)
+        return y + torch.linalg.vector_norm(x, 1, dim=1, keepdim=True) - x.abs().amax() + x.var()
+
+
 CASES = {
     "activations": (Activations, (2, 4, 5, 5)),
+    "statistics": (Statistics, (2, 3, 4, 5)),
     "norms": (Norms, (2, 3, 6, 6)),
     "resblock": (ResBlock, (1, 8, 8, 8)),
     "gelu_mlp": (GeluMLP, (4, 32)),

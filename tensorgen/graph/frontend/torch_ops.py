@@ -614,6 +614,52 @@ converts("aten.sum")(_reduce("ReduceSum"))
 converts("aten.amax")(_reduce("ReduceMax"))
 
 
+def _axes(cx: Emitter, x: str, dims: Any) -> list[int]:
+    """The axes `dims` names: all where it is None or empty."""
+    rank = len(cx.value(x).shape)
+    if dims is None or (isinstance(dims, (list, tuple)) and not dims):
+        return list(range(rank))
+    return sorted(int(d) % rank for d in (dims if isinstance(dims, (list, tuple)) else [dims]))
+
+
+@converts("aten.var")
+def _var(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
+    """var(x, dim, correction, keepdim): the mean of squared deviations from the mean, times n / (n - correction)."""
+    shape, dtype = _single(shapes)
+    x = operand(cx, args[0], dtype)
+    axes = _axes(cx, x, arg(args, kwargs, 1, "dim"))
+    count = int(np.prod([cx.value(x).shape[a] for a in axes]))
+    correction = 1.0 if kwargs.get("correction") is None else float(kwargs["correction"])  # keyword-only in ATen
+    keepdim = bool(kwargs.get("keepdim", False))
+    kept = tuple(cx.value(x).shape[d] if d not in axes else 1 for d in range(len(cx.value(x).shape)))
+    reduce = {"axes": axes, "keepdims": 1, "noop_with_empty_axes": 0}
+    (mean,) = cx.emit("ReduceMean", [x], reduce, shapes=[(kept, dtype)])
+    (dev,) = cx.emit("Sub", [x, mean], shapes=[(cx.value(x).shape, dtype)])
+    (sq,) = cx.emit("Mul", [dev, dev], shapes=[(cx.value(x).shape, dtype)])
+    (total,) = cx.emit("ReduceSum", [sq], {**reduce, "keepdims": int(keepdim)}, shapes=[(shape, dtype)])
+    return cx.emit("Div", [total, cx.tensor(np.array(max(count - correction, 0), dtype=dtype))],
+                   shapes=[(shape, dtype)])[0]
+
+
+@converts("aten.linalg_vector_norm")
+def _vector_norm(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
+    """The 2-norm (sqrt of the sum of squares), 1-norm (sum of |x|) or inf-norm (max |x|) over `dim`."""
+    shape, dtype = _single(shapes)
+    x = operand(cx, args[0], dtype)
+    order = float(arg(args, kwargs, 1, "ord", 2))
+    axes = _axes(cx, x, arg(args, kwargs, 2, "dim"))
+    attrs = {"axes": axes, "keepdims": int(bool(arg(args, kwargs, 3, "keepdim", False))), "noop_with_empty_axes": 0}
+    full = cx.value(x).shape
+    if order == 2:
+        (sq,) = cx.emit("Mul", [x, x], shapes=[(full, dtype)])
+        (total,) = cx.emit("ReduceSum", [sq], attrs, shapes=[(shape, dtype)])
+        return cx.emit("Sqrt", [total], shapes=[(shape, dtype)])[0]
+    if order not in (1, np.inf):
+        raise ConvertError(f"vector norm of order {order} (only 1, 2 and inf)")
+    (magnitude,) = cx.emit("Abs", [x], shapes=[(full, dtype)])
+    return cx.emit("ReduceSum" if order == 1 else "ReduceMax", [magnitude], attrs, shapes=[(shape, dtype)])[0]
+
+
 def _arg_extreme(op: str) -> Converter:
     def convert(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
         """argmax / argmin along `dim` (the first index holding the extreme, as PyTorch), over everything flattened
