@@ -91,15 +91,17 @@ def tensorgen_backend(gm: Any, example_inputs: Sequence[Any], options: Mapping[s
         return tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else int(a) for i, a in enumerate(args)
                      if i not in state)
 
-    def run(*args: Any) -> Any:
+    def build(args: Sequence[Any]) -> Callable:
         key, versions = sizes(args), tuple(_version(args[i]) for i in state)
         if key not in built or built[key][0] != versions:  # new sizes, or weights changed since (an optimizer step)
             built[key] = versions, _specialize(gm, args, set(state), config)
-        return built[key][1](*args)
+        return built[key][1]
+
+    def run(*args: Any) -> Any:
+        return build(args)(*args)
 
     if all(isinstance(x, torch.Tensor) for x in example_inputs):  # static: compile now, errors surface here
-        built[sizes(example_inputs)] = (tuple(_version(example_inputs[i]) for i in state),
-                                        _specialize(gm, example_inputs, set(state), config))
+        build(example_inputs)
     return run
 
 

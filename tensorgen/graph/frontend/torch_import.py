@@ -217,11 +217,11 @@ class TorchImport:
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda a: self.env[a])
         if node.target is operator.getitem:
             return args[0][args[1]]
-        if op_name(node.target) in _ASSERTIONS:  # checks of what the trace already fixed (dtypes, shapes)
+        key = op_name(node.target)
+        if key in _ASSERTIONS:  # checks of what the trace already fixed (dtypes, shapes)
             return None
         if not _has_runtime((args, kwargs)):
             return self._fold(node, args, kwargs)
-        key = op_name(node.target)
         if key == "aten._local_scalar_dense" and len(self.value(args[0].name).shape) <= 1:
             return args[0]  # .item() of a run-time scalar (a Python float argument): the one-element tensor itself
         convert = CONVERTERS.get(key)

@@ -515,12 +515,24 @@ def _adaptive_avg_pool(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shap
     return cx.emit("AveragePool", [x], attrs, shapes=[(shape, dtype)])[0]
 
 
+def _scale_factors(args: tuple, at: int, count: int) -> list[float | None]:
+    """An upsampling call's scale factors (None: none given) for its `count` resized axes: a list at `at` (the .vec
+    overloads) or one argument per axis from `at` on (.default)."""
+    given = args[at] if len(args) > at and isinstance(args[at], (list, tuple)) else args[at:]
+    return [*(given or ()), *[None] * count][:count]
+
+
+def _source_step(n: int, m: int, factor: float | None) -> np.float32:
+    """How far apart in the input PyTorch reads `m` outputs along an axis of `n`: 1 / scale_factor where the user
+    gave one, else n / m, in float32."""
+    return np.float32(1.0 / factor) if factor else np.float32(n) / np.float32(m)
+
+
 def _nearest_table(n: int, m: int, factor: float | None) -> tuple[np.ndarray, bool]:
     """The input index PyTorch's nearest reads for each of `m` outputs along an axis of `n`: min(floor(o * s), n - 1)
-    in float32, s = 1 / scale_factor where the user gave one, else n / m; and whether ONNX Resize's asymmetric floor,
-    o / (m / n), reads the same (integer ratios do; 9 -> 6 does not: 2 * 1.5 is 3, 2 / 0.6666667 is 2.9999998)."""
-    step = np.float32(1.0 / factor) if factor else np.float32(n) / np.float32(m)
-    table = np.minimum(np.floor(np.arange(m, dtype=np.float32) * step), n - 1).astype(np.int64)
+    in float32, s the _source_step; and whether ONNX Resize's asymmetric floor, o / (m / n), reads the same (integer
+    ratios do; 9 -> 6 does not: 2 * 1.5 is 3, 2 / 0.6666667 is 2.9999998)."""
+    table = np.minimum(np.floor(np.arange(m, dtype=np.float32) * _source_step(n, m, factor)), n - 1).astype(np.int64)
     resize = np.minimum(np.floor(np.arange(m) / np.float64(np.float32(m / n))), n - 1).astype(np.int64)
     return table, bool(np.array_equal(table, resize))
 
@@ -532,9 +544,7 @@ def _upsample_nearest(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape
     shape, dtype = _single(shapes)
     x = operand(cx, args[0], dtype)
     sizes, axes = cx.value(x).shape, range(2, len(shape))
-    factors = args[2] if len(args) > 2 and isinstance(args[2], (list, tuple)) else args[2:]
-    factors = [*(factors or ()), *[None] * len(axes)]
-    tables = [_nearest_table(sizes[a], shape[a], f) for a, f in zip(axes, factors)]
+    tables = [_nearest_table(sizes[a], shape[a], f) for a, f in zip(axes, _scale_factors(args, 2, len(axes)))]
     if all(same for _, same in tables):
         scales = np.array([o / i for o, i in zip(shape, sizes)], dtype=np.float32)
         attrs = {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
@@ -550,13 +560,12 @@ def _upsample_nearest(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape
 def _linear_taps(n: int, m: int, align_corners: bool, factor: float | None) -> tuple[np.ndarray, ...]:
     """PyTorch's linear interpolation along an axis of `n` read at `m` points, in float32: the two input indices and
     their weights for each output (align_corners: o * (n - 1) / (m - 1); else (o + 0.5) * s - 0.5, at least 0,
-    s = 1 / scale_factor where one is given, else n / m)."""
+    s the _source_step)."""
     o = np.arange(m, dtype=np.float32)
     if align_corners:
         source = o * (np.float32(n - 1) / np.float32(m - 1) if m > 1 else np.float32(0))
     else:
-        step = np.float32(1.0 / factor) if factor else np.float32(n) / np.float32(m)
-        source = np.maximum((o + np.float32(0.5)) * step - np.float32(0.5), np.float32(0))
+        source = np.maximum((o + np.float32(0.5)) * _source_step(n, m, factor) - np.float32(0.5), np.float32(0))
     low = np.minimum(np.floor(source).astype(np.int64), n - 1)
     high = np.minimum(low + 1, n - 1)
     weight = (source - low).astype(np.float32)
@@ -571,10 +580,8 @@ def _upsample_linear(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]
     x = operand(cx, args[0], dtype)
     sizes, axes = cx.value(x).shape, range(2, len(shape))
     align = bool(arg(args, kwargs, 2, "align_corners", False))
-    factors = args[3] if len(args) > 3 and isinstance(args[3], (list, tuple)) else args[3:]
-    factors = [*(factors or ()), *[None] * len(axes)]
     current = list(sizes)
-    for a, factor in zip(axes, factors):
+    for a, factor in zip(axes, _scale_factors(args, 3, len(axes))):
         if sizes[a] == shape[a] and factor in (None, 1.0):
             continue
         low, high, w_low, w_high = _linear_taps(sizes[a], shape[a], align, factor)
@@ -592,16 +599,21 @@ def _upsample_linear(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]
 # ---- reductions ---------------------------------------------------------------------------------------
 
 
+def _axes(cx: Emitter, x: str, dims: Any) -> list[int]:
+    """The axes `dims` names: all where it is None or empty."""
+    rank = len(cx.value(x).shape)
+    if dims is None or (isinstance(dims, (list, tuple)) and not dims):
+        return list(range(rank))
+    return sorted(int(d) % rank for d in (dims if isinstance(dims, (list, tuple)) else [dims]))
+
+
 def _reduce(op: str) -> Converter:
     def convert(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
         shape, dtype = _single(shapes)
         x = operand(cx, args[0], dtype)
-        dims = arg(args, kwargs, 1, "dim")
-        rank = len(cx.value(x).shape)
-        axes = list(range(rank)) if dims is None or (isinstance(dims, (list, tuple)) and not dims) else \
-            [int(d) for d in (dims if isinstance(dims, (list, tuple)) else [dims])]
+        rank, axes = len(cx.value(x).shape), _axes(cx, x, arg(args, kwargs, 1, "dim"))
         keepdims = bool(arg(args, kwargs, 2, "keepdim", False))
-        if op == "ReduceMean" and keepdims and rank >= 3 and sorted(a % rank for a in axes) == list(range(2, rank)):
+        if op == "ReduceMean" and keepdims and rank >= 3 and axes == list(range(2, rank)):
             return cx.emit("GlobalAveragePool", [x], shapes=[(shape, dtype)])[0]  # as ONNX models write it
         attrs = {"axes": axes, "keepdims": int(keepdims), "noop_with_empty_axes": 0}
         return cx.emit(op, [x], attrs, shapes=[(shape, dtype)])[0]
@@ -612,14 +624,7 @@ def _reduce(op: str) -> Converter:
 converts("aten.mean")(_reduce("ReduceMean"))
 converts("aten.sum")(_reduce("ReduceSum"))
 converts("aten.amax")(_reduce("ReduceMax"))
-
-
-def _axes(cx: Emitter, x: str, dims: Any) -> list[int]:
-    """The axes `dims` names: all where it is None or empty."""
-    rank = len(cx.value(x).shape)
-    if dims is None or (isinstance(dims, (list, tuple)) and not dims):
-        return list(range(rank))
-    return sorted(int(d) % rank for d in (dims if isinstance(dims, (list, tuple)) else [dims]))
+converts("aten.amin")(_reduce("ReduceMin"))
 
 
 @converts("aten.var")
@@ -627,15 +632,15 @@ def _var(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
     """var(x, dim, correction, keepdim): the mean of squared deviations from the mean, times n / (n - correction)."""
     shape, dtype = _single(shapes)
     x = operand(cx, args[0], dtype)
-    axes = _axes(cx, x, arg(args, kwargs, 1, "dim"))
-    count = int(np.prod([cx.value(x).shape[a] for a in axes]))
+    full, axes = cx.value(x).shape, _axes(cx, x, arg(args, kwargs, 1, "dim"))
+    count = int(np.prod([full[a] for a in axes]))
     correction = 1.0 if kwargs.get("correction") is None else float(kwargs["correction"])  # keyword-only in ATen
     keepdim = bool(kwargs.get("keepdim", False))
-    kept = tuple(cx.value(x).shape[d] if d not in axes else 1 for d in range(len(cx.value(x).shape)))
+    kept = tuple(1 if d in axes else n for d, n in enumerate(full))
     reduce = {"axes": axes, "keepdims": 1, "noop_with_empty_axes": 0}
     (mean,) = cx.emit("ReduceMean", [x], reduce, shapes=[(kept, dtype)])
-    (dev,) = cx.emit("Sub", [x, mean], shapes=[(cx.value(x).shape, dtype)])
-    (sq,) = cx.emit("Mul", [dev, dev], shapes=[(cx.value(x).shape, dtype)])
+    (dev,) = cx.emit("Sub", [x, mean], shapes=[(full, dtype)])
+    (sq,) = cx.emit("Mul", [dev, dev], shapes=[(full, dtype)])
     (total,) = cx.emit("ReduceSum", [sq], {**reduce, "keepdims": int(keepdim)}, shapes=[(shape, dtype)])
     return cx.emit("Div", [total, cx.tensor(np.array(max(count - correction, 0), dtype=dtype))],
                    shapes=[(shape, dtype)])[0]
@@ -682,7 +687,6 @@ def _arg_extreme(op: str) -> Converter:
 
 converts("aten.argmax")(_arg_extreme("ArgMax"))
 converts("aten.argmin")(_arg_extreme("ArgMin"))
-converts("aten.amin")(_reduce("ReduceMin"))
 
 
 # ---- shapes -------------------------------------------------------------------------------------------

@@ -140,7 +140,7 @@ BINARY: dict[str, Callable[[E.Expr, E.Expr], E.Expr]] = {
     "Max": E.max_expr,
     "Min": E.min_expr,
     "Sum": lambda a, b: a + b,
-    "Mean": lambda a, b: a + b,  # then divided by the count
+    "Mean": lambda a, b: a + b,  # then times 1 / the count
     "PRelu": lambda x, slope: E.select(x < 0, x * slope, x),
 }
 VARIADIC = ("Max", "Min", "Sum", "Mean")
@@ -156,9 +156,13 @@ def _binary(node: Node, args: Args) -> list[Tensor]:
     if not ops or (node.op not in VARIADIC and len(ops) != 2):
         raise args.error(f"expects {'at least one input' if node.op in VARIADIC else 'two inputs'}, "
                          f"got {len(ops)}")
-    if node.op == "Mean":
-        return _pointwise(args, lambda idx: reduce(fn, (op(idx) for op in ops)) * (1.0 / len(ops)))
-    return _pointwise(args, lambda idx: reduce(fn, (op(idx) for op in ops)))
+    scale = 1.0 / len(ops) if node.op == "Mean" else 1.0
+
+    def body(idx):
+        value = reduce(fn, (op(idx) for op in ops))
+        return value * scale if scale != 1.0 else value
+
+    return _pointwise(args, body)
 
 
 COMPARE = {"Equal": "eq", "Less": "lt", "Greater": "gt", "LessOrEqual": "le", "GreaterOrEqual": "ge"}
