@@ -27,7 +27,8 @@ from tensorgen.te.expr import (
 )
 from tensorgen.te.tensor import Tensor
 
-EXPENSIVE_INTRINSICS = frozenset({"exp", "log", "tanh", "erf", "sigmoid", "pow", "sqrt", "rsqrt"})
+EXPENSIVE_INTRINSICS = frozenset({"exp", "log", "tanh", "erf", "sigmoid", "pow", "sqrt", "rsqrt", "sin", "cos", "tan",
+                                  "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"})
 
 
 @dataclass(frozen=True)

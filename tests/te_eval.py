@@ -28,7 +28,10 @@ _ERF = np.frompyfunc(math.erf, 1, 1)
 _CALL = {
     "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x), "tanh": np.tanh,
     "erf": lambda x: _ERF(x).astype(x.dtype), "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
-    "pow": np.power, "abs": np.abs, "floor": np.floor, "ceil": np.ceil,
+    "pow": np.power, "abs": np.abs, "floor": np.floor, "ceil": np.ceil, "round": np.round, "trunc": np.trunc,
+    "fmod": np.fmod,
+    "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
+    "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
 }
 
 

@@ -29,7 +29,8 @@ STACK_LIMIT = 256 * 1024
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 _MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf", "pow": "pow",
-         "abs": "fabs", "floor": "floor", "ceil": "ceil"}
+         "abs": "fabs", "floor": "floor", "ceil": "ceil", "round": "rint", "trunc": "trunc", "fmod": "fmod",
+         **{f: f for f in ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")}}
 #: identifiers the generated code refers to, which no buffer may shadow (a stage named `log` made
 #: `log[i] = log(x[i])`): C keywords and types, the math and memory functions it calls
 RESERVED = frozenset({

@@ -23,7 +23,8 @@ DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",)
 DTYPE_BYTES = {"float16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
 BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "min", "max")
 CMP_OPS = ("lt", "le", "gt", "ge", "eq", "ne")
-INTRINSICS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "pow", "abs", "floor", "ceil")
+INTRINSICS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "pow", "abs", "floor", "ceil", "round", "trunc",
+              "fmod", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
 COMBINERS = ("sum", "max", "min", "prod")
 
 ExprLike = Union["Expr", int, float, bool]
@@ -397,9 +398,8 @@ def _intrinsic(name: str) -> Callable[..., Expr]:
     return fn
 
 
-exp, log, sqrt, rsqrt, tanh, erf, sigmoid, power, absolute, floor, ceil = (
-    _intrinsic(n) for n in INTRINSICS
-)
+(exp, log, sqrt, rsqrt, tanh, erf, sigmoid, power, absolute, floor, ceil, round_even, trunc, fmod,
+ sin, cos, tan, asin, acos, atan, sinh, cosh, asinh, acosh, atanh) = (_intrinsic(n) for n in INTRINSICS)
 
 
 # ---------------------------------------------------------------------------------------------

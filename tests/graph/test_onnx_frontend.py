@@ -145,6 +145,15 @@ CASES = [
     Case("Not", [node("Greater", ["x", "c"], ["p"]), node("Not", ["p"], ["b"]), node("Where", ["b", "x", "c"])],
          inits={"c": w(4)}),
     Case("Gelu", [node("Gelu", ["x"], approximate="tanh")], opset=20),
+    *(unary(op) for op in ["Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Tan", "Atan", "Sinh", "Cosh", "Asinh"]),
+    *(Case(op, [node("Tanh", ["x"], ["t"]), node(op, ["t"])]) for op in ["Asin", "Acos", "Atanh"]),
+    Case("Acosh", [node("Abs", ["x"], ["a"]), node("Add", ["a", "c"], ["b"]), node("Acosh", ["b"])],
+         inits={"c": np.float32(1.0)}),
+    *(Case(op, [node("Div", ["x", "z"], ["q"]), node(op, ["q"], ["b"], **attrs), node("Where", ["b", "x", "z"])],
+           {**X3, "z": ((3, 1), F)}) for op, attrs in [("IsNaN", {}), ("IsInf", {"detect_negative": 0})]),
+    Case("Mod", [node("Mod", ["x", "c"], fmod=1)], inits={"c": np.abs(w(4)) + 0.5}),
+    Case("Mod_int", [node("Mod", ["i", "c"]), ], {"i": ((2, 3), "int64")}, {"c": np.array([3, -2, 5], np.int64)}),
+    Case("Tile", [node("Tile", ["x", "r"])], inits={"r": i64(2, 1, 3)}),
     Case("Clip", [node("Clip", ["x", "lo", "hi"])], inits={"lo": np.float32(-0.5), "hi": np.float32(0.7)}),
     Case("Add", [node("Add", ["x", "c"])], inits={"c": w(4)}),
     Case("Sub", [node("Sub", ["x", "z"])], {**X3, "z": ((3, 1), F)}),
@@ -403,16 +412,15 @@ def test_local_functions_are_inlined():
 
 # ------------------------------------------------------------------------------------------ errors
 def test_all_unsupported_ops_reported_at_once():
-    nodes = [node("Relu", ["x"], ["r"]), node("TopK", ["r", "k"], ["v", "i"], name="my_topk"),
-             node("Einsum", ["r"], ["e1"], name="ein1", equation="ijk->kji"),
-             node("Einsum", ["e1"], ["y"], name="ein2", equation="ijk->kji")]
-    model = make_model(nodes, X3, ["y"], {"k": i64(2)})
+    nodes = [node("Relu", ["x"], ["r"]), node("NonZero", ["r"], ["nz"], name="my_nonzero"),
+             node("Det", ["r"], ["d1"], name="det1"), node("Det", ["d1"], ["y"], name="det2")]
+    model = make_model(nodes, {"x": ((3, 3, 3, 3), F)}, ["y"])
     with pytest.raises(GraphError) as err:
         import_onnx(model)
     message = str(err.value)
-    assert "node 'my_topk' (TopK): unsupported op" in message
-    assert "node 'ein1' (Einsum): unsupported op (and 1 more Einsum nodes)" in message
-    assert "supported: Abs, Add, And, ArgMax, ArgMin, AveragePool" in message
+    assert "node 'my_nonzero' (NonZero): unsupported op" in message
+    assert "node 'det1' (Det): unsupported op (and 1 more Det nodes)" in message
+    assert "supported: Abs, Acos, Acosh, Add, And, ArgMax, ArgMin" in message
 
 
 def test_unknown_domain_rejected():
@@ -443,8 +451,8 @@ SCALES = {"s": np.array([1, 1, 2, 2], np.float32)}
 @pytest.mark.parametrize(("nodes", "inputs", "inits", "message"), [
     ([node("Reshape", ["x", "s"], name="r")], {**X3, "s": ((2,), "int64")}, {},
      r"node 'r' \(Reshape\): input 's' \(shape\) must be a constant"),
-    ([node("Floor", ["x"], name="fl")], X3, {},
-     r"node 'fl' \(Floor\): supported only when all its inputs are constants.*'x' is computed at run time"),
+    ([node("Range", ["s", "n", "d"], name="rg")], {"n": ((), F)}, {"s": np.float32(0), "d": np.float32(1)},
+     r"node 'rg' \(Range\): supported only when all its inputs are constants.*'n' is computed at run time"),
     ([node("MaxPool", ["x"], ["y", "idx"], name="mp", kernel_shape=[2, 2])], X4, {},
      r"node 'mp' \(MaxPool\): output 'idx' \(Indices\) is used"),
     ([node("BatchNormalization", ["x", "g", "g", "g", "g"], name="bn", training_mode=1)], X3, {"g": w(3)},

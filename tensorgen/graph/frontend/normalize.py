@@ -24,6 +24,7 @@ from tensorgen.graph.ir import GraphError, Node, Value
 CONST_INPUTS: dict[str, dict[int, str]] = {
     "Reshape": {1: "shape"},
     "Expand": {1: "shape"},
+    "Tile": {1: "repeats"},
     "Squeeze": {1: "axes"},
     "Unsqueeze": {1: "axes"},
     "Split": {1: "split"},
@@ -163,7 +164,10 @@ _PLAIN: dict[str, tuple[str, ...]] = {
                      "Reciprocal", "Exp", "GlobalAveragePool", "MatMul", "Where", "Identity", "Neg", "Abs",
                      "Max", "Min", "Log", "Softplus", "Softsign", "Mish", "PRelu", "Sum", "Mean",
                      "GlobalMaxPool", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And",
-                     "Or", "Xor"], ()),
+                     "Or", "Xor", "Floor", "Ceil", "Round", "Sign", "IsNaN", "Sin", "Cos", "Tan", "Asin", "Acos",
+                     "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh"], ()),
+    "IsInf": ("detect_negative", "detect_positive"),
+    "Mod": ("fmod",),
     "LeakyRelu": ("alpha",),
     "Elu": ("alpha",),
     "Celu": ("alpha",),
@@ -245,6 +249,12 @@ def _reshape(n: OnnxNode) -> Node:
 @normalizer("Expand")
 def _expand(n: OnnxNode) -> Node:
     return n.make(attrs={"shape": n.out().shape})
+
+
+@normalizer("Tile")
+def _tile(n: OnnxNode) -> Node:
+    """The repeats from the shapes (an output axis reads the input's at its index modulo the input's size)."""
+    return n.make(attrs={"repeats": [o // i for o, i in zip(n.out().shape, n.shape())]})
 
 
 @normalizer("Squeeze")

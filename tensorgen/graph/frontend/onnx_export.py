@@ -59,6 +59,7 @@ def _resize(n: Node, g: Graph) -> tuple[list[Input], dict[str, Any]]:
 _EXPORTERS: dict[str, Exporter] = {
     "Reshape": lambda n, g: ([n.inputs[0], _i64(n.attrs["shape"])], {"allowzero": int(0 in n.attrs["shape"])}),
     "Expand": lambda n, g: ([n.inputs[0], _i64(n.attrs["shape"])], {}),
+    "Tile": lambda n, g: ([n.inputs[0], _i64(n.attrs["repeats"])], {}),
     "Squeeze": lambda n, g: ([n.inputs[0], _i64(n.attrs["axes"])], {}),
     "Unsqueeze": lambda n, g: ([n.inputs[0], _i64(n.attrs["axes"])], {}),
     "Split": lambda n, g: ([n.inputs[0], _i64(n.attrs["split"])], {"axis": n.attrs["axis"]}),

@@ -53,6 +53,12 @@ UNARY: dict[str, tuple[Unary, tuple[str, ...]]] = {
     "Softplus": (lambda x, a: _softplus(x), FLOATS),
     "Softsign": (lambda x, a: x / (E.absolute(x) + 1.0), FLOATS),
     "Mish": (lambda x, a: x * E.tanh(_softplus(x)), FLOATS),
+    "Floor": (lambda x, a: E.floor(x), FLOATS),
+    "Ceil": (lambda x, a: E.ceil(x), FLOATS),
+    "Round": (lambda x, a: E.round_even(x), FLOATS),  # halves to even, as ONNX and NumPy
+    "Sign": (lambda x, a: E.select(x > 0, E.const(1, x.dtype), E.select(x < 0, E.const(-1, x.dtype), x)), NUMERIC),
+    **{op: ((lambda fn: lambda x, a: fn(x))(getattr(E, op.lower())), FLOATS)
+       for op in ("Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh")},
 }
 
 
@@ -181,6 +187,42 @@ def _compare(node: Node, args: Args) -> list[Tensor]:
 def _logic(node: Node, args: Args) -> list[Tensor]:
     ops = [operand(args, i, "bool") for i in range(len(node.inputs))]
     return _pointwise(args, lambda idx: LOGIC[node.op](*(op(idx) for op in ops)))
+
+
+PREDICATES: dict[str, Callable[[E.Expr, Args], E.Expr]] = {
+    "IsNaN": lambda x, a: E.ne(x, x),
+    "IsInf": lambda x, a: _is_inf(x, bool(a.attr("detect_positive")), bool(a.attr("detect_negative"))),
+}
+
+
+def _is_inf(x: E.Expr, positive: bool, negative: bool) -> E.Expr:
+    if positive and negative:
+        return E.eq(E.absolute(x), math.inf)
+    return E.eq(x, math.inf if positive else -math.inf) if positive or negative else E.const(False)
+
+
+@lowering(*PREDICATES, kind="elemwise", dtypes=("bool",))
+def _predicate(node: Node, args: Args) -> list[Tensor]:
+    """A test of each float element: NaN (x != x; kernels are built without -ffast-math), an infinity."""
+    x = operand(args, 0, args.value(0).dtype)
+    return _pointwise(args, lambda idx: PREDICATES[node.op](x(idx), args))
+
+
+@lowering("Mod", kind="elemwise")
+def _mod(node: Node, args: Args) -> list[Tensor]:
+    """fmod=1: C's remainder, the sign of the dividend; fmod=0: the sign of the divisor (Python's %, floats too)."""
+    dtype = args.out(0).dtype
+    a, b = operand(args, 0, dtype), operand(args, 1, dtype)
+    c_style = bool(args.attr("fmod"))
+
+    def body(idx):
+        x, y = a(idx), b(idx)
+        if not E.is_float(dtype):
+            return x - _trunc_div(x, y) * y if c_style else x % y
+        rem = E.fmod(x, y)
+        return rem if c_style else E.select(E.all_of(E.ne(rem, 0), E.ne(rem < 0, y < 0)), rem + y, rem)
+
+    return _pointwise(args, body)
 
 
 @lowering("Pow", kind="elemwise")

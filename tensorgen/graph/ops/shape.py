@@ -34,6 +34,18 @@ def _expand(node: Node, args: Args) -> list[Tensor]:
     return [compute(args.out_shape(), lambda *idx: broadcast_load(x, idx), name=args.name(), tag=INJECTIVE)]
 
 
+@lowering("Tile", kind="injective", dtypes=READABLE)
+def _tile(node: Node, args: Args) -> list[Tensor]:
+    x, shape = args.tensor(0), args.out(0).shape
+    if len(shape) != x.ndim or any(o % n for o, n in zip(shape, x.shape)):
+        raise args.error(f"the output {list(shape)} is not the input {list(x.shape)} repeated a whole number of times")
+
+    def body(*idx):
+        return x[tuple(i if o == n else i % n for i, o, n in zip(idx, shape, x.shape))]
+
+    return [compute(args.out_shape(), body, name=args.name(), tag=INJECTIVE)]
+
+
 @lowering("Transpose", kind="injective", dtypes=READABLE)
 def _transpose(node: Node, args: Args) -> list[Tensor]:
     return [transpose(args.tensor(0), tuple(args.attr("perm")), name=args.name())]

@@ -64,7 +64,9 @@ def _torch_dtype(name: str) -> Any:
 # ops that are one torch function of their inputs (broadcasting as ONNX does), and the variadic ones folded pairwise
 _DIRECT = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Erf": "erf", "Sqrt": "sqrt",
            "Reciprocal": "reciprocal", "Exp": "exp", "Neg": "neg", "Abs": "abs", "Add": "add", "Sub": "sub",
-           "Mul": "mul", "Where": "where", "Log": "log"}
+           "Mul": "mul", "Where": "where", "Log": "log", "Floor": "floor", "Ceil": "ceil", "Round": "round",
+           "Sign": "sign", "IsNaN": "isnan", "Sin": "sin", "Cos": "cos", "Tan": "tan", "Asin": "asin", "Acos": "acos",
+           "Atan": "atan", "Sinh": "sinh", "Cosh": "cosh", "Asinh": "asinh", "Acosh": "acosh", "Atanh": "atanh"}
 _VARIADIC = {"Max": "maximum", "Min": "minimum", "Sum": "add"}
 
 
@@ -91,6 +93,18 @@ def _identity(node, xs, graph):
 def _div(node, xs, graph):
     a, b = xs
     return torch.div(a, b) if a.is_floating_point() else torch.div(a, b, rounding_mode="trunc")  # C semantics
+
+
+@register("IsInf")
+def _is_inf(node, xs, graph):
+    x = xs[0]
+    return (torch.isposinf(x) & bool(node.attrs.get("detect_positive", 1))) | \
+        (torch.isneginf(x) & bool(node.attrs.get("detect_negative", 1)))
+
+
+@register("Mod")
+def _mod(node, xs, graph):
+    return (torch.fmod if node.attrs.get("fmod", 0) else torch.remainder)(*xs)
 
 
 @register("Pow")
@@ -407,6 +421,11 @@ def _reshape(node, xs, graph):
 @register("Expand")
 def _expand(node, xs, graph):
     return xs[0].expand(_out_shape(node, graph))
+
+
+@register("Tile")
+def _tile(node, xs, graph):
+    return xs[0].repeat(*(o // n for o, n in zip(_out_shape(node, graph), xs[0].shape)))
 
 
 @register("Transpose")
