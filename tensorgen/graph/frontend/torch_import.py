@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 import tensorgen.graph.frontend.normalize_nn  # noqa: F401  (registers Conv, pooling, Resize)
+import tensorgen.graph.frontend.torch_ops_scan  # noqa: F401  (registers cumsum, topk, sort)
 from tensorgen.graph.frontend.normalize import NORMALIZERS, ImportState, OnnxNode, add_constant
 from tensorgen.graph.frontend.torch_ops import CONVERTERS
 from tensorgen.graph.ir import Graph, GraphError, Node, Value
