@@ -216,3 +216,63 @@ def test_sort_of_integers_via_torch_compile():
     torch.testing.assert_close(got[0], want[0])
     torch.testing.assert_close(got[1], want[1])
     torch._dynamo.reset()
+
+
+# ---- running extremes and products ----------------------------------------------------------------------------
+
+
+class _Running(torch.nn.Module):
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        high, low = torch.cummax(x, self.dim), torch.cummin(x, self.dim)
+        return high.values, high.indices, low.values, low.indices
+
+
+@pytest.mark.parametrize("shape, dim, dtype", [((3, 6, 4), 1, torch.float32), ((5, 7), -1, torch.float32),
+                                               ((8, 3), 0, torch.int64), ((2, 9), 1, torch.int32)])
+def test_cummax_and_cummin_match_eager_with_ties_and_nan(shape, dim, dtype):
+    gen = torch.Generator().manual_seed(sum(shape))
+    x = (torch.round(torch.randn(shape, generator=gen) * 2) / 2) if dtype.is_floating_point else \
+        torch.randint(-3, 3, shape, generator=gen, dtype=dtype)
+    if dtype.is_floating_point:
+        flat = x.view(-1)
+        flat[[1, 4, 7]] = float("nan")
+        flat[5] = float("-inf")
+    with torch.no_grad():
+        want = [t.numpy() for t in _Running(dim)(x)]
+    for got, ref in zip(_compiled(_Running(dim), x), want):
+        assert got.dtype == ref.dtype and got.shape == ref.shape
+        np.testing.assert_array_equal(got, ref)
+
+
+class _Products(torch.nn.Module):
+    def forward(self, x, i):
+        return torch.prod(x, 1), x.prod(-1, keepdim=True), torch.prod(i), torch.prod(i, 0, dtype=torch.float32)
+
+
+def test_prod_matches_eager():
+    gen = torch.Generator().manual_seed(3)
+    x, i = torch.rand(3, 5, 4, generator=gen) + 0.5, torch.randint(-2, 3, (4, 3), generator=gen, dtype=torch.int32)
+    with torch.no_grad():
+        want = [t.numpy() for t in _Products()(x, i)]
+    for got, ref in zip(_compiled(_Products(), x, i), want):
+        assert got.dtype == ref.dtype and got.shape == ref.shape
+        np.testing.assert_allclose(got, ref, rtol=1e-5)
+
+
+@pytest.mark.parametrize("axes, keepdims, dtype", [([1], 1, "float32"), ([-1, 0], 0, "float64"), (None, 0, "int64"),
+                                                   ([2], 0, "int32")])
+def test_reduce_prod_matches_onnxruntime(axes, keepdims, dtype, tmp_path):
+    rng = np.random.default_rng(len(axes or ()) + keepdims)
+    x = (rng.integers(-2, 3, (3, 4, 2)) if dtype.startswith("int") else rng.uniform(0.5, 1.5, (3, 4, 2))).astype(dtype)
+    inputs = ["x", "axes"] if axes is not None else ["x"]
+    inits = [numpy_helper.from_array(np.array(axes, np.int64), "axes")] if axes is not None else []
+    node = helper.make_node("ReduceProd", inputs, ["y"], keepdims=keepdims)
+    proto = _model(node, x, [("y", dtype)], inits)
+    proto.opset_import[0].version = 18  # axes an input
+    ours, ref = _ours_and_ort(proto, x, tmp_path)
+    assert ours[0].dtype == ref[0].dtype and ours[0].shape == ref[0].shape
+    np.testing.assert_allclose(ours[0], ref[0], rtol=1e-5)

@@ -34,6 +34,7 @@ CONST_INPUTS: dict[str, dict[int, str]] = {
     "ReduceSum": {1: "axes"},
     "ReduceMax": {1: "axes"},
     "ReduceMin": {1: "axes"},
+    "ReduceProd": {1: "axes"},
     "Resize": {1: "roi", 2: "scales", 3: "sizes"},
     "Dropout": {1: "ratio", 2: "training_mode"},
     "CumSum": {1: "axis"},
@@ -334,7 +335,7 @@ def _clip(n: OnnxNode) -> Node:
     return n.make(attrs={"min": n.scalar(1, -math.inf), "max": n.scalar(2, math.inf)})
 
 
-@normalizer("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin")
+@normalizer("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd")
 def _reduce(n: OnnxNode) -> Node:
     """Axes from the attribute (ReduceMean before opset 18) or the input; none means all, or Identity."""
     rank = len(n.shape())

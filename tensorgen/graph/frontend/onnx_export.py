@@ -62,7 +62,7 @@ _EXPORTERS: dict[str, Exporter] = {
     "Squeeze": lambda n, g: ([n.inputs[0], _i64(n.attrs["axes"])], {}),
     "Unsqueeze": lambda n, g: ([n.inputs[0], _i64(n.attrs["axes"])], {}),
     "Split": lambda n, g: ([n.inputs[0], _i64(n.attrs["split"])], {"axis": n.attrs["axis"]}),
-    **dict.fromkeys(("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"),
+    **dict.fromkeys(("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd"),
                     lambda n, g: ([n.inputs[0], _i64(n.attrs["axes"])], {"keepdims": n.attrs["keepdims"]})),
     "Cast": lambda n, g: (list(n.inputs), {"to": onnx_dtype(n.attrs["to"])}),
     "CumSum": lambda n, g: ([n.inputs[0], _i64(n.attrs["axis"])],

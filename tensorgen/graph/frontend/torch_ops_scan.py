@@ -1,4 +1,5 @@
-"""Converters of the ATen ops that look along one axis: cumsum, topk, sort and argsort (as CumSum and TopK).
+"""Converters of the ATen ops that look along one axis: cumsum, topk, sort and argsort (as CumSum and TopK),
+cummax and cummin (composed of IR ops), and prod (ReduceProd).
 
 They register into torch_ops' table like the converters there; torch_import imports this module.
 """
@@ -9,9 +10,20 @@ from typing import Any
 
 import numpy as np
 
-from tensorgen.graph.frontend.torch_ops import ConvertError, Emitter, Shape, arg, converts, operand
+from tensorgen.graph.frontend.torch_ops import Converter, ConvertError, Emitter, Shape, arg, converts, operand
 
 INDEX = "int64"
+
+
+def _values(x: Any, cx: Emitter, what: str) -> tuple[str, tuple[int, ...], str]:
+    """A run-time tensor argument that has at least one dim and is not bool: (name, shape, dtype)."""
+    name = cx.tensor(x)
+    value = cx.value(name)
+    if not value.shape:
+        raise ConvertError(f"{what} of a 0-d tensor is not supported")
+    if value.dtype == "bool":
+        raise ConvertError(f"{what} of bool tensors is not supported")
+    return name, value.shape, value.dtype
 
 
 def _axis_const(cx: Emitter, dim: Any, base: str) -> str:
@@ -31,18 +43,13 @@ def _cumsum(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
 
 def _top(cx: Emitter, x: Any, dim: Any, k: int | None, largest: bool, shapes: list[Shape]) -> tuple[str, str]:
     """TopK of `x` along `dim` (all of it where k is None): (values, int64 indices), equal values by index."""
-    name = cx.tensor(x)
-    value = cx.value(name)
-    if not value.shape:
-        raise ConvertError("sorting a 0-d tensor is not supported")
-    if value.dtype == "bool":
-        raise ConvertError("sorting bool tensors is not supported")
-    axis = int(dim) % len(value.shape)
-    k = value.shape[axis] if k is None else int(k)
-    shape = tuple(k if d == axis else n for d, n in enumerate(value.shape))
+    name, sizes, dtype = _values(x, cx, "sorting")
+    axis = int(dim) % len(sizes)
+    k = sizes[axis] if k is None else int(k)
+    shape = tuple(k if d == axis else n for d, n in enumerate(sizes))
     attrs = {"axis": axis, "largest": int(largest), "sorted": 1}
     values, indices = cx.emit("TopK", [name, cx.constant(np.array([k], dtype=np.int64), "topk_k")], attrs,
-                              shapes=[(shape, value.dtype), (shape, INDEX)])
+                              shapes=[(shape, dtype), (shape, INDEX)])
     return values, indices
 
 
@@ -64,3 +71,76 @@ def _sort(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> tuple[
 def _argsort(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
     """argsort(x, dim=-1, descending=False) (and .stable): the indices of a stable sort."""
     return _sort(cx, args, kwargs, shapes)[1]
+
+
+def _running_extreme(largest: bool) -> Converter:
+    def convert(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> tuple[str, str]:
+        """cummax / cummin(x, dim): (values, int64 indices) without a scan op, O(n^2) in time and memory along dim
+        (n its size): every prefix x[..k..] for k <= i laid out on a new axis next to dim (the rest filled with
+        the dtype's lowest (highest) value), reduced by ReduceMax (ReduceMin); the index is the last k <= i holding
+        the prefix's extreme, as PyTorch's running `>=` (`<=`) gives. A NaN is the extreme from where it appears,
+        its index the last NaN so far, as in PyTorch."""
+        x, sizes, dtype = _values(args[0], cx, "cummax" if largest else "cummin")
+        axis = int(arg(args, kwargs, 1, "dim")) % len(sizes)
+        n, trailing = sizes[axis], (1,) * (len(sizes) - axis - 1)
+        square = (*sizes[:axis], n, n, *sizes[axis + 1:])  # (..., i, k, ...)
+        op = _Ops(cx, square)
+        prefix = cx.constant(np.tri(n, dtype=bool).reshape((n, n, *trailing)), "prefix")  # k <= i
+        rows = op.emit("Unsqueeze", x, cx.constant(np.array([axis], np.int64)),
+                       shape=(*sizes[:axis], 1, *sizes[axis:]))
+        masked = op.emit("Where", prefix, rows, cx.constant(_beyond(dtype, largest)), out=dtype)
+        reduce = {"axes": [axis + 1], "keepdims": 0, "noop_with_empty_axes": 0}
+        extreme = "ReduceMax" if largest else "ReduceMin"
+        values = op.emit(extreme, masked, attrs=reduce, shape=sizes)
+        column = op.emit("Unsqueeze", values, cx.constant(np.array([axis + 1], np.int64)),
+                         shape=(*sizes[:axis + 1], 1, *sizes[axis + 1:]))
+        same = op.emit("Equal", masked, column, out="bool")
+        if np.dtype(dtype).kind == "f":  # NaN matches NaN
+            nan = [op.emit("Not", op.emit("Equal", t, t, out="bool", shape=s), out="bool", shape=s)
+                   for t, s in ((masked, square), (column, cx.value(column).shape))]
+            same = op.emit("Or", same, op.emit("And", *nan, out="bool"), out="bool")
+        hit = op.emit("And", same, prefix, out="bool")
+        positions = cx.constant(np.arange(n, dtype=np.int64).reshape((n, *trailing)), "positions")
+        where = op.emit("Where", hit, positions, cx.constant(np.array(-1, np.int64)), out=INDEX)
+        return values, op.emit("ReduceMax", where, attrs=reduce, shape=sizes, out=INDEX)
+
+    return convert
+
+
+def _beyond(dtype: str, largest: bool) -> np.ndarray:
+    """A value that is never past any element in the order (cummax: -inf, or the integer minimum)."""
+    if np.dtype(dtype).kind == "f":
+        return np.array(-np.inf if largest else np.inf, dtype)
+    info = np.iinfo(dtype)
+    return np.array(info.min if largest else info.max, dtype)
+
+
+class _Ops:
+    """Emits one-output nodes whose shape is `shape` (by default the square one) and dtype `out` (default the
+    first input's)."""
+
+    def __init__(self, cx: Emitter, shape: tuple[int, ...]):
+        self.cx, self.shape = cx, shape
+
+    def emit(self, op: str, *inputs: str, attrs: dict | None = None, shape: tuple[int, ...] | None = None,
+             out: str | None = None) -> str:
+        dtype = out or self.cx.value(inputs[0]).dtype
+        return self.cx.emit(op, list(inputs), attrs, shapes=[(self.shape if shape is None else shape, dtype)])[0]
+
+
+converts("aten.cummax")(_running_extreme(largest=True))
+converts("aten.cummin")(_running_extreme(largest=False))
+
+
+@converts("aten.prod")
+def _prod(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
+    """prod(x, dtype=None) over everything, prod(x, dim, keepdim=False, dtype=None) over one dim: ReduceProd in
+    the output's dtype (integers and bool multiply as int64, as PyTorch promotes them)."""
+    shape, dtype = shapes[0]
+    x = operand(cx, args[0], dtype)
+    rank, dim = len(cx.value(x).shape), arg(args, kwargs, 1, "dim")
+    if rank == 0:  # the product of one number
+        return x
+    axes = list(range(rank)) if dim is None else [int(dim) % rank]
+    attrs = {"axes": axes, "keepdims": int(bool(arg(args, kwargs, 2, "keepdim", False))), "noop_with_empty_axes": 0}
+    return cx.emit("ReduceProd", [x], attrs, shapes=[(shape, dtype)])[0]

@@ -416,6 +416,14 @@ def _reduce_sum(node, xs, graph):  # torch would widen integer sums to int64; ON
     return torch.sum(xs[0], tuple(node.attrs["axes"]), keepdim=bool(node.attrs.get("keepdims", 1)), dtype=xs[0].dtype)
 
 
+@register("ReduceProd")
+def _reduce_prod(node, xs, graph):  # torch.prod takes one dim at a time (the last first, so the others keep theirs)
+    x, keep = xs[0], bool(node.attrs.get("keepdims", 1))
+    for axis in sorted(node.attrs["axes"], reverse=True):
+        x = torch.prod(x, axis, keepdim=keep, dtype=x.dtype)
+    return x
+
+
 # --- data movement ------------------------------------------------------------------------
 
 @register("Reshape", "Flatten", "Squeeze", "Unsqueeze")
