@@ -137,6 +137,10 @@ CASES = [
     Case("ArgMin", [node("ArgMin", ["x"], ["i"], axis=1, keepdims=0), node("Cast", ["i"], to=onnx.TensorProto.FLOAT)]),
     Case("InstanceNormalization", [node("InstanceNormalization", ["x", "s", "b"], epsilon=1e-3)],
          inits={"s": w(3), "b": w(3)}),
+    Case("ReduceProd", [node("ReduceProd", ["x", "a"], keepdims=1)], inits={"a": i64(-1)}, opset=18),
+    Case("CumSum", [node("CumSum", ["x", "a"], exclusive=1, reverse=1)], inits={"a": np.array(-2, np.int64)}),
+    Case("TopK", [node("TopK", ["x", "k"], ["v", "i"], axis=1, largest=0),
+                  node("Cast", ["i"], ["c"], to=onnx.TensorProto.FLOAT), node("Add", ["v", "c"])], inits={"k": i64(2)}),
     Case("ReduceMin", [node("ReduceMin", ["x", "a"], keepdims=0)], inits={"a": i64(-1, 0)}, opset=18),
     *(Case(op, [node(op, ["x", "c"], ["b"]), node("Where", ["b", "x", "c"])], inits={"c": w(4)})
       for op in ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"]),

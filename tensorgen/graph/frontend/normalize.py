@@ -35,8 +35,11 @@ CONST_INPUTS: dict[str, dict[int, str]] = {
     "ReduceSum": {1: "axes"},
     "ReduceMax": {1: "axes"},
     "ReduceMin": {1: "axes"},
+    "ReduceProd": {1: "axes"},
     "Resize": {1: "roi", 2: "scales", 3: "sizes"},
     "Dropout": {1: "ratio", 2: "training_mode"},
+    "CumSum": {1: "axis"},
+    "TopK": {1: "k"},
 }
 
 
@@ -194,6 +197,31 @@ def _arg_extreme(n: OnnxNode) -> Node:
                          "select_last_index": int(n.attrs["select_last_index"])})
 
 
+@normalizer("CumSum")
+def _cumsum(n: OnnxNode) -> Node:
+    return n.make(attrs={"axis": n.axis(int(_one(n, 1)), len(n.shape())), "exclusive": int(n.attrs["exclusive"]),
+                         "reverse": int(n.attrs["reverse"])})
+
+
+@normalizer("TopK")
+def _top_k(n: OnnxNode) -> Node:
+    """K becomes an attribute (1..the axis' size: te has no empty tensors). sorted=0 leaves the order to the
+    implementation, so the sorted order is a valid answer for it too."""
+    axis = n.axis(n.attrs["axis"], len(n.shape()))
+    k, size = int(_one(n, 1)), n.shape()[axis]
+    if not 1 <= k <= size:
+        raise n.error(f"K={k} is out of range for axis {axis} of size {size} (1..{size} supported)")
+    return n.make(attrs={"axis": axis, "k": k, "largest": int(n.attrs["largest"])})
+
+
+def _one(n: OnnxNode, i: int) -> int | float:
+    """Constant input `i`, which must hold one number (a 0-d or 1-element tensor)."""
+    array = n.const(i)
+    if array is None or array.size != 1:
+        raise n.error(f"input {n.input(i)!r} must hold one number, not {None if array is None else list(array.shape)}")
+    return array.reshape(-1)[0].item()
+
+
 @normalizer("Flatten")
 def _flatten(n: OnnxNode) -> Node:
     return n.make(attrs={"axis": n.axis(n.attrs["axis"], len(n.shape()), allow_end=True)})
@@ -317,7 +345,7 @@ def _clip(n: OnnxNode) -> Node:
     return n.make(attrs={"min": n.scalar(1, -math.inf), "max": n.scalar(2, math.inf)})
 
 
-@normalizer("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin")
+@normalizer("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd")
 def _reduce(n: OnnxNode) -> Node:
     """Axes from the attribute (ReduceMean before opset 18) or the input; none means all, or Identity."""
     rank = len(n.shape())

@@ -39,7 +39,7 @@ SUPPORTED_OPS: frozenset[str] = frozenset(NORMALIZERS) | _ALWAYS_FOLDED
 GRAPH_OPS: frozenset[str] = frozenset(NORMALIZERS) - {"Dropout"}
 # accepted only when all their inputs are constant, so they fold away (mask and shape arithmetic)
 FOLD_ONLY_OPS: frozenset[str] = frozenset({
-    "Size", "Range", "Trilu", "CumSum", "ReduceProd",
+    "Size", "Range", "Trilu",
 })
 # outputs after the first that must be unused (what they would hold)
 _ITEMSIZE = {t: np.dtype(helper.tensor_dtype_to_np_dtype(t)).itemsize for t in onnx.TensorProto.DataType.values()

@@ -11,7 +11,7 @@ import numpy as np
 from tensorgen.graph.ir import Node
 from tensorgen.graph.ops.base import FLOATS, Args, broadcast_load, lowering
 from tensorgen.te import expr as E
-from tensorgen.te.ops import reduce_max, reduce_mean, reduce_min, reduce_sum, softmax
+from tensorgen.te.ops import reduce_max, reduce_mean, reduce_min, reduce_prod, reduce_sum, softmax
 from tensorgen.te.ops.common import BROADCAST, ELEMWISE, FLOAT_LOWEST, POOL, REDUCE, named, offset, scaled
 from tensorgen.te.ops.conv import join_nc, split_nc
 from tensorgen.te.ops.transform import pad
@@ -165,10 +165,11 @@ def _softmax(node: Node, args: Args) -> list[Tensor]:
                     log_softmax=node.op == "LogSoftmax")]
 
 
-REDUCTIONS = {"ReduceSum": reduce_sum, "ReduceMean": reduce_mean, "ReduceMax": reduce_max, "ReduceMin": reduce_min}
+REDUCTIONS = {"ReduceSum": reduce_sum, "ReduceMean": reduce_mean, "ReduceMax": reduce_max, "ReduceMin": reduce_min,
+              "ReduceProd": reduce_prod}
 
 
-@lowering("ReduceSum", "ReduceMax", "ReduceMin", kind="reduce")
+@lowering("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", kind="reduce")
 @lowering("ReduceMean", kind="reduce", dtypes=FLOATS)
 def _reduce(node: Node, args: Args) -> list[Tensor]:
     axes = tuple(args.attr("axes")) or tuple(range(len(args.value(0).shape)))

@@ -400,6 +400,25 @@ def _arg_extreme(node, xs, graph):
     return x.shape[a["axis"]] - 1 - index if a["select_last_index"] else index
 
 
+@register("CumSum")
+def _cumsum(node, xs, graph):
+    a, x = node.attrs, xs[0]
+    axis = a["axis"]
+    x = x.flip(axis) if a["reverse"] else x
+    y = torch.cumsum(x, axis, dtype=x.dtype)
+    if a["exclusive"]:  # shifted by one: the sum of what comes before
+        y = torch.cat([torch.zeros_like(x.narrow(axis, 0, 1)), y.narrow(axis, 0, x.shape[axis] - 1)], axis)
+    return y.flip(axis) if a["reverse"] else y
+
+
+@register("TopK")
+def _top_k(node, xs, graph):
+    """A stable sort (equal values by index, NaN the largest), then the first k."""
+    a = node.attrs
+    values, indices = torch.sort(xs[0], dim=a["axis"], descending=bool(a["largest"]), stable=True)
+    return values.narrow(a["axis"], 0, a["k"]), indices.narrow(a["axis"], 0, a["k"])
+
+
 @register("ReduceMax", "ReduceMin")
 def _reduce_max_min(node, xs, graph):
     return (torch.amax if node.op == "ReduceMax" else torch.amin)(xs[0], tuple(node.attrs["axes"]),
@@ -409,6 +428,14 @@ def _reduce_max_min(node, xs, graph):
 @register("ReduceSum")
 def _reduce_sum(node, xs, graph):  # torch would widen integer sums to int64; ONNX keeps the type
     return torch.sum(xs[0], tuple(node.attrs["axes"]), keepdim=bool(node.attrs.get("keepdims", 1)), dtype=xs[0].dtype)
+
+
+@register("ReduceProd")
+def _reduce_prod(node, xs, graph):  # torch.prod takes one dim at a time (the last first, so the others keep theirs)
+    x, keep = xs[0], bool(node.attrs.get("keepdims", 1))
+    for axis in sorted(node.attrs["axes"], reverse=True):
+        x = torch.prod(x, axis, keepdim=keep, dtype=x.dtype)
+    return x
 
 
 # --- data movement ------------------------------------------------------------------------

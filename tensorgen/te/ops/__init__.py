@@ -46,6 +46,7 @@ from tensorgen.te.ops.math import (
     reduce_max,
     reduce_mean,
     reduce_min,
+    reduce_prod,
     reduce_sum,
     relu,
     relu6,
@@ -82,6 +83,6 @@ __all__ = [
     "div", "elementwise", "gelu", "global_avg_pool2d", "layer_norm", "make_c1d", "make_c2d", "make_c3d",
     "make_cap", "make_conv_layer", "make_dep", "make_dil", "make_gmm", "make_grp", "make_nrm", "make_t2d",
     "make_tbs", "matmul", "matrix_norm", "max_pool2d", "maximum", "minimum", "mul", "pad", "reduce_max",
-    "reduce_mean", "reduce_min", "reduce_sum", "relu", "relu6", "reshape", "sigmoid", "softmax", "sub",
+    "reduce_mean", "reduce_min", "reduce_prod", "reduce_sum", "relu", "relu6", "reshape", "sigmoid", "softmax", "sub",
     "tanh", "tbs", "transpose"
 ]

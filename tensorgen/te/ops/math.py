@@ -11,6 +11,7 @@ from tensorgen.te.ops.common import BROADCAST, ELEMWISE, REDUCE, check_tensor, n
 from tensorgen.te.tensor import Tensor, compute, reduce_axis
 from tensorgen.te.tensor import max as te_max
 from tensorgen.te.tensor import min as te_min
+from tensorgen.te.tensor import prod as te_prod
 from tensorgen.te.tensor import sum as te_sum
 
 Scalar = int | float
@@ -181,6 +182,12 @@ def reduce_sum(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: boo
                name: str = "reduce_sum") -> Tensor:
     """Sum over `axis` (all axes if None); reducing every axis without keepdims gives shape (1,)."""
     return _reduce(x, axis, keepdims, te_sum, "reduce_sum", name)
+
+
+def reduce_prod(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False,
+                name: str = "reduce_prod") -> Tensor:
+    """Product over `axis` (all axes if None), starting from 1."""
+    return _reduce(x, axis, keepdims, te_prod, "reduce_prod", name)
 
 
 def reduce_mean(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False,

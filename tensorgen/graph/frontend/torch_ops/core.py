@@ -105,16 +105,18 @@ def binary(op: str) -> Converter:
 
 @dataclass(frozen=True)
 class Formula:
-    """Writes a converter's formula node by node: `f("Add", a, b)` emits one element-wise node (its output has the
-    inputs' broadcast shape and `dtype`, or `out=` another; keywords are attributes); `f.const(v)` is a scalar
+    """Writes a converter's formula node by node: `f("Add", a, b)` emits one node whose output has the inputs'
+    broadcast shape (or `shape=`) and `dtype` (or `out=`); other keywords are attributes. `f.const(v)` is a scalar
     constant of `dtype`."""
 
     cx: Emitter
     dtype: str
 
-    def __call__(self, op: str, *inputs: str, out: str | None = None, **attrs: Any) -> str:
-        shape = np.broadcast_shapes(*(self.cx.value(x).shape for x in inputs))
-        return self.cx.emit(op, list(inputs), attrs or None, shapes=[(tuple(shape), out or self.dtype)])[0]
+    def __call__(self, op: str, *inputs: str, out: str | None = None, shape: tuple[int, ...] | None = None,
+                 **attrs: Any) -> str:
+        if shape is None:
+            shape = tuple(np.broadcast_shapes(*(self.cx.value(x).shape for x in inputs)))
+        return self.cx.emit(op, list(inputs), attrs or None, shapes=[(shape, out or self.dtype)])[0]
 
     def const(self, value: float) -> str:
         return self.cx.tensor(np.array(value, dtype=self.dtype))

@@ -46,6 +46,7 @@ converts("aten.mean")(_reduce("ReduceMean"))
 converts("aten.sum")(_reduce("ReduceSum"))
 converts("aten.amax")(_reduce("ReduceMax"))
 converts("aten.amin")(_reduce("ReduceMin"))
+converts("aten.prod")(_reduce("ReduceProd"))
 
 
 @converts("aten.var")
