@@ -842,6 +842,15 @@ def _index_select(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -
                    shapes=[(shape, dtype)])[0]
 
 
+@converts("aten.gather")
+def _gather(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
+    """torch.gather(x, dim, index): ONNX GatherElements (index no larger than x off `dim`, as in both)."""
+    shape, dtype = _single(shapes)
+    index = cx.tensor(arg(args, kwargs, 2, "index"))
+    return cx.emit("GatherElements", [operand(cx, args[0], dtype), index], {"axis": int(args[1])},
+                   shapes=[(shape, dtype)])[0]
+
+
 def _filled(fill: float | None) -> Converter:
     """`*_like` depends on its input's shape alone, which is static: a constant (`fill` None: full_like's)."""
     def convert(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
