@@ -433,16 +433,17 @@ def test_supported_ops_and_kinds():
         "ReduceMean ReduceSum Cast Identity Pad Resize Expand Where Log Elu Selu Celu ThresholdedRelu Softplus "
         "Softsign Mish PRelu Sum Mean GlobalMaxPool LogSoftmax Equal Less Greater LessOrEqual GreaterOrEqual Not And "
         "Or Xor ReduceMax ReduceMin InstanceNormalization ArgMax ArgMin Floor Ceil Round Sign IsNaN IsInf Mod Sin Cos "
-        "Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh Tile CumSum TopK ReduceProd".split())
+        "Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh Tile CumSum TopK ReduceProd Einsum "
+        "GatherElements DepthToSpace SpaceToDepth".split())
     kinds = {op: op_kind(Node(op, "n", [], [])) for op in SUPPORTED_OPS}
-    assert {op for op, k in kinds.items() if k == "compute"} == {"Conv", "ConvTranspose", "Gemm", "MatMul"}
+    assert {op for op, k in kinds.items() if k == "compute"} == {"Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum"}
     assert {op for op, k in kinds.items() if k == "reduce"} == {
         "Softmax", "LogSoftmax", "LayerNormalization", "ReduceMean", "ReduceSum", "MaxPool", "AveragePool",
         "GlobalAveragePool", "GlobalMaxPool", "ReduceMax", "ReduceMin", "InstanceNormalization", "ArgMax", "ArgMin",
         "CumSum", "TopK", "ReduceProd"}
     assert {op for op, k in kinds.items() if k == "injective"} == {
         "Reshape", "Transpose", "Slice", "Concat", "Pad", "Gather", "Expand", "Resize", "Split", "Flatten",
-        "Squeeze", "Unsqueeze", "Tile"}
+        "Squeeze", "Unsqueeze", "Tile", "GatherElements", "DepthToSpace", "SpaceToDepth"}
     assert kinds["BatchNormalization"] == kinds["Cast"] == kinds["Add"] == "elemwise"
 
 

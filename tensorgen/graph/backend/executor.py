@@ -16,8 +16,8 @@ Intermediate values live in one arena allocated by init; values whose lifetimes 
 share memory. Reshape-like values alias their source, graph outputs are written in place.
 
 A run returns nonzero, with the reason in tensorgen_model_error, where an input would make a kernel read
-outside a tensor: the indices of a Gather computed at run time are checked (in [-n, n), as ONNX Runtime
-does) before the kernel that gathers with them, since a kernel has no way to fail.
+outside a tensor: the indices of a Gather or GatherElements computed at run time are checked (in [-n, n), as
+ONNX Runtime does) before the kernel that gathers with them, since a kernel has no way to fail.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tensorgen.codegen.c import CTYPES
-from tensorgen.graph.passes.fusion import Partition, overwritable_input
+from tensorgen.graph.passes.fusion import GATHER_OPS, Partition, overwritable_input
 
 ALIGN = 64
 
@@ -236,17 +236,17 @@ long tensorgen_model_output_bytes(int i) {{ return output_bytes[i]; }}
 
 
 def _index_checks(part: Partition, sub, where: dict[str, str]) -> list[str]:
-    """Checks of the run-time indices `sub`'s Gathers read from other kernels or the model's inputs (fusion
-    keeps their computation out of the Gather's kernel; constant ones were checked at import)."""
+    """Checks of the run-time indices `sub`'s Gathers (and GatherElements) read from other kernels or the model's
+    inputs (fusion keeps their computation out of the Gather's kernel; constant ones were checked at import)."""
     graph = part.graph
     out = []
     for node in sub.nodes:
-        indices = node.inputs[1] if node.op == "Gather" else None
+        indices = node.inputs[1] if node.op in GATHER_OPS else None
         if indices is None or graph.is_constant(indices) or indices not in sub.inputs:
             continue
         root = part.aliases.get(indices, indices)
         dim = graph.value(node.inputs[0]).shape[int(node.attrs["axis"])]
-        what = f"{'input' if root in graph.inputs else 'value'} '{root}' (indices of Gather '{node.name}')"
+        what = f"{'input' if root in graph.inputs else 'value'} '{root}' (indices of {node.op} '{node.name}')"
         what = re.sub(r"[^ -~]", "?", what).replace("\\", "\\\\").replace('"', '\\"')  # a C string literal
         out.append(f'  TENSORGEN_CHECK_INDICES({where[root]}, {graph.value(indices).size}L, {dim}L, "{what}");')
     return out

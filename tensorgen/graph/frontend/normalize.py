@@ -241,10 +241,9 @@ def _transpose(n: OnnxNode) -> Node:
     return n.make(attrs={"perm": perm})
 
 
-@normalizer("Gather")
-def _gather(n: OnnxNode) -> Node:
-    """Constant indices are made non-negative (and checked), so the lowering never wraps them."""
-    axis = n.axis(n.attrs["axis"], len(n.shape()))
+def gather_inputs(n: OnnxNode, axis: int) -> list[str]:
+    """The inputs of a Gather or GatherElements along `axis`: constant indices (input 1) are checked and made
+    non-negative, so the lowering never wraps them."""
     inputs = list(n.inputs)
     indices, dim = n.const(1), n.shape()[axis]
     if indices is not None:
@@ -253,7 +252,13 @@ def _gather(n: OnnxNode) -> Node:
         if indices.size and indices.min() < 0:
             inputs[1] = add_constant(n.state.values, n.state.constants, f"{n.name}_indices",
                                      np.where(indices < 0, indices + dim, indices))
-    return n.make(attrs={"axis": axis}, inputs=inputs)
+    return inputs
+
+
+@normalizer("Gather")
+def _gather(n: OnnxNode) -> Node:
+    axis = n.axis(n.attrs["axis"], len(n.shape()))
+    return n.make(attrs={"axis": axis}, inputs=gather_inputs(n, axis))
 
 
 @normalizer("Cast")

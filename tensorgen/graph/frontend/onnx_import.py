@@ -22,6 +22,7 @@ import numpy as np
 import onnx
 from onnx import external_data_helper, helper, inliner, numpy_helper
 
+import tensorgen.graph.frontend.normalize_index  # noqa: F401  (registers Einsum, GatherElements, ...)
 import tensorgen.graph.frontend.normalize_nn  # noqa: F401  (registers Conv, pooling, Resize)
 from tensorgen.graph.frontend.normalize import CONST_INPUTS, NORMALIZERS, ImportState, OnnxNode
 from tensorgen.graph.frontend.onnx_eval import evaluate, infer_outputs, np_dtype

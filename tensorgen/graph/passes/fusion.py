@@ -27,6 +27,8 @@ from tensorgen.schedule.layout import LayoutPrimitive
 from tensorgen.te.tensor import Tensor, placeholder
 
 ALIAS_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+# ops whose input 1 holds indices into input 0 along attribute `axis`, checked by the executor when computed at run time
+GATHER_OPS = frozenset({"Gather", "GatherElements"})
 # which group kinds a node of each kind may join (the group's kind is its first node's)
 JOINS = {"elemwise": {"compute", "elemwise", "injective", "reduce"}, "injective": {"elemwise", "injective"}}
 
@@ -106,10 +108,10 @@ def _in_dependency_order(groups: list[Subgraph], group_of: dict[str, Subgraph],
 
 def _joinable(node: Node, kind: str, graph: Graph, group_of: dict[str, Subgraph],
               users: dict[str, list[Node]], outputs: set[str], aliases: dict[str, str]) -> Subgraph | None:
-    """The group `node` fuses into: that of its first tensor input made by a group it may join. A Gather
-    joins the group of its data only: indices computed in its own kernel would escape the bounds check the
-    executor makes on a kernel's inputs."""
-    for name in node.inputs[:1] if node.op == "Gather" else node.inputs:
+    """The group `node` fuses into: that of its first tensor input made by a group it may join. A Gather (or
+    GatherElements) joins the group of its data only: indices computed in its own kernel would escape the bounds
+    check the executor makes on a kernel's inputs."""
+    for name in node.inputs[:1] if node.op in GATHER_OPS else node.inputs:
         if not name or graph.is_constant(name) or name in aliases:
             continue
         group = group_of.get(name)

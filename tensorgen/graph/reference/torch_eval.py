@@ -493,6 +493,31 @@ def _gather(node, xs, graph):
     return flat.reshape(*x.shape[:axis], *idx.shape, *x.shape[axis + 1:])
 
 
+@register("GatherElements")
+def _gather_elements(node, xs, graph):
+    x, idx = xs
+    axis = node.attrs["axis"]
+    return torch.gather(x, axis, torch.where(idx < 0, idx + x.shape[axis], idx).long())
+
+
+@register("Einsum")
+def _einsum(node, xs, graph):
+    return torch.einsum(node.attrs["equation"], *xs)
+
+
+@register("DepthToSpace", "SpaceToDepth")
+def _depth_space(node, xs, graph):
+    """pixel_shuffle is DepthToSpace in CRD mode; DCR reorders the channels (block row, block column, channel)."""
+    x, b, dcr = xs[0], node.attrs["blocksize"], node.attrs.get("mode", "DCR") == "DCR"  # SpaceToDepth: DCR
+    n, c, h, w = x.shape
+    if node.op == "DepthToSpace":
+        if dcr:
+            x = x.reshape(n, b * b, c // (b * b), h, w).transpose(1, 2).reshape(n, c, h, w)
+        return F.pixel_shuffle(x, b)
+    y = F.pixel_unshuffle(x, b)
+    return y.reshape(n, c, b * b, h // b, w // b).transpose(1, 2).reshape(y.shape) if dcr else y
+
+
 _TORCH_PAD_MODES = {"reflect": "reflect", "edge": "replicate"}
 
 

@@ -205,3 +205,12 @@ def _filled(fill: float | None) -> Converter:
 converts("aten.full_like")(_filled(None))
 converts("aten.zeros_like")(_filled(0.0))
 converts("aten.ones_like")(_filled(1.0))
+
+
+@converts("aten.gather")
+def _gather(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
+    """torch.gather(x, dim, index): ONNX GatherElements (index no larger than x off `dim`, as in both)."""
+    shape, dtype = single(shapes)
+    index = cx.tensor(arg(args, kwargs, 2, "index"))
+    return cx.emit("GatherElements", [operand(cx, args[0], dtype), index], {"axis": int(args[1])},
+                   shapes=[(shape, dtype)])[0]
