@@ -432,12 +432,14 @@ def test_supported_ops_and_kinds():
         "Flatten Reshape Transpose Squeeze Unsqueeze Concat Split Slice Gather Softmax LayerNormalization "
         "ReduceMean ReduceSum Cast Identity Pad Resize Expand Where Log Elu Selu Celu ThresholdedRelu Softplus "
         "Softsign Mish PRelu Sum Mean GlobalMaxPool LogSoftmax Equal Less Greater LessOrEqual GreaterOrEqual Not And "
-        "Or Xor ReduceMax ReduceMin InstanceNormalization ArgMax ArgMin".split())
+        "Or Xor ReduceMax ReduceMin InstanceNormalization ArgMax ArgMin ReduceL1 ReduceL2 ReduceSumSquare "
+        "ReduceLogSumExp".split())
     kinds = {op: op_kind(Node(op, "n", [], [])) for op in SUPPORTED_OPS}
     assert {op for op, k in kinds.items() if k == "compute"} == {"Conv", "ConvTranspose", "Gemm", "MatMul"}
     assert {op for op, k in kinds.items() if k == "reduce"} == {
         "Softmax", "LogSoftmax", "LayerNormalization", "ReduceMean", "ReduceSum", "MaxPool", "AveragePool",
-        "GlobalAveragePool", "GlobalMaxPool", "ReduceMax", "ReduceMin", "InstanceNormalization", "ArgMax", "ArgMin"}
+        "GlobalAveragePool", "GlobalMaxPool", "ReduceMax", "ReduceMin", "InstanceNormalization", "ArgMax", "ArgMin",
+        "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp"}
     assert {op for op, k in kinds.items() if k == "injective"} == {
         "Reshape", "Transpose", "Slice", "Concat", "Pad", "Gather", "Expand", "Resize", "Split", "Flatten",
         "Squeeze", "Unsqueeze"}

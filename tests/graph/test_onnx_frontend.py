@@ -202,6 +202,9 @@ CASES = [
                                 coordinate_transformation_mode="align_corners")],
          X4, {"s": np.array([1, 1, 1.5, 0.5], np.float32)}),
     Case("Resize_axes", [node("Resize", ["x", "", "", "s"], axes=[2, 3])], X4, {"s": i64(4, 16)}, opset=19),
+    *(Case(f"{op}_axes", [node(op, ["x", "a"], keepdims=0)], inits={"a": i64(-1, 0)}, opset=18)
+      for op in ("ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp")),
+    Case("LpNormalization", [node("LpNormalization", ["x"], axis=1)]),
     Case("Constant", [node("Constant", [], ["k"], value=numpy_helper.from_array(w(4))), node("Add", ["x", "k"])]),
     Case("Shape_ConstantOfShape", [node("Shape", ["x"], ["s"], start=1), node("ConstantOfShape", ["s"], ["k"],
                                    value=numpy_helper.from_array(np.array([2.0], np.float32))),

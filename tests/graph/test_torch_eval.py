@@ -196,6 +196,8 @@ CASES = [
          params={"axes": i64(0, 2)}),
     Case("reduce_sum_int32", "ReduceSum", {"x": INT_A}, {"axes": (1,), "keepdims": 1}, onnx_attrs={},
          params={"axes": i64(1)}),
+    *(Case(f"{op.lower()}", op, {"x": r(2, 3, 4)}, {"axes": (0, 2), "keepdims": 0}, onnx_attrs={"keepdims": 0},
+           params={"axes": i64(0, 2)}) for op in ("ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp")),
     # element-wise
     *(unary(op) for op in ("Relu", "Sigmoid", "Tanh", "Erf", "Reciprocal", "Exp", "Neg", "Abs", "HardSwish",
                            "Identity")),

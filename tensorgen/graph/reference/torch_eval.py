@@ -397,6 +397,17 @@ def _reduce_sum(node, xs, graph):  # torch would widen integer sums to int64; ON
     return torch.sum(xs[0], tuple(node.attrs["axes"]), keepdim=bool(node.attrs.get("keepdims", 1)), dtype=xs[0].dtype)
 
 
+_NORM_REDUCTIONS = {"ReduceL1": lambda x, d, k: torch.sum(x.abs(), d, keepdim=k, dtype=x.dtype),
+                    "ReduceL2": lambda x, d, k: torch.sqrt(torch.sum(x * x, d, keepdim=k)),
+                    "ReduceSumSquare": lambda x, d, k: torch.sum(x * x, d, keepdim=k, dtype=x.dtype),
+                    "ReduceLogSumExp": lambda x, d, k: torch.logsumexp(x, d, keepdim=k)}
+
+
+@register(*_NORM_REDUCTIONS)
+def _norm_reduction(node, xs, graph):
+    return _NORM_REDUCTIONS[node.op](xs[0], tuple(node.attrs["axes"]), bool(node.attrs.get("keepdims", 1)))
+
+
 # --- data movement ------------------------------------------------------------------------
 
 @register("Reshape", "Flatten", "Squeeze", "Unsqueeze")

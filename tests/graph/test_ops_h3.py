@@ -1,0 +1,146 @@
+"""ONNX reductions (ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSumExp), LpNormalization, LRN, GroupNormalization,
+MeanVarianceNormalization and Shrink: small models built with onnx.helper, compiled, and compared with ONNX Runtime
+on generated inputs (after a Conv too, where the layout pass makes its output channels-last)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tensorgen.graph.backend.build import build_model
+from tensorgen.graph.frontend.onnx_import import import_onnx
+from tensorgen.graph.ir import GraphError
+from tensorgen.graph.load import load_graph
+from tensorgen.runtime.model import CompiledModel
+
+FLOAT = TensorProto.FLOAT
+
+
+def _model(nodes, inputs, outputs, initializers=(), opset: int = 17) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "h3", inputs, outputs, list(initializers))
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+    onnx.checker.check_model(proto, full_check=True)
+    return proto
+
+
+def _vi(name: str, shape, elem: int = FLOAT) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _const(name: str, value, dtype=np.float32) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(value, dtype), name)
+
+
+def _feeds(proto: onnx.ModelProto, seed: int, scale: float = 1.0, offset: float = 0.0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {x.name: (rng.standard_normal([d.dim_value for d in x.type.tensor_type.shape.dim]) * scale + offset)
+            .astype(helper.tensor_dtype_to_np_dtype(x.type.tensor_type.elem_type)) for x in proto.graph.input}
+
+
+def _check(proto: onnx.ModelProto, tmp_path, feeds: dict[str, np.ndarray] | None = None, seed: int = 0,
+           rtol: float = 1e-5, atol: float = 1e-5) -> list[np.ndarray]:
+    feeds = feeds if feeds is not None else _feeds(proto, seed)
+    ref = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    ours = CompiledModel(build_model(proto, tmp_path / "model"), threads=1).run(
+        [feeds[n] for n in load_graph(proto).inputs])
+    for a, b in zip(ours, ref):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
+    return ours
+
+
+def _reduced(shape, axes, keepdims: int) -> list[int]:
+    axes = [a % len(shape) for a in axes] if axes else list(range(len(shape)))
+    return [1 if d in axes else n for d, n in enumerate(shape) if keepdims or d not in axes]
+
+
+# --- ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSumExp ----------------------------------------------------------
+
+REDUCTIONS = ["ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp"]
+
+
+@pytest.mark.parametrize("op", REDUCTIONS)
+@pytest.mark.parametrize(("shape", "axes", "keepdims", "opset"), [
+    ((3, 4, 5), [1], 1, 13), ((3, 4, 5), [-1, 0], 0, 13), ((2, 3, 4, 5), None, 0, 13),
+    ((3, 4, 5), [2], 0, 18), ((2, 3, 4, 5), [0, 2, 3], 1, 18), ((6, 7), None, 1, 18)])
+def test_norm_reductions_match_onnxruntime(op, shape, axes, keepdims, opset, tmp_path):
+    """Axes as the attribute (opset 13) or the constant input (18), none meaning every axis, with and without
+    keepdims."""
+    inits, inputs, attrs = [], ["x"], {"keepdims": keepdims}
+    if axes is not None and opset >= 18:
+        inits, inputs = [_const("axes", axes, np.int64)], ["x", "axes"]
+    elif axes is not None:
+        attrs["axes"] = axes
+    node = helper.make_node(op, inputs, ["y"], **attrs)
+    _check(_model([node], [_vi("x", list(shape))], [_vi("y", _reduced(shape, axes, keepdims))], inits, opset=opset),
+           tmp_path, seed=len(shape))
+
+
+@pytest.mark.parametrize("op", REDUCTIONS)
+def test_norm_reductions_with_noop_for_empty_axes(op, tmp_path):
+    """noop_with_empty_axes and no axes: no reduction, each element mapped (|x|, x * x, x)."""
+    node = helper.make_node(op, ["x"], ["y"], noop_with_empty_axes=1)
+    _check(_model([node], [_vi("x", [3, 4])], [_vi("y", [3, 4])], opset=18), tmp_path)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_log_sum_exp_of_large_values(dtype, tmp_path):
+    """Around 1000, where exp overflows even in float64: the maximum is subtracted first."""
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    node = helper.make_node("ReduceLogSumExp", ["x", "axes"], ["y"], keepdims=0)
+    proto = _model([node], [_vi("x", [4, 50], elem)], [_vi("y", [4], elem)], [_const("axes", [1], np.int64)],
+                   opset=18)
+    feeds = {"x": (np.random.default_rng(1).standard_normal((4, 50)) * 5 + 1000).astype(dtype)}
+    feeds["x"][1] -= 2000  # around -1000, where exp underflows to 0
+    ours = _check(proto, tmp_path, feeds)
+    assert np.isfinite(ours[0]).all()
+
+
+def test_log_sum_exp_of_infinities(tmp_path):
+    """A row of -inf is -inf (exp(-inf - -inf) would be NaN), a row holding +inf is +inf."""
+    node = helper.make_node("ReduceLogSumExp", ["x"], ["y"], axes=[1], keepdims=1)
+    proto = _model([node], [_vi("x", [3, 4])], [_vi("y", [3, 1])], opset=13)
+    x = np.array([[-np.inf] * 4, [1, np.inf, 2, 3], [1, 2, 3, 4]], np.float32)
+    np.testing.assert_array_equal(_check(proto, tmp_path, {"x": x})[0][:2, 0], [-np.inf, np.inf])
+
+
+def test_integer_sum_of_squares_and_l1(tmp_path):
+    nodes = [helper.make_node("ReduceSumSquare", ["x"], ["s"], axes=[0], keepdims=0),
+             helper.make_node("ReduceL1", ["x"], ["l"], axes=[1], keepdims=1)]
+    i64 = TensorProto.INT64
+    proto = _model(nodes, [_vi("x", [5, 6], i64)], [_vi("s", [6], i64), _vi("l", [5, 1], i64)], opset=13)
+    _check(proto, tmp_path, {"x": np.random.default_rng(2).integers(-50, 50, (5, 6))})
+
+
+# --- LpNormalization ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("p", [1, 2])
+@pytest.mark.parametrize(("shape", "axis"), [((4, 6), -1), ((2, 5, 3), 1), ((2, 3, 4, 5), 0)])
+def test_lp_normalization(p, shape, axis, tmp_path):
+    node = helper.make_node("LpNormalization", ["x"], ["y"], p=p, axis=axis)
+    proto = _model([node], [_vi("x", list(shape))], [_vi("y", list(shape))])
+    feeds = _feeds(proto, seed=p)
+    np.moveaxis(feeds["x"], axis, -1)[..., 0, :] = 0.0  # a zero vector: 0, not NaN, as in ONNX Runtime
+    assert np.isfinite(_check(proto, tmp_path, feeds)[0]).all()
+
+
+def test_lp_normalization_of_other_orders_is_refused():
+    node = helper.make_node("LpNormalization", ["x"], ["y"], p=3)
+    with pytest.raises(GraphError, match=r"LpNormalization\): p=3 is not supported"):
+        import_onnx(_model([node], [_vi("x", [2, 3])], [_vi("y", [2, 3])]))
+
+
+def test_f_normalize_as_torch_onnx_writes_it(tmp_path):
+    """F.normalize(x, dim=1): ReduceL2 (keepdims), Clip at eps, Expand, Div; after a Conv."""
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("ReduceL2", ["c", "axes"], ["n"], keepdims=1),
+             helper.make_node("Clip", ["n", "eps"], ["nc"]),
+             helper.make_node("Expand", ["nc", "shape"], ["ne"]),
+             helper.make_node("Div", ["c", "ne"], ["y"])]
+    _check(_model(nodes, [_vi("x", [2, 3, 5, 5])], [_vi("y", [2, 8, 5, 5])],
+                  [_const("w", rng.standard_normal((8, 3, 3, 3))), _const("axes", [1], np.int64),
+                   _const("eps", 1e-12), _const("shape", [2, 8, 5, 5], np.int64)], opset=18), tmp_path)
