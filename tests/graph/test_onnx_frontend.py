@@ -205,6 +205,7 @@ CASES = [
     *(Case(f"{op}_axes", [node(op, ["x", "a"], keepdims=0)], inits={"a": i64(-1, 0)}, opset=18)
       for op in ("ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp")),
     Case("LpNormalization", [node("LpNormalization", ["x"], axis=1)]),
+    Case("LRN", [node("LRN", ["x"], size=3, alpha=0.1, beta=0.75, bias=1.5)], X4),
     Case("Constant", [node("Constant", [], ["k"], value=numpy_helper.from_array(w(4))), node("Add", ["x", "k"])]),
     Case("Shape_ConstantOfShape", [node("Shape", ["x"], ["s"], start=1), node("ConstantOfShape", ["s"], ["k"],
                                    value=numpy_helper.from_array(np.array([2.0], np.float32))),

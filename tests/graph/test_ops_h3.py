@@ -14,6 +14,7 @@ from tensorgen.graph.backend.build import build_model
 from tensorgen.graph.frontend.onnx_import import import_onnx
 from tensorgen.graph.ir import GraphError
 from tensorgen.graph.load import load_graph
+from tensorgen.graph.reference.torch_eval import TorchModel
 from tensorgen.runtime.model import CompiledModel
 
 FLOAT = TensorProto.FLOAT
@@ -40,10 +41,20 @@ def _feeds(proto: onnx.ModelProto, seed: int, scale: float = 1.0, offset: float 
             .astype(helper.tensor_dtype_to_np_dtype(x.type.tensor_type.elem_type)) for x in proto.graph.input}
 
 
+def _reference(proto: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """ONNX Runtime's results; tensorgen's PyTorch reference for what ONNX Runtime refuses (an even LRN size; its
+    window is checked against the spec in test_lrn_reference_window_follows_the_spec; onnx.reference's LRN loops over
+    the batch where it means the channels)."""
+    even_lrn = any(n.op_type == "LRN" and helper.get_node_attr_value(n, "size") % 2 == 0 for n in proto.graph.node)
+    if even_lrn:
+        return TorchModel(import_onnx(proto)).run(feeds)
+    return ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
 def _check(proto: onnx.ModelProto, tmp_path, feeds: dict[str, np.ndarray] | None = None, seed: int = 0,
            rtol: float = 1e-5, atol: float = 1e-5) -> list[np.ndarray]:
     feeds = feeds if feeds is not None else _feeds(proto, seed)
-    ref = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    ref = _reference(proto, feeds)
     ours = CompiledModel(build_model(proto, tmp_path / "model"), threads=1).run(
         [feeds[n] for n in load_graph(proto).inputs])
     for a, b in zip(ours, ref):
@@ -144,3 +155,68 @@ def test_f_normalize_as_torch_onnx_writes_it(tmp_path):
     _check(_model(nodes, [_vi("x", [2, 3, 5, 5])], [_vi("y", [2, 8, 5, 5])],
                   [_const("w", rng.standard_normal((8, 3, 3, 3))), _const("axes", [1], np.int64),
                    _const("eps", 1e-12), _const("shape", [2, 8, 5, 5], np.int64)], opset=18), tmp_path)
+
+
+# --- LRN ---------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("size", "alpha", "beta", "bias"), [(5, 1e-4, 0.75, 1.0), (4, 0.02, 0.5, 2.0),
+                                                             (1, 0.1, 1.0, 1.0), (3, 2e-3, 0.75, 0.5)])
+@pytest.mark.parametrize("shape", [(2, 7, 5, 6), (1, 3, 4, 4)])
+def test_lrn_matches_onnxruntime(size, alpha, beta, bias, shape, tmp_path):
+    """Odd and even windows (even: the larger half after the channel; checked against onnx.reference, as ONNX
+    Runtime refuses them), windows wider than the channels."""
+    node = helper.make_node("LRN", ["x"], ["y"], size=size, alpha=alpha, beta=beta, bias=bias)
+    proto = _model([node], [_vi("x", list(shape))], [_vi("y", list(shape))])
+    _check(proto, tmp_path, _feeds(proto, seed=size, scale=3.0), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 6])
+def test_lrn_reference_window_follows_the_spec(size):
+    """The PyTorch reference against the ONNX spec's sum, written as a loop: channels c - floor((size - 1) / 2) to
+    c + ceil((size - 1) / 2)."""
+    x = np.random.default_rng(size).standard_normal((2, 5, 3, 2)).astype(np.float32)
+    alpha, beta, bias = 0.3, 0.75, 1.5
+    squares = np.zeros_like(x)
+    for c in range(x.shape[1]):
+        lo, hi = max(0, c - (size - 1) // 2), min(x.shape[1], c + -(-(size - 1) // 2) + 1)
+        squares[:, c] = (x[:, lo:hi] ** 2).sum(axis=1)
+    expected = x / (bias + alpha / size * squares) ** beta
+    node = helper.make_node("LRN", ["x"], ["y"], size=size, alpha=alpha, beta=beta, bias=bias)
+    got = TorchModel(import_onnx(_model([node], [_vi("x", list(x.shape))], [_vi("y", list(x.shape))]))).run([x])
+    np.testing.assert_allclose(got[0], expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("size", [5, 4])
+def test_lrn_between_convs_as_alexnet_has_it(size, tmp_path):
+    """Conv -> Relu -> LRN -> MaxPool -> Conv: the LRN runs on the channels-last output of the Conv."""
+    rng = np.random.default_rng(4)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("LRN", ["r"], ["n"], size=size, alpha=1e-2, beta=0.75, bias=1.0),
+             helper.make_node("MaxPool", ["n"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["p", "w2"], ["y"])]
+    proto = _model(nodes, [_vi("x", [2, 3, 8, 8])], [_vi("y", [2, 4, 4, 4])],
+                   [_const("w1", rng.standard_normal((16, 3, 3, 3))), _const("b1", rng.standard_normal(16)),
+                    _const("w2", rng.standard_normal((4, 16, 1, 1)))])
+    _check(proto, tmp_path, rtol=1e-4, atol=1e-4)
+
+
+def test_lrn_after_a_conv_runs_channels_last():
+    from tensorgen.graph.passes.layout import to_channels_last
+
+    rng = np.random.default_rng(5)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("LRN", ["c"], ["y"], size=3)]
+    graph = to_channels_last(import_onnx(_model(nodes, [_vi("x", [1, 3, 6, 6])], [_vi("y", [1, 8, 6, 6])],
+                                                [_const("w", rng.standard_normal((8, 3, 1, 1)))])))
+    lrn = next(n for n in graph.nodes if n.op == "LRN")
+    assert lrn.attrs["layout"] == "NHWC" and graph.value(lrn.inputs[0]).shape == (1, 6, 6, 8)
+
+
+@pytest.mark.parametrize(("attrs", "shape", "message"), [({"size": 0}, [1, 3, 4, 4], "size=0"),
+                                                         ({"size": 3}, [2, 3], "is not")])
+def test_lrn_refusals(attrs, shape, message):
+    proto = helper.make_model(helper.make_graph([helper.make_node("LRN", ["x"], ["y"], **attrs)], "g",
+                                                [_vi("x", shape)], [_vi("y", shape)]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(GraphError, match=rf"\(LRN\): .*{message}"):
+        import_onnx(proto)

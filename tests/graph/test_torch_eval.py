@@ -219,6 +219,7 @@ CASES = [
     Case("global_max_pool", "GlobalMaxPool", {"x": r(2, 3, 4, 5)}),
     *(Case(f"{op.lower()}_{last}", op, {"x": r(2, 3, 4)}, {"axis": 1, "keepdims": 1, "select_last_index": last})
       for op in ("ArgMax", "ArgMin") for last in (0, 1)),
+    Case("lrn", "LRN", {"x": r(2, 5, 3, 4)}, {"size": 3, "alpha": 0.1, "beta": 0.75, "bias": 1.5}),
     Case("instance_norm", "InstanceNormalization", {"x": r(2, 3, 4, 5)}, {"epsilon": 1e-5},
          consts={"s": r(3), "b": r(3)}),
     Case("clip", "Clip", {"x": r(2, 3, 4)}, {"min": -0.5, "max": 0.7}, onnx_attrs={},

@@ -1,5 +1,5 @@
 """Normalizers that write one ONNX normalization op as several IR nodes of ops tensorgen already has:
-LpNormalization (a norm reduction, then a division)."""
+LpNormalization (a norm reduction, then a division); and LRN's checks."""
 
 from __future__ import annotations
 
@@ -24,3 +24,13 @@ def _lp_normalization(n: OnnxNode) -> list[Node]:
     return [Node(f"ReduceL{p}", f"{n.name}_norm", [x], [norm], {"axes": (axis,), "keepdims": 1}),
             Node("Max", f"{n.name}_floor", [norm, tiny], [floored]),
             n.make("Div", inputs=[x, floored])]
+
+
+@normalizer("LRN")
+def _lrn(n: OnnxNode) -> Node:
+    size = n.attrs.get("size")
+    if size is None or int(size) < 1:
+        raise n.error(f"size={size} must be a positive number of channels")
+    if len(n.shape()) < 3:
+        raise n.error(f"input {list(n.shape())} is not (N, C, D1, ...)")
+    return n.make(attrs={"size": int(size), **{k: float(n.attrs[k]) for k in ("alpha", "beta", "bias")}})

@@ -1,5 +1,5 @@
-"""Lowerings of the reducing ops: N-d MaxPool / AveragePool, GlobalAveragePool, Softmax, LayerNormalization and the
-ONNX Reduce* ops."""
+"""Lowerings of the reducing ops: N-d MaxPool / AveragePool, GlobalAveragePool, LRN, Softmax, LayerNormalization and
+the ONNX Reduce* ops."""
 
 from __future__ import annotations
 
@@ -158,6 +158,34 @@ def _global_pool(node: Node, args: Args) -> list[Tensor]:
         return te_max(window, axis=raxes) if node.op == "GlobalMaxPool" else te_sum(window * scale, axis=raxes)
 
     return [compute(args.out_shape(), named(body, layout.names), name=args.name(), tag=POOL)]
+
+
+@lowering("LRN", kind="reduce", dtypes=FLOATS)
+def _lrn(node: Node, args: Args) -> list[Tensor]:
+    """x / (bias + alpha / size * sum of x^2 over a window of `size` channels) ^ beta, the window from
+    floor((size - 1) / 2) channels before to ceil((size - 1) / 2) after (zeros beyond the ends): a windowed sum of
+    squares over the zero-padded channel axis (the last one with attribute `layout`, set by graph.layout), then
+    the division."""
+    x = args.tensor(0)
+    if x.ndim < 2:
+        raise args.error(f"input {list(x.shape)} has no channel axis")
+    size, alpha, beta, bias = (int(args.attr("size")), float(args.attr("alpha")), float(args.attr("beta")),
+                               float(args.attr("bias")))
+    axis = x.ndim - 1 if node.attrs.get("layout") is not None else 1
+    before = [0] * x.ndim
+    after = [0] * x.ndim
+    before[axis], after[axis] = (size - 1) // 2, size // 2
+    src = pad(x, before, after, 0.0, args.name("pad")) if size > 1 else x
+    k = reduce_axis(size, "k")
+
+    def window(*idx):
+        v = src[(*idx[:axis], idx[axis] + k, *idx[axis + 1:])]
+        return te_sum(v * v, axis=k)
+
+    total = compute(x.shape, window, name=args.name("sum"), tag=REDUCE)
+    scale = alpha / size
+    return [compute(x.shape, lambda *idx: x[idx] / E.power(total[idx] * scale + bias, beta), name=args.name(),
+                    tag=ELEMWISE)]
 
 
 @lowering("Softmax", "LogSoftmax", kind="reduce", dtypes=FLOATS)

@@ -315,6 +315,17 @@ def _global_average_pool(node, xs, graph):
     return xs[0].mean(dim=tuple(range(2, xs[0].dim())), keepdim=True)
 
 
+@register("LRN")
+def _lrn(node, xs, graph):
+    """ONNX's window: floor((size - 1) / 2) channels before, the rest after (F.local_response_norm puts the larger
+    half before)."""
+    x, a = xs[0], node.attrs
+    size = a["size"]
+    squares = F.pad((x * x).movedim(1, -1), ((size - 1) // 2, size // 2))
+    total = squares.unfold(-1, size, 1).sum(-1).movedim(-1, 1)
+    return x / (a["bias"] + a["alpha"] / size * total) ** a["beta"]
+
+
 @register("GlobalMaxPool")
 def _global_max_pool(node, xs, graph):
     return xs[0].amax(dim=tuple(range(2, xs[0].dim())), keepdim=True)
