@@ -83,9 +83,13 @@ def _generated() -> dict[str, Case]:
             for t in tests if _single_supported_node(t.model)}
 
 
+# the ops with a lowering, and those the frontend writes as several nodes of such ops (LpNormalization, ...)
+TESTED_OPS = SUPPORTED_OPS | frontend.GRAPH_OPS
+
+
 def _single_supported_node(model: onnx.ModelProto) -> bool:
     nodes = model.graph.node
-    return len(nodes) == 1 and nodes[0].domain in ("", "ai.onnx") and nodes[0].op_type in SUPPORTED_OPS
+    return len(nodes) == 1 and nodes[0].domain in ("", "ai.onnx") and nodes[0].op_type in TESTED_OPS
 
 
 def _cases() -> dict[str, Case]:

@@ -206,6 +206,8 @@ CASES = [
       for op in ("ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp")),
     Case("LpNormalization", [node("LpNormalization", ["x"], axis=1)]),
     Case("LRN", [node("LRN", ["x"], size=3, alpha=0.1, beta=0.75, bias=1.5)], X4),
+    Case("GroupNormalization", [node("GroupNormalization", ["x", "s", "b"], num_groups=3)], {"x": ((2, 6, 4), F)},
+         {"s": w(6), "b": w(6)}, opset=21),
     Case("Constant", [node("Constant", [], ["k"], value=numpy_helper.from_array(w(4))), node("Add", ["x", "k"])]),
     Case("Shape_ConstantOfShape", [node("Shape", ["x"], ["s"], start=1), node("ConstantOfShape", ["s"], ["k"],
                                    value=numpy_helper.from_array(np.array([2.0], np.float32))),
