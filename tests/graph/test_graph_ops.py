@@ -433,7 +433,7 @@ def test_supported_ops_and_kinds():
         "ReduceMean ReduceSum Cast Identity Pad Resize Expand Where Log Elu Selu Celu ThresholdedRelu Softplus "
         "Softsign Mish PRelu Sum Mean GlobalMaxPool LogSoftmax Equal Less Greater LessOrEqual GreaterOrEqual Not And "
         "Or Xor ReduceMax ReduceMin InstanceNormalization ArgMax ArgMin ReduceL1 ReduceL2 ReduceSumSquare "
-        "ReduceLogSumExp LRN".split())
+        "ReduceLogSumExp LRN Shrink".split())
     kinds = {op: op_kind(Node(op, "n", [], [])) for op in SUPPORTED_OPS}
     assert {op for op, k in kinds.items() if k == "compute"} == {"Conv", "ConvTranspose", "Gemm", "MatMul"}
     assert {op for op, k in kinds.items() if k == "reduce"} == {

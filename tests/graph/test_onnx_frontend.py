@@ -205,6 +205,8 @@ CASES = [
     *(Case(f"{op}_axes", [node(op, ["x", "a"], keepdims=0)], inits={"a": i64(-1, 0)}, opset=18)
       for op in ("ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp")),
     Case("LpNormalization", [node("LpNormalization", ["x"], axis=1)]),
+    unary("Shrink", lambd=0.7, bias=0.2),
+    Case("MeanVarianceNormalization", [node("MeanVarianceNormalization", ["x"], axes=[0, 2])]),
     Case("LRN", [node("LRN", ["x"], size=3, alpha=0.1, beta=0.75, bias=1.5)], X4),
     Case("GroupNormalization", [node("GroupNormalization", ["x", "s", "b"], num_groups=3)], {"x": ((2, 6, 4), F)},
          {"s": w(6), "b": w(6)}, opset=21),

@@ -211,6 +211,7 @@ CASES = [
     unary("Celu", alpha=2.0),
     unary("Selu", alpha=1.5, gamma=1.1),
     unary("ThresholdedRelu", alpha=0.2),
+    unary("Shrink", lambd=0.4, bias=0.1),
     *(unary(op) for op in ("Softplus", "Softsign", "Mish")),
     Case("prelu", "PRelu", {"x": r(2, 3, 4)}, consts={"slope": r(3, 1)}),
     Case("sum3", "Sum", {"a": r(2, 3, 4), "b": r(4), "c": r(3, 1)}),

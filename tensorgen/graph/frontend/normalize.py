@@ -182,6 +182,7 @@ _PLAIN: dict[str, tuple[str, ...]] = {
     "Celu": ("alpha",),
     "ThresholdedRelu": ("alpha",),
     "Selu": ("alpha", "gamma"),
+    "Shrink": ("lambd", "bias"),
     "HardSigmoid": ("alpha", "beta"),
     "Gelu": ("approximate",),
     "Gemm": ("alpha", "beta", "transA", "transB"),

@@ -1,6 +1,6 @@
 """Normalizers that write one ONNX normalization op as several IR nodes of ops tensorgen already has:
 LpNormalization (a norm reduction, then a division), GroupNormalization (InstanceNormalization of the input viewed
-as groups); and LRN's checks."""
+as groups), MeanVarianceNormalization (mean and deviation reductions); and LRN's checks."""
 
 from __future__ import annotations
 
@@ -76,3 +76,26 @@ def _group_normalization(n: OnnxNode) -> list[Node]:
     scaled = n.temp("scaled", shape)
     return [*nodes, back, scale_view, bias_view, Node("Mul", f"{n.name}_scale", [out, scale], [scaled]),
             n.make("Add", inputs=[scaled, bias])]
+
+
+@normalizer("MeanVarianceNormalization")
+def _mean_variance_normalization(n: OnnxNode) -> list[Node]:
+    """(x - mean) / (sqrt(variance) + 1e-9) over `axes` (default 0, 2, 3), as ONNX's function body has it: ReduceMean,
+    Sub, Mul, ReduceMean, Sqrt, Add, Div; the variance as the mean squared deviation (never negative)."""
+    shape, x = n.shape(), n.inputs[0]
+    axes = n.axes(n.attrs["axes"], len(shape))
+    stat = tuple(1 if d in axes else size for d, size in enumerate(shape))
+    reduce = {"axes": axes, "keepdims": 1}
+    eps = n.constant("epsilon", np.array(1e-9, n.out().dtype))
+    nodes: list[Node] = []
+
+    def step(suffix: str, op: str, inputs: list[str], attrs: dict | None = None, full: bool = False) -> str:
+        out = n.temp(suffix, shape if full else stat)
+        nodes.append(Node(op, f"{n.name}_{suffix}", inputs, [out], attrs or {}))
+        return out
+
+    mean = step("mean", "ReduceMean", [x], reduce)
+    dev = step("dev", "Sub", [x, mean], full=True)
+    var = step("var", "ReduceMean", [step("square", "Mul", [dev, dev], full=True)], reduce)
+    den = step("den", "Add", [step("std", "Sqrt", [var]), eps])
+    return [*nodes, n.make("Div", inputs=[dev, den])]

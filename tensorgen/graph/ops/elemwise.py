@@ -53,7 +53,13 @@ UNARY: dict[str, tuple[Unary, tuple[str, ...]]] = {
     "Softplus": (lambda x, a: _softplus(x), FLOATS),
     "Softsign": (lambda x, a: x / (E.absolute(x) + 1.0), FLOATS),
     "Mish": (lambda x, a: x * E.tanh(_softplus(x)), FLOATS),
+    "Shrink": (lambda x, a: _shrink(x, float(a.attr("lambd")), float(a.attr("bias"))), FLOATS),
 }
+
+
+def _shrink(x: E.Expr, lambd: float, bias: float) -> E.Expr:
+    """x + bias below -lambd, x - bias above lambd, 0 between."""
+    return E.select(x < -lambd, x + bias, E.select(x > lambd, x - bias, E.const(0.0, x.dtype)))
 
 
 def _hard_sigmoid(x: E.Expr, alpha: float, beta: float) -> E.Expr:

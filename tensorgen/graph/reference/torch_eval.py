@@ -151,6 +151,12 @@ def _thresholded_relu(node, xs, graph):
     return torch.where(x > node.attrs.get("alpha", 1.0), x, torch.zeros_like(x))
 
 
+@register("Shrink")
+def _shrink(node, xs, graph):
+    x, lambd, bias = xs[0], node.attrs["lambd"], node.attrs["bias"]
+    return torch.where(x < -lambd, x + bias, torch.where(x > lambd, x - bias, torch.zeros_like(x)))
+
+
 @register("Softplus")
 def _softplus(node, xs, graph):
     return F.softplus(xs[0], threshold=math.inf)
