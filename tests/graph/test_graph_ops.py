@@ -434,13 +434,14 @@ def test_supported_ops_and_kinds():
         "Softsign Mish PRelu Sum Mean GlobalMaxPool LogSoftmax Equal Less Greater LessOrEqual GreaterOrEqual Not And "
         "Or Xor ReduceMax ReduceMin InstanceNormalization ArgMax ArgMin Floor Ceil Round Sign IsNaN IsInf Mod Sin Cos "
         "Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh Tile CumSum TopK ReduceProd Einsum "
-        "GatherElements DepthToSpace SpaceToDepth".split())
+        "GatherElements DepthToSpace SpaceToDepth ReduceL1 ReduceL2 "
+        "ReduceSumSquare ReduceLogSumExp LRN Shrink".split())
     kinds = {op: op_kind(Node(op, "n", [], [])) for op in SUPPORTED_OPS}
     assert {op for op, k in kinds.items() if k == "compute"} == {"Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum"}
     assert {op for op, k in kinds.items() if k == "reduce"} == {
         "Softmax", "LogSoftmax", "LayerNormalization", "ReduceMean", "ReduceSum", "MaxPool", "AveragePool",
         "GlobalAveragePool", "GlobalMaxPool", "ReduceMax", "ReduceMin", "InstanceNormalization", "ArgMax", "ArgMin",
-        "CumSum", "TopK", "ReduceProd"}
+        "CumSum", "TopK", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp", "LRN"}
     assert {op for op, k in kinds.items() if k == "injective"} == {
         "Reshape", "Transpose", "Slice", "Concat", "Pad", "Gather", "Expand", "Resize", "Split", "Flatten",
         "Squeeze", "Unsqueeze", "Tile", "GatherElements", "DepthToSpace", "SpaceToDepth"}
@@ -464,7 +465,7 @@ def test_stage_names_and_tags():
 
 
 @pytest.mark.parametrize("op, inputs, outputs, attrs, message", [
-    ("LRN", {"x": ((3,), "float32")}, {"y": ((3,), "float32")}, {}, "not supported"),
+    ("Hardmax", {"x": ((3,), "float32")}, {"y": ((3,), "float32")}, {}, "not supported"),
     ("Relu", {"x": ((3,), "float16")}, {"y": ((3,), "float16")}, {}, "float16"),
     ("Sigmoid", {"x": ((3,), "int32")}, {"y": ((3,), "int32")}, {}, "Sigmoid supports float32, float64"),
     ("Gelu", {"x": ((3,), "float32")}, {"y": ((3,), "float32")}, {"approximate": "erf"}, "approximate"),

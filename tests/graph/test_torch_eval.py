@@ -204,6 +204,8 @@ CASES = [
          params={"axis": np.array(0, np.int64)}),
     *(Case(f"top_k_{largest}", "TopK", {"x": np.round(r(3, 5, 4), 1)}, {"axis": 1, "k": 3, "largest": largest},
            onnx_attrs={"axis": -2, "largest": largest}, params={"k": i64(3)}, outputs=2) for largest in (0, 1)),
+    *(Case(f"{op.lower()}", op, {"x": r(2, 3, 4)}, {"axes": (0, 2), "keepdims": 0}, onnx_attrs={"keepdims": 0},
+           params={"axes": i64(0, 2)}) for op in ("ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp")),
     # element-wise
     *(unary(op) for op in ("Relu", "Sigmoid", "Tanh", "Erf", "Reciprocal", "Exp", "Neg", "Abs", "HardSwish",
                            "Identity")),
@@ -217,6 +219,7 @@ CASES = [
     unary("Celu", alpha=2.0),
     unary("Selu", alpha=1.5, gamma=1.1),
     unary("ThresholdedRelu", alpha=0.2),
+    unary("Shrink", lambd=0.4, bias=0.1),
     *(unary(op) for op in ("Softplus", "Softsign", "Mish")),
     Case("prelu", "PRelu", {"x": r(2, 3, 4)}, consts={"slope": r(3, 1)}),
     Case("sum3", "Sum", {"a": r(2, 3, 4), "b": r(4), "c": r(3, 1)}),
@@ -225,6 +228,7 @@ CASES = [
     Case("global_max_pool", "GlobalMaxPool", {"x": r(2, 3, 4, 5)}),
     *(Case(f"{op.lower()}_{last}", op, {"x": r(2, 3, 4)}, {"axis": 1, "keepdims": 1, "select_last_index": last})
       for op in ("ArgMax", "ArgMin") for last in (0, 1)),
+    Case("lrn", "LRN", {"x": r(2, 5, 3, 4)}, {"size": 3, "alpha": 0.1, "beta": 0.75, "bias": 1.5}),
     Case("instance_norm", "InstanceNormalization", {"x": r(2, 3, 4, 5)}, {"epsilon": 1e-5},
          consts={"s": r(3), "b": r(3)}),
     Case("clip", "Clip", {"x": r(2, 3, 4)}, {"min": -0.5, "max": 0.7}, onnx_attrs={},

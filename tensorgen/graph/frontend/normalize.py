@@ -36,6 +36,10 @@ CONST_INPUTS: dict[str, dict[int, str]] = {
     "ReduceMax": {1: "axes"},
     "ReduceMin": {1: "axes"},
     "ReduceProd": {1: "axes"},
+    "ReduceSumSquare": {1: "axes"},
+    "ReduceL1": {1: "axes"},
+    "ReduceL2": {1: "axes"},
+    "ReduceLogSumExp": {1: "axes"},
     "Resize": {1: "roi", 2: "scales", 3: "sizes"},
     "Dropout": {1: "ratio", 2: "training_mode"},
     "CumSum": {1: "axis"},
@@ -144,7 +148,16 @@ class OnnxNode:
         return Node(op or self.op, self.name, inputs, list(self.outputs), attrs or {})
 
 
-Normalizer = Callable[[OnnxNode], Node]
+    def temp(self, suffix: str, shape: Sequence[int], dtype: str | None = None) -> str:
+        """A new intermediate value for a normalizer that writes several nodes (dtype: the first output's)."""
+        return add_value(self.state.values, f"{self.outputs[0]}_{suffix}", tuple(shape), dtype or self.out().dtype)
+
+    def constant(self, suffix: str, array: np.ndarray) -> str:
+        return add_constant(self.state.values, self.state.constants, f"{self.name}_{suffix}", array)
+
+
+#: a normalizer returns the node, or several whose last writes the outputs (the importer makes their names unique)
+Normalizer = Callable[[OnnxNode], Node | list[Node]]
 NORMALIZERS: dict[str, Normalizer] = {}
 
 
@@ -176,6 +189,7 @@ _PLAIN: dict[str, tuple[str, ...]] = {
     "Celu": ("alpha",),
     "ThresholdedRelu": ("alpha",),
     "Selu": ("alpha", "gamma"),
+    "Shrink": ("lambd", "bias"),
     "HardSigmoid": ("alpha", "beta"),
     "Gelu": ("approximate",),
     "Gemm": ("alpha", "beta", "transA", "transB"),
@@ -350,15 +364,22 @@ def _clip(n: OnnxNode) -> Node:
     return n.make(attrs={"min": n.scalar(1, -math.inf), "max": n.scalar(2, math.inf)})
 
 
-@normalizer("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd")
+#: what a reduction over no axes is with noop_with_empty_axes: the map each element goes through
+_NOOP_REDUCE = {**dict.fromkeys(["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceLogSumExp"],
+                                "Identity"), "ReduceL1": "Abs", "ReduceL2": "Abs", "ReduceSumSquare": "Mul"}
+
+
+@normalizer(*_NOOP_REDUCE)
 def _reduce(n: OnnxNode) -> Node:
-    """Axes from the attribute (ReduceMean before opset 18) or the input; none means all, or Identity."""
+    """Axes from the attribute (before opset 18) or the input; none means all, or with noop_with_empty_axes no
+    reduction at all: each element mapped as the reduction of one element maps it (|x| for ReduceL1, x * x ...)."""
     rank = len(n.shape())
     axes = n.attrs.get("axes")
     if axes is None and n.input(1):
         axes = n.const(1).tolist()
     if not axes:
         if n.attrs.get("noop_with_empty_axes", 0):  # an attribute since ReduceSum 13, the others 18
-            return n.make("Identity")
+            op = _NOOP_REDUCE[n.op]
+            return n.make(op, inputs=[n.inputs[0]] * (2 if op == "Mul" else 1))
         axes = range(rank)
     return n.make(attrs={"axes": n.axes(axes, rank), "keepdims": int(n.attrs["keepdims"])})

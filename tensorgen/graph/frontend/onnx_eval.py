@@ -19,6 +19,9 @@ from tensorgen.graph.ir import GraphError, Value
 # constants up to this many elements are handed to shape inference by value (a Reshape's shape, a
 # Slice's starts...); bigger ones (weights) only by type, since their values never decide a shape
 _INFER_BY_VALUE = 4096
+# ops whose output is their first input's type and shape, where ONNX's inference gives nothing (GroupNormalization,
+# a function without an inference function) or fails inside the function body (MeanVarianceNormalization)
+_SHAPE_OF_INPUT = frozenset({"GroupNormalization", "MeanVarianceNormalization"})
 
 
 def np_dtype(elem_type: int) -> str:
@@ -40,6 +43,9 @@ def _model(node: onnx.NodeProto, opset: int, inputs: list[onnx.ValueInfoProto],
 def infer_outputs(node: onnx.NodeProto, label: str, opset: int, values: Mapping[str, Value],
                   constants: Mapping[str, np.ndarray]) -> dict[str, Value]:
     """Static output Values of `node` by ONNX shape inference; GraphError unless all are fully known."""
+    if node.op_type in _SHAPE_OF_INPUT:
+        x = values[node.input[0]]
+        return {node.output[0]: Value(node.output[0], x.shape, x.dtype)}
     inputs, initializers = [], []
     for name in dict.fromkeys(i for i in node.input if i):
         array = constants.get(name)

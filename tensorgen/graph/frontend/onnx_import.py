@@ -15,6 +15,7 @@ import math
 import os
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from onnx import external_data_helper, helper, inliner, numpy_helper
 
 import tensorgen.graph.frontend.normalize_index  # noqa: F401  (registers Einsum, GatherElements, ...)
 import tensorgen.graph.frontend.normalize_nn  # noqa: F401  (registers Conv, pooling, Resize)
+import tensorgen.graph.frontend.normalize_norm  # noqa: F401  (registers LpNormalization, GroupNormalization)
 from tensorgen.graph.frontend.normalize import CONST_INPUTS, NORMALIZERS, ImportState, OnnxNode
 from tensorgen.graph.frontend.onnx_eval import evaluate, infer_outputs, np_dtype
 from tensorgen.graph.frontend.onnx_export import export_onnx
@@ -88,8 +90,7 @@ def import_onnx(model: onnx.ModelProto | str | os.PathLike,
             raise
         except Exception as e:  # a malformed node that shape inference let through
             raise GraphError(f"{label}: cannot be imported: {type(e).__name__}: {e}") from e
-        if node is not None:
-            nodes.append(node)
+        nodes.extend(_named_apart(node, name, taken))
     outputs = [o.name for o in g.output]
     # keep the constants and values something reads or returns; folded intermediates go
     live = {*inputs, *outputs, *(x for n in nodes for x in (*n.inputs, *n.outputs) if x)}
@@ -259,7 +260,8 @@ def _schema_defaults(op: str, opset: int) -> dict[str, Any]:
     return {k: _attr(a.default_value) for k, a in schema.attributes.items() if a.default_value.type}
 
 
-def _import_node(proto: onnx.NodeProto, name: str, label: str, opset: int, state: ImportState) -> Node | None:
+def _import_node(proto: onnx.NodeProto, name: str, label: str, opset: int,
+                 state: ImportState) -> Node | list[Node] | None:
     """Fold `proto` into constants (returns None) or return its normalized Node."""
     for x in proto.input:
         if x and x not in state.values:
@@ -282,6 +284,15 @@ def _import_node(proto: onnx.NodeProto, name: str, label: str, opset: int, state
     return None
 
 
+def _named_apart(normalized: Node | list[Node] | None, name: str, taken: set[str]) -> list[Node]:
+    """The nodes a normalizer wrote for one ONNX node; the ones it named after that node's name made unique."""
+    if normalized is None:
+        return []
+    if isinstance(normalized, Node):
+        return [normalized]
+    return [n if n.name == name else replace(n, name=_unique(n.name, taken)) for n in normalized]
+
+
 def _check_fold_size(proto: onnx.NodeProto, label: str, opset: int, state: ImportState) -> None:
     """Refuse to fold a node whose constant outputs would exceed the memory budget (a ConstantOfShape of
     [100000, 100000] is 40 GB), by the shapes inference gives them before anything is computed."""
@@ -294,7 +305,7 @@ def _check_fold_size(proto: onnx.NodeProto, label: str, opset: int, state: Impor
 
 
 def _normalize(proto: onnx.NodeProto, name: str, label: str, opset: int, attrs: dict[str, Any],
-               state: ImportState) -> Node:
+               state: ImportState) -> Node | list[Node]:
     op, inputs = proto.op_type, list(proto.input)
     for i, role in CONST_INPUTS.get(op, {}).items():
         if i < len(inputs) and inputs[i] and inputs[i] not in state.constants:

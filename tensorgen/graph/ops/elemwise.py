@@ -59,7 +59,13 @@ UNARY: dict[str, tuple[Unary, tuple[str, ...]]] = {
     "Sign": (lambda x, a: E.select(x > 0, E.const(1, x.dtype), E.select(x < 0, E.const(-1, x.dtype), x)), NUMERIC),
     **{op: ((lambda fn: lambda x, a: fn(x))(getattr(E, op.lower())), FLOATS)
        for op in ("Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh")},
+    "Shrink": (lambda x, a: _shrink(x, float(a.attr("lambd")), float(a.attr("bias"))), FLOATS),
 }
+
+
+def _shrink(x: E.Expr, lambd: float, bias: float) -> E.Expr:
+    """x + bias below -lambd, x - bias above lambd, 0 between."""
+    return E.select(x < -lambd, x + bias, E.select(x > lambd, x - bias, E.const(0.0, x.dtype)))
 
 
 def _hard_sigmoid(x: E.Expr, alpha: float, beta: float) -> E.Expr:

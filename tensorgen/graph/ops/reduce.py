@@ -1,5 +1,5 @@
-"""Lowerings of the reducing ops: N-d MaxPool / AveragePool, GlobalAveragePool, Softmax,
-LayerNormalization, ReduceMean and ReduceSum."""
+"""Lowerings of the reducing ops: N-d MaxPool / AveragePool, GlobalAveragePool, LRN, Softmax, LayerNormalization and
+the ONNX Reduce* ops."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from tensorgen.te import expr as E
 from tensorgen.te.ops import reduce_max, reduce_mean, reduce_min, reduce_prod, reduce_sum, softmax
 from tensorgen.te.ops.common import BROADCAST, ELEMWISE, FLOAT_LOWEST, POOL, REDUCE, named, offset, scaled
 from tensorgen.te.ops.conv import join_nc, split_nc
+from tensorgen.te.ops.math import Prologue
 from tensorgen.te.ops.transform import pad
 from tensorgen.te.tensor import Tensor, compute, reduce_axis
 from tensorgen.te.tensor import max as te_max
@@ -159,6 +160,34 @@ def _global_pool(node: Node, args: Args) -> list[Tensor]:
     return [compute(args.out_shape(), named(body, layout.names), name=args.name(), tag=POOL)]
 
 
+@lowering("LRN", kind="reduce", dtypes=FLOATS)
+def _lrn(node: Node, args: Args) -> list[Tensor]:
+    """x / (bias + alpha / size * sum of x^2 over a window of `size` channels) ^ beta, the window from
+    floor((size - 1) / 2) channels before to ceil((size - 1) / 2) after (zeros beyond the ends): a windowed sum of
+    squares over the zero-padded channel axis (the last one with attribute `layout`, set by graph.layout), then
+    the division."""
+    x = args.tensor(0)
+    if x.ndim < 2:
+        raise args.error(f"input {list(x.shape)} has no channel axis")
+    size, alpha, beta, bias = (int(args.attr("size")), float(args.attr("alpha")), float(args.attr("beta")),
+                               float(args.attr("bias")))
+    axis = x.ndim - 1 if node.attrs.get("layout") is not None else 1
+    before = [0] * x.ndim
+    after = [0] * x.ndim
+    before[axis], after[axis] = (size - 1) // 2, size // 2
+    src = pad(x, before, after, 0.0, args.name("pad")) if size > 1 else x
+    k = reduce_axis(size, "k")
+
+    def window(*idx):
+        v = src[(*idx[:axis], idx[axis] + k, *idx[axis + 1:])]
+        return te_sum(v * v, axis=k)
+
+    total = compute(x.shape, window, name=args.name("sum"), tag=REDUCE)
+    scale = alpha / size
+    return [compute(x.shape, lambda *idx: x[idx] / E.power(total[idx] * scale + bias, beta), name=args.name(),
+                    tag=ELEMWISE)]
+
+
 @lowering("Softmax", "LogSoftmax", kind="reduce", dtypes=FLOATS)
 def _softmax(node: Node, args: Args) -> list[Tensor]:
     return [softmax(args.tensor(0), int(args.attr("axis")), name=args.name(),
@@ -167,14 +196,53 @@ def _softmax(node: Node, args: Args) -> list[Tensor]:
 
 REDUCTIONS = {"ReduceSum": reduce_sum, "ReduceMean": reduce_mean, "ReduceMax": reduce_max, "ReduceMin": reduce_min,
               "ReduceProd": reduce_prod}
+#: the sums of a function of each element (ReduceL2 then takes the square root)
+SUM_PROLOGUES: dict[str, Prologue] = {"ReduceSumSquare": lambda v, at: v * v, "ReduceL1": lambda v, at: E.absolute(v),
+                                      "ReduceL2": lambda v, at: v * v}
 
 
-@lowering("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", kind="reduce")
-@lowering("ReduceMean", kind="reduce", dtypes=FLOATS)
+@lowering("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceL1", kind="reduce")
+@lowering("ReduceMean", "ReduceL2", "ReduceLogSumExp", kind="reduce", dtypes=FLOATS)
 def _reduce(node: Node, args: Args) -> list[Tensor]:
-    axes = tuple(args.attr("axes")) or tuple(range(len(args.value(0).shape)))
-    fn = REDUCTIONS[node.op]
-    return [fn(args.tensor(0), axes, bool(args.attr("keepdims")), name=args.name())]
+    x = args.tensor(0)
+    axes, keepdims = tuple(args.attr("axes")) or tuple(range(x.ndim)), bool(args.attr("keepdims"))
+    if node.op in REDUCTIONS:
+        return [REDUCTIONS[node.op](x, axes, keepdims, name=args.name())]
+    if node.op == "ReduceLogSumExp":
+        return [_log_sum_exp(args, x, axes, keepdims)]
+    root = node.op == "ReduceL2"
+    total = reduce_sum(x, axes, keepdims, name=args.name("sum") if root else args.name(),
+                       prologue=SUM_PROLOGUES[node.op])
+    if not root:
+        return [total]
+    return [compute(total.shape, lambda *idx: E.sqrt(total[idx]), name=args.name(), tag=ELEMWISE)]
+
+
+def kept_index(idx: Sequence[E.Expr], axes: Sequence[int], rank: int, keepdims: bool) -> tuple:
+    """Where a keepdims reduction over `axes` of a rank-`rank` tensor is read for index `idx` of the same reduction
+    with or without keepdims (0 on the reduced axes)."""
+    if keepdims:
+        return tuple(idx)
+    rest = iter(idx)
+    return tuple(0 if d in axes else next(rest) for d in range(rank))
+
+
+def _log_sum_exp(args: Args, x: Tensor, axes: Sequence[int], keepdims: bool) -> Tensor:
+    """log(sum(exp(x - m))) + m with m the maximum, so exp never overflows; a non-finite maximum (every element
+    -inf, or some +inf) shifts by 0 instead, which gives -inf (+inf) rather than NaN."""
+    top = reduce_max(x, axes, True, name=args.name("max"))
+    finite = -FLOAT_LOWEST[x.dtype]
+
+    def shift(at: tuple) -> E.Expr:
+        m = top[at]
+        return E.select(E.absolute(m) <= finite, m, E.const(0.0, x.dtype))
+
+    def shifted_exp(value: E.Expr, at: tuple) -> E.Expr:
+        return E.exp(value - shift(tuple(0 if d in axes else i for d, i in enumerate(at))))
+
+    total = reduce_sum(x, axes, keepdims, name=args.name("sum"), prologue=shifted_exp)
+    return compute(total.shape, lambda *idx: E.log(total[idx]) + shift(kept_index(idx, axes, x.ndim, keepdims)),
+                   name=args.name(), tag=BROADCAST)
 
 
 @lowering("ArgMax", "ArgMin", kind="reduce", dtypes=("int64",))

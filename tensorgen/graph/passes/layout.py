@@ -12,8 +12,8 @@ the data layout is part of the schedule).
   without groups or dilation (weight (C, kh * kw * M) for col2im, else (kh, kw, C, M));
 - an element-wise node whose tensor inputs all exist channels-last runs channels-last too (its
   constants are permuted to match), so bias adds, activations and residual adds stay in that layout;
-- a Concat over the channel axis of such inputs concatenates over the last axis, and a pool over such
-  an input pools channels-last.
+- a Concat over the channel axis of such inputs concatenates over the last axis, and a pool or an LRN over
+  such an input runs channels-last.
 - the model's own Transposes between the two layouts are absorbed (a permute to channels-first of a value that is
   channels-last makes that value a twin; a permute to channels-last of a value with a twin is the twin).
 Each rewritten node's channels-first result is still defined by a Transpose, so every other reader
@@ -35,7 +35,8 @@ from tensorgen.te.ops.conv import gathers, plain_transpose
 
 #: the layout attribute a channels-last Conv carries, by spatial rank
 CHANNELS_LAST = {1: "NWC", 2: "NHWC", 3: "NDHWC"}
-POOLS = frozenset({"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"})
+#: ops over the channel axis or the spatial ones that run channels-last given attribute `layout`
+POOLS = frozenset({"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LRN"})
 
 
 def to_last(rank: int) -> tuple[int, ...]:
@@ -147,7 +148,7 @@ class _Rewriter:
         return True
 
     def pool(self, node: Node) -> bool:
-        """A pool over a value that exists channels-last pools it there (no Transpose before it)."""
+        """A pool (or LRN) over a value that exists channels-last runs there (no Transpose before it)."""
         rank = len(self.g.value(node.inputs[0]).shape)
         if node.inputs[0] not in self.last or rank - 2 not in CHANNELS_LAST:
             return False

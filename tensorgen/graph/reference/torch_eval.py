@@ -165,6 +165,12 @@ def _thresholded_relu(node, xs, graph):
     return torch.where(x > node.attrs.get("alpha", 1.0), x, torch.zeros_like(x))
 
 
+@register("Shrink")
+def _shrink(node, xs, graph):
+    x, lambd, bias = xs[0], node.attrs["lambd"], node.attrs["bias"]
+    return torch.where(x < -lambd, x + bias, torch.where(x > lambd, x - bias, torch.zeros_like(x)))
+
+
 @register("Softplus")
 def _softplus(node, xs, graph):
     return F.softplus(xs[0], threshold=math.inf)
@@ -329,6 +335,17 @@ def _global_average_pool(node, xs, graph):
     return xs[0].mean(dim=tuple(range(2, xs[0].dim())), keepdim=True)
 
 
+@register("LRN")
+def _lrn(node, xs, graph):
+    """ONNX's window: floor((size - 1) / 2) channels before, the rest after (F.local_response_norm puts the larger
+    half before)."""
+    x, a = xs[0], node.attrs
+    size = a["size"]
+    squares = F.pad((x * x).movedim(1, -1), ((size - 1) // 2, size // 2))
+    total = squares.unfold(-1, size, 1).sum(-1).movedim(-1, 1)
+    return x / (a["bias"] + a["alpha"] / size * total) ** a["beta"]
+
+
 @register("GlobalMaxPool")
 def _global_max_pool(node, xs, graph):
     return xs[0].amax(dim=tuple(range(2, xs[0].dim())), keepdim=True)
@@ -436,6 +453,17 @@ def _reduce_prod(node, xs, graph):  # torch.prod takes one dim at a time (the la
     for axis in sorted(node.attrs["axes"], reverse=True):
         x = torch.prod(x, axis, keepdim=keep, dtype=x.dtype)
     return x
+
+
+_NORM_REDUCTIONS = {"ReduceL1": lambda x, d, k: torch.sum(x.abs(), d, keepdim=k, dtype=x.dtype),
+                    "ReduceL2": lambda x, d, k: torch.sqrt(torch.sum(x * x, d, keepdim=k)),
+                    "ReduceSumSquare": lambda x, d, k: torch.sum(x * x, d, keepdim=k, dtype=x.dtype),
+                    "ReduceLogSumExp": lambda x, d, k: torch.logsumexp(x, d, keepdim=k)}
+
+
+@register(*_NORM_REDUCTIONS)
+def _norm_reduction(node, xs, graph):
+    return _NORM_REDUCTIONS[node.op](xs[0], tuple(node.attrs["axes"]), bool(node.attrs.get("keepdims", 1)))
 
 
 # --- data movement ------------------------------------------------------------------------

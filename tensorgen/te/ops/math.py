@@ -136,6 +136,9 @@ def minimum(a: Tensor | Scalar, b: Tensor | Scalar, name: str = "minimum") -> Te
 # ---------------------------------------------------------------------------------------------
 # reductions
 
+#: what a reduction applies to each element before combining: (value, its index in x) -> new value
+Prologue = Callable[[E.Expr, tuple], E.Expr]
+
 
 def _reduce(
     x: Tensor,
@@ -144,7 +147,7 @@ def _reduce(
     combiner,
     op: str,
     name: str,
-    scale: float | None = None,
+    prologue: Prologue | None = None,
 ) -> Tensor:
     check_tensor(x, op)
     if axis is None:
@@ -171,17 +174,18 @@ def _reduce(
                 src.append(idx[pos])
                 pos += 1
         value = x[tuple(src)]
-        if scale is not None:
-            value = value * scale
+        if prologue is not None:
+            value = prologue(value, tuple(src))
         return combiner(value, axis=list(raxes.values()))
 
     return compute(shape, body, name=name, tag=REDUCE, attrs={"axis": axes, "keepdims": keepdims})
 
 
 def reduce_sum(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False,
-               name: str = "reduce_sum") -> Tensor:
-    """Sum over `axis` (all axes if None); reducing every axis without keepdims gives shape (1,)."""
-    return _reduce(x, axis, keepdims, te_sum, "reduce_sum", name)
+               name: str = "reduce_sum", prologue: Prologue | None = None) -> Tensor:
+    """Sum over `axis` (all axes if None); reducing every axis without keepdims gives shape (1,). `prologue(value,
+    index)` maps each element (read at `index` of x, reduction axes included) before it is summed: |x|, x * x."""
+    return _reduce(x, axis, keepdims, te_sum, "reduce_sum", name, prologue)
 
 
 def reduce_prod(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False,
@@ -196,7 +200,8 @@ def reduce_mean(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bo
     _require_float(x, "reduce_mean")
     axes = range(x.ndim) if axis is None else ((axis,) if isinstance(axis, int) else axis)
     count = math.prod(x.shape[normalize_axis(a, x.ndim, "reduce_mean")] for a in axes)
-    return _reduce(x, axis, keepdims, te_sum, "reduce_mean", name, scale=1.0 / count)
+    scale = 1.0 / count
+    return _reduce(x, axis, keepdims, te_sum, "reduce_mean", name, lambda value, index: value * scale)
 
 
 def reduce_max(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False,
