@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import external_data_helper, helper, inliner, numpy_helper
+from onnx import external_data_helper, helper, inliner, numpy_helper, version_converter
 
 import tensorgen.graph.frontend.normalize_index  # noqa: F401  (registers Einsum, GatherElements, ...)
 import tensorgen.graph.frontend.normalize_nn  # noqa: F401  (registers Conv, pooling, Resize)
@@ -66,7 +66,7 @@ def import_onnx(model: onnx.ModelProto | str | os.PathLike,
     model, source = _load(model)
     if model.functions:
         model = inliner.inline_local_functions(model)
-    opset = _default_opset(model, source)
+    model, opset = _at_a_known_opset(model, source)
     g = model.graph
     if not g.node or not g.output:
         raise GraphError(f"{source} has an empty graph ({len(g.node)} nodes, {len(g.output)} outputs)")
@@ -171,14 +171,24 @@ def _producers(g: onnx.GraphProto, state: ImportState, source: str) -> dict[str,
     return producer
 
 
-def _default_opset(model: onnx.ModelProto, source: str) -> int:
+def _at_a_known_opset(model: onnx.ModelProto, source: str) -> tuple[onnx.ModelProto, int]:
+    """The model and its default-domain opset; an opset older than OPSETS is upgraded to the first of them by
+    ONNX's version converter (Upsample becomes Resize, attributes become inputs), as its error message used to
+    ask users to do by hand."""
     versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
     if not versions:
         raise GraphError(f"{source} imports no opset of the default ONNX domain")
-    if versions[0] not in OPSETS:
-        raise GraphError(f"{source} uses ONNX opset {versions[0]}; tensorgen imports opsets {OPSETS[0]}–{OPSETS[-1]} "
-                         "(convert it with onnx.version_converter.convert_version(model, 17))")
-    return versions[0]
+    known = f"tensorgen imports opsets {OPSETS[0]}–{OPSETS[-1]}"
+    if versions[0] > OPSETS[-1]:
+        raise GraphError(f"{source} uses ONNX opset {versions[0]}; {known}")
+    if versions[0] < OPSETS[0]:
+        try:
+            model = version_converter.convert_version(model, OPSETS[0])
+        except Exception as e:  # noqa: BLE001 - the converter raises RuntimeError, ValidationError, ...
+            raise GraphError(f"{source} uses ONNX opset {versions[0]}; {known}, and ONNX's version converter "
+                             f"cannot upgrade it: {type(e).__name__}: {_one_line(e)[:300]}") from None
+        return model, OPSETS[0]
+    return model, versions[0]
 
 
 def _check_ops(g: onnx.GraphProto, source: str) -> None:
