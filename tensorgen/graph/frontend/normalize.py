@@ -43,6 +43,7 @@ CONST_INPUTS: dict[str, dict[int, str]] = {
     "Resize": {1: "roi", 2: "scales", 3: "sizes"},
     "Dropout": {1: "ratio", 2: "training_mode"},
     "CumSum": {1: "axis"},
+    **dict.fromkeys(("RNN", "GRU", "LSTM"), {1: "W", 2: "R", 3: "B", 4: "sequence_lens", 7: "P"}),
     "TopK": {1: "k"},
 }
 

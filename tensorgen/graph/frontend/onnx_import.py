@@ -26,6 +26,7 @@ from onnx import external_data_helper, helper, inliner, numpy_helper, version_co
 import tensorgen.graph.frontend.normalize_index  # noqa: F401  (registers Einsum, GatherElements, ...)
 import tensorgen.graph.frontend.normalize_nn  # noqa: F401  (registers Conv, pooling, Resize)
 import tensorgen.graph.frontend.normalize_norm  # noqa: F401  (registers LpNormalization, GroupNormalization)
+import tensorgen.graph.frontend.normalize_rnn  # noqa: F401  (registers RNN, GRU, LSTM)
 from tensorgen.graph.frontend.normalize import CONST_INPUTS, NORMALIZERS, ImportState, OnnxNode
 from tensorgen.graph.frontend.onnx_eval import evaluate, infer_outputs, np_dtype
 from tensorgen.graph.frontend.onnx_export import export_onnx
