@@ -90,9 +90,17 @@ def unary(op: str, **attrs: Any) -> Converter:
     return convert
 
 
+#: arithmetic PyTorch allows on bool tensors, as the logic op it is (`mask_a * mask_b` is and)
+BOOL_ARITHMETIC = {"Mul": "And", "Add": "Or", "Max": "Or", "Min": "And"}
+
+
 def binary(op: str) -> Converter:
     def convert(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
         shape, dtype = single(shapes)
+        if dtype == "bool":
+            if op not in BOOL_ARITHMETIC:
+                raise ConvertError(f"{op} of bool tensors")
+            return cx.emit(BOOL_ARITHMETIC[op], [operand(cx, x, dtype) for x in args[:2]], shapes=[(shape, dtype)])[0]
         a, b = operand(cx, args[0], dtype), operand(cx, args[1], dtype)
         alpha = arg(args, kwargs, 2, "alpha", 1)
         if alpha != 1:

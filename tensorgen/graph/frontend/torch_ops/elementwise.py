@@ -11,6 +11,7 @@ from tensorgen.graph.frontend.torch_ops.core import (
     Converter,
     ConvertError,
     Emitter,
+    Formula,
     Shape,
     arg,
     binary,
@@ -74,9 +75,14 @@ def _leaky_relu(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> 
 
 
 def _clip(cx: Emitter, x: Any, low: Any, high: Any, shapes: list[Shape]) -> str:
+    """Constant bounds: a Clip; bounds that are tensors: Max with the lower, then Min with the upper (as
+    torch.clamp), broadcasting as they do."""
     shape, dtype = single(shapes)
     if cx.is_runtime(low) or cx.is_runtime(high):
-        raise ConvertError("bounds computed at run time are not supported (constant bounds only)")
+        f, out = Formula(cx, dtype), operand(cx, x, dtype)
+        for op, bound in (("Max", low), ("Min", high)):
+            out = out if bound is None else f(op, out, operand(cx, bound, dtype))
+        return out
     bounds = [cx.tensor(np.array(b, dtype=dtype)) if b is not None else "" for b in (low, high)]
     return cx.emit("Clip", [operand(cx, x, dtype), *bounds], shapes=[(shape, dtype)])[0]
 

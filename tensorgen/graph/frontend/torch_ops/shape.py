@@ -166,18 +166,6 @@ for _n in (1, 2, 3):
     converts(f"aten.replication_pad{_n}d")(_edge_pad("edge"))
 
 
-@converts("aten.index")
-def _index(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
-    """`x[..., idx]` with one index tensor (the others None): a Gather on that axis."""
-    shape, dtype = single(shapes)
-    given = [(axis, ix) for axis, ix in enumerate(args[1]) if ix is not None]
-    if len(given) != 1:
-        raise ConvertError(f"indexing with {len(given)} index tensors is not supported (one, on one axis)")
-    ((axis, ix),) = given
-    return cx.emit("Gather", [operand(cx, args[0], dtype), cx.tensor(ix)], {"axis": axis},
-                   shapes=[(shape, dtype)])[0]
-
-
 @converts("aten.embedding")
 def _embedding(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
     shape, dtype = single(shapes)
