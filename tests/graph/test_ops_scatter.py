@@ -5,6 +5,8 @@ eager PyTorch; the PyTorch peer (graph.reference.torch_eval) is checked on the s
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -200,3 +202,119 @@ def test_bool_data_has_no_arithmetic_reduction():
     feeds = {"x": np.zeros((3,), np.bool_), "i": np.array([0], np.int64), "u": np.ones((1,), np.bool_)}
     with pytest.raises(GraphError, match=r"ScatterElements.*reduction 'add' of bool data is not supported"):
         partition(import_onnx(_scatter("ScatterElements", feeds, axis=0, reduction="add")))
+
+
+# ---- PyTorch -----------------------------------------------------------------------------------------------------
+
+torch = pytest.importorskip("torch")
+import tensorgen  # noqa: E402
+from tensorgen.dynamo import compile_graph  # noqa: E402
+
+
+class _Fn(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs):
+        return self.fn(*xs)
+
+
+def _index(seed: int, shape, high: int, dim: int) -> torch.Tensor:
+    """Random indices in [0, high) (duplicates among them), distinct along `dim` for the plain scatter."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, high, shape, generator=g) if seed else torch.argsort(
+        torch.rand(*shape[:dim], high, *shape[dim + 1:], generator=g), dim=dim).narrow(dim, 0, shape[dim])
+
+
+def _scatter_reduce(x, i, s, reduce: str, self: bool):
+    return x.scatter_reduce(1, i, s, reduce, include_self=self)
+
+
+# (function of x (3, 5, 4), index, src) -> tensor; index (3, 2, 4) into dim 1 (size 5), src (3, 3, 4)
+SCATTER_CASES = {
+    "scatter_src": lambda x, i, s: x.scatter(1, i, s),
+    "scatter_value": lambda x, i, s: x.scatter(-2, i, 2.5),
+    "scatter_reduce_arg": lambda x, i, s: x.scatter(1, i, s, reduce="add") + x.scatter(1, i, 1.5, reduce="multiply"),
+    "scatter_add": lambda x, i, s: x.scatter_add(1, i, s),
+    **{f"scatter_reduce_{r}_{'self' if inc else 'noself'}": functools.partial(_scatter_reduce, reduce=r, self=inc)
+       for r in ("sum", "prod", "amax", "amin", "mean") for inc in (True, False)},
+    "index_add": lambda x, i, s: x.index_add(1, i[0, :, 0], s[:, :2]),
+    "index_add_alpha": lambda x, i, s: x.index_add(1, i[0, :, 0], s[:, :2], alpha=-2.0),
+    "index_put_accumulate": lambda x, i, s: x.transpose(0, 1).index_put((i[0, :, 0],), s[0, :1], accumulate=True),
+}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("name", sorted(SCATTER_CASES))
+def test_torch_scatter_family_equals_eager(name, seed):
+    if seed and name in ("scatter_src", "scatter_value"):
+        pytest.skip("a plain scatter's duplicates are undefined in PyTorch")
+    torch.manual_seed(seed)
+    x, s = torch.randn(3, 5, 4), torch.randn(3, 3, 4)
+    i = _index(seed, (3, 2, 4), 5, 1)
+    module = _Fn(SCATTER_CASES[name]).eval()
+    want = module(x, i, s)
+    got = compile_graph(tensorgen.from_torch(module, (x, i, s))).run([x.numpy(), i.numpy(), s.numpy()])[0]
+    assert got.shape == tuple(want.shape)
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+class KVCache(torch.nn.Module):
+    """`cache[:, :, pos] = k` on a copy of the cache: index_put of one run-time index tensor on axis 2."""
+
+    def forward(self, cache, pos, k):
+        cache = cache.clone()
+        cache[:, :, pos] = k
+        return cache
+
+
+class SetColumns(torch.nn.Module):
+    """`x[:, idx] = v` with constant indices (one negative) and a broadcast value row."""
+
+    def forward(self, x, v):
+        x = x.clone()
+        x[:, torch.tensor([4, -4])] = v
+        return x
+
+
+class MaskFill(torch.nn.Module):
+    """Boolean-mask assignment and accumulation: Where."""
+
+    def forward(self, x):
+        y = x.clone()
+        y[x > 0.5] = -1.0
+        y[:, x[0] < 0] = 7.0
+        z = x.t().index_put((x[0] < 0,), torch.tensor([1.0, 2.0, 3.0]), accumulate=True)
+        return y + z.t()
+
+
+def _eager_and_ours(module: torch.nn.Module, xs: tuple) -> None:
+    want = module(*xs)
+    got = compile_graph(tensorgen.from_torch(module, xs)).run([x.numpy() for x in xs])[0]
+    assert got.shape == tuple(want.shape)
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_torch_kv_cache_index_put_at_run_time_positions():
+    cache, k = torch.randn(1, 2, 6, 4), torch.randn(1, 2, 2, 4)
+    compiled = compile_graph(tensorgen.from_torch(KVCache(), (cache, torch.tensor([0, 1]), k)))
+    for pos in ([3, 4], [5, 0], [-1, 2]):
+        pos = torch.tensor(pos)
+        np.testing.assert_array_equal(compiled.run([cache.numpy(), pos.numpy(), k.numpy()])[0],
+                                      KVCache()(cache, pos, k).numpy())
+
+
+@pytest.mark.parametrize("module", [SetColumns(), MaskFill()], ids=lambda m: type(m).__name__)
+def test_torch_index_put_forms_equal_eager(module):
+    x = torch.randn(3, 5)
+    _eager_and_ours(module, (x, torch.randn(2)) if isinstance(module, SetColumns) else (x,))
+
+
+def test_torch_index_put_of_two_index_tensors_is_refused():
+    class TwoIndices(torch.nn.Module):
+        def forward(self, x, i):
+            return x.index_put((i, i), torch.tensor(1.0))
+
+    with pytest.raises(GraphError, match=r"index_put with 2 index tensors is not supported"):
+        tensorgen.from_torch(TwoIndices(), (torch.zeros(4, 4), torch.tensor([1, 2])))
