@@ -289,6 +289,18 @@ class MaskFill(torch.nn.Module):
         return y + z.t()
 
 
+class SliceAssign(torch.nn.Module):
+    """Slice and single-position assignment: slice_scatter and select_scatter."""
+
+    def forward(self, x):
+        x = x.clone()
+        x[:, 1:3] = x[:, 3:5] * 2
+        x[:, ::2] = x[:, ::2] + 10
+        x[1] = x[0] - 1
+        x[:, -1] = 0.5
+        return x
+
+
 def _eager_and_ours(module: torch.nn.Module, xs: tuple) -> None:
     want = module(*xs)
     got = compile_graph(tensorgen.from_torch(module, xs)).run([x.numpy() for x in xs])[0]
@@ -305,7 +317,7 @@ def test_torch_kv_cache_index_put_at_run_time_positions():
                                       KVCache()(cache, pos, k).numpy())
 
 
-@pytest.mark.parametrize("module", [SetColumns(), MaskFill()], ids=lambda m: type(m).__name__)
+@pytest.mark.parametrize("module", [SetColumns(), MaskFill(), SliceAssign()], ids=lambda m: type(m).__name__)
 def test_torch_index_put_forms_equal_eager(module):
     x = torch.randn(3, 5)
     _eager_and_ours(module, (x, torch.randn(2)) if isinstance(module, SetColumns) else (x,))

@@ -1,6 +1,8 @@
 """Converters of PyTorch's scatter family: scatter (src, value, reduce=), scatter_add, scatter_reduce (sum, prod, amax,
-amin, mean; include_self) as ONNX ScatterElements, and index_put (which index_add and `x[:, idx] = v` export to)
-with one integer index tensor, as ScatterElements along its axis, or one boolean mask, as Where.
+amin, mean; include_self) as ONNX ScatterElements; index_put (which index_add and `x[:, idx] = v` export to) with
+one integer index tensor, as ScatterElements along its axis, or one boolean mask, as Where; slice_scatter and
+select_scatter (`x[:, 2:4] = v`, `x[:, 3] = v`) as ScatterElements at constant positions, with the copy of the value
+into the slice they export with.
 
 Duplicate indices of a plain scatter or index_put (no accumulation) are left undefined by PyTorch; tensorgen keeps
 the last update (see tensorgen.graph.ops.scatter).
@@ -123,13 +125,19 @@ def _index_tensor(cx: Emitter, indices: list[Any]) -> tuple[int, Any]:
 @converts("aten.index_put")
 def _index_put(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
     """index_put(self, indices, values, accumulate=False): `x[:, idx] = v` (or `+=` with accumulate)."""
-    shape, dtype = shapes[0]
+    dtype = shapes[0][1]
     accumulate = bool(arg(args, kwargs, 3, "accumulate", False))
     axis, index = _index_tensor(cx, list(arg(args, kwargs, 1, "indices")))
     x, values = operand(cx, args[0], dtype), operand(cx, arg(args, kwargs, 2, "values"), dtype)
     if cx.value(cx.tensor(index)).dtype == "bool":
         return _masked_put(cx, x, axis, cx.tensor(index), values, accumulate)
-    index = operand(cx, index, INDEX)
+    return _put_along(cx, x, axis, operand(cx, index, INDEX), values, accumulate)
+
+
+def _put_along(cx: Emitter, x: str, axis: int, index: str, values: str, accumulate: bool) -> str:
+    """x with `values` (broadcast to x's shape with `axis` replaced by index's dims) written (or added) at `index`
+    along `axis`: ScatterElements of the values and the index flattened and spread over x's other axes."""
+    shape, dtype = cx.value(x).shape, cx.value(x).dtype
     ishape = cx.value(index).shape
     count = math.prod(ishape)
     rest = tuple(shape[axis + 1:])
@@ -164,3 +172,38 @@ def _masked_put(cx: Emitter, x: str, axis: int, mask: str, values: str, accumula
     if accumulate:
         return f("Add", x, f("Where", mask, values, f.const(0), shape=shape))
     return f("Where", mask, values, x, shape=shape)
+
+
+@converts("aten.slice_scatter")
+def _slice_scatter(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
+    """slice_scatter(self, src, dim=0, start=None, end=None, step=1) (`x[:, 2:4] = v`): src written at the constant
+    positions range(start, end, step) of `dim`."""
+    shape, dtype = shapes[0]
+    axis = int(arg(args, kwargs, 2, "dim", 0)) % len(shape)
+    start, end = arg(args, kwargs, 3, "start"), arg(args, kwargs, 4, "end")
+    positions = np.arange(shape[axis], dtype=np.int64)[slice(start, end, int(arg(args, kwargs, 5, "step", 1)))]
+    x, src = operand(cx, args[0], dtype), operand(cx, arg(args, kwargs, 1, "src"), dtype)
+    if positions.size == 0:
+        return x
+    return _put_along(cx, x, axis, cx.constant(positions, "slice_scatter_positions"), src, False)
+
+
+@converts("aten.select_scatter")
+def _select_scatter(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
+    """select_scatter(self, src, dim, index) (`x[:, 3] = v`): src, which lacks `dim`, written at `index` of it."""
+    shape, dtype = shapes[0]
+    axis = int(arg(args, kwargs, 2, "dim")) % len(shape)
+    x, src = operand(cx, args[0], dtype), operand(cx, arg(args, kwargs, 1, "src"), dtype)
+    index = np.array([int(arg(args, kwargs, 3, "index")) % shape[axis]], np.int64)
+    (src,) = cx.emit("Reshape", [src], shapes=[(shape[:axis] + (1,) + shape[axis + 1:], dtype)])
+    return _put_along(cx, x, axis, cx.constant(index, "select_scatter_index"), src, False)
+
+
+@converts("aten.copy")
+def _copy(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
+    """copy(self, src): src in self's dtype, broadcast to self's shape (the value a slice assignment writes)."""
+    shape, dtype = shapes[0]
+    src = operand(cx, arg(args, kwargs, 1, "src"), dtype)
+    if cx.value(src).shape == shape:
+        return src
+    return cx.emit("Expand", [src], shapes=[(shape, dtype)])[0]
