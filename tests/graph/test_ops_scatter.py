@@ -111,6 +111,12 @@ def test_scatter_elements_duplicates_of_reduction_none_keep_the_last(tmp_path):
     _check(proto, feeds, tmp_path)
 
 
+@pytest.mark.parametrize("dtype", [np.bool_, np.int32])
+def test_scatter_elements_of_bool_and_int32_data(dtype, tmp_path):
+    feeds = {"x": np.zeros((3, 4), dtype), "i": np.array([[0, 2], [1, -1]], np.int64), "u": np.ones((2, 2), dtype)}
+    _check(_scatter("ScatterElements", feeds, axis=1), feeds, tmp_path)
+
+
 def test_scatter_elements_at_opset_13_with_constant_int32_indices(tmp_path):
     feeds = {"x": np.arange(12, dtype=np.float32).reshape(3, 4), "u": -np.ones((2, 4), np.float32)}
     proto = _scatter("ScatterElements", feeds, {"i": np.array([[2, -1, 0, 1], [0, 1, 2, -3]], np.int32)}, axis=0)
