@@ -435,13 +435,14 @@ def test_supported_ops_and_kinds():
         "Or Xor ReduceMax ReduceMin InstanceNormalization ArgMax ArgMin Floor Ceil Round Sign IsNaN IsInf Mod Sin Cos "
         "Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh Tile CumSum TopK ReduceProd Einsum "
         "GatherElements DepthToSpace SpaceToDepth ReduceL1 ReduceL2 "
-        "ReduceSumSquare ReduceLogSumExp LRN Shrink".split())
+        "ReduceSumSquare ReduceLogSumExp LRN Shrink ScatterElements ScatterND".split())
     kinds = {op: op_kind(Node(op, "n", [], [])) for op in SUPPORTED_OPS}
     assert {op for op, k in kinds.items() if k == "compute"} == {"Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum"}
     assert {op for op, k in kinds.items() if k == "reduce"} == {
         "Softmax", "LogSoftmax", "LayerNormalization", "ReduceMean", "ReduceSum", "MaxPool", "AveragePool",
         "GlobalAveragePool", "GlobalMaxPool", "ReduceMax", "ReduceMin", "InstanceNormalization", "ArgMax", "ArgMin",
-        "CumSum", "TopK", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp", "LRN"}
+        "CumSum", "TopK", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp", "LRN",
+        "ScatterElements", "ScatterND"}
     assert {op for op, k in kinds.items() if k == "injective"} == {
         "Reshape", "Transpose", "Slice", "Concat", "Pad", "Gather", "Expand", "Resize", "Split", "Flatten",
         "Squeeze", "Unsqueeze", "Tile", "GatherElements", "DepthToSpace", "SpaceToDepth"}

@@ -17,7 +17,9 @@ share memory. Reshape-like values alias their source, graph outputs are written 
 
 A run returns nonzero, with the reason in tensorgen_model_error, where an input would make a kernel read
 outside a tensor: the indices of a Gather or GatherElements computed at run time are checked (in [-n, n), as
-ONNX Runtime does) before the kernel that gathers with them, since a kernel has no way to fail.
+ONNX Runtime does) before the kernel that gathers with them, since a kernel has no way to fail. Those of a
+ScatterElements or ScatterND are checked the same way (its kernel only compares them, so it could not read out of
+bounds, but an update that lands nowhere would be a silent wrong answer).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tensorgen.codegen.c import CTYPES
-from tensorgen.graph.passes.fusion import GATHER_OPS, Partition, overwritable_input
+from tensorgen.graph.passes.fusion import GATHER_OPS, SCATTER_OPS, Partition, overwritable_input
 
 ALIGN = 64
 
@@ -201,6 +203,17 @@ const char* tensorgen_model_error(const tensorgen_model* m) {{ return m->error; 
         return 1; \
       }} }} }} while (0)
 
+/* the same for indices whose last dim (k) holds coordinates, the j-th in [-dim j, dim j) (ScatterND) */
+#define TENSORGEN_CHECK_ND_INDICES(ids, n, k, what, ...) do {{ \
+    static const long dims_[] = {{__VA_ARGS__}}; \
+    for (long i_ = 0; i_ < (n); ++i_) {{ \
+      long long v_ = (long long)(ids)[i_]; long d_ = dims_[i_ % (k)]; \
+      if (v_ < -(long long)d_ || v_ >= (long long)d_) {{ \
+        snprintf(m->error, sizeof(m->error), "%s holds %lld at flat position %ld, outside [-%ld, %ld)", \
+                 what, v_, i_, d_, d_); \
+        return 1; \
+      }} }} }} while (0)
+
 static double tensorgen_now(void) {{
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -235,20 +248,36 @@ long tensorgen_model_output_bytes(int i) {{ return output_bytes[i]; }}
 """
 
 
+def _index_dims(node, graph) -> tuple[int, ...] | None:
+    """The sizes the indices (input 1) of `node` index: one for an index along an axis, one per coordinate of the
+    indices' last dim for ScatterND; None for a node without indices."""
+    if node.op in GATHER_OPS or node.op == "ScatterElements":
+        return (graph.value(node.inputs[0]).shape[int(node.attrs["axis"])],)
+    if node.op in SCATTER_OPS:
+        return graph.value(node.inputs[0]).shape[:graph.value(node.inputs[1]).shape[-1]]
+    return None
+
+
 def _index_checks(part: Partition, sub, where: dict[str, str]) -> list[str]:
-    """Checks of the run-time indices `sub`'s Gathers (and GatherElements) read from other kernels or the model's
-    inputs (fusion keeps their computation out of the Gather's kernel; constant ones were checked at import)."""
+    """Checks of the run-time indices `sub`'s Gathers (GatherElements, ScatterElements, ScatterND) read from other
+    kernels or the model's inputs (fusion keeps their computation out of the node's kernel; constant ones were
+    checked at import)."""
     graph = part.graph
     out = []
     for node in sub.nodes:
-        indices = node.inputs[1] if node.op in GATHER_OPS else None
+        dims = _index_dims(node, graph)
+        indices = node.inputs[1] if dims is not None else None
         if indices is None or graph.is_constant(indices) or indices not in sub.inputs:
             continue
         root = part.aliases.get(indices, indices)
-        dim = graph.value(node.inputs[0]).shape[int(node.attrs["axis"])]
         what = f"{'input' if root in graph.inputs else 'value'} '{root}' (indices of {node.op} '{node.name}')"
         what = re.sub(r"[^ -~]", "?", what).replace("\\", "\\\\").replace('"', '\\"')  # a C string literal
-        out.append(f'  TENSORGEN_CHECK_INDICES({where[root]}, {graph.value(indices).size}L, {dim}L, "{what}");')
+        size = graph.value(indices).size
+        if node.op == "ScatterND":
+            listed = ", ".join(f"{d}L" for d in dims)
+            out.append(f'  TENSORGEN_CHECK_ND_INDICES({where[root]}, {size}L, {len(dims)}, "{what}", {listed});')
+        else:
+            out.append(f'  TENSORGEN_CHECK_INDICES({where[root]}, {size}L, {dims[0]}L, "{what}");')
     return out
 
 

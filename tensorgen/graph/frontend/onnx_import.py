@@ -27,6 +27,7 @@ import tensorgen.graph.frontend.normalize_index  # noqa: F401  (registers Einsum
 import tensorgen.graph.frontend.normalize_nn  # noqa: F401  (registers Conv, pooling, Resize)
 import tensorgen.graph.frontend.normalize_norm  # noqa: F401  (registers LpNormalization, GroupNormalization)
 import tensorgen.graph.frontend.normalize_rnn  # noqa: F401  (registers RNN, GRU, LSTM)
+import tensorgen.graph.frontend.normalize_scatter  # noqa: F401  (registers ScatterElements, ScatterND)
 from tensorgen.graph.frontend.normalize import CONST_INPUTS, NORMALIZERS, ImportState, OnnxNode
 from tensorgen.graph.frontend.onnx_eval import evaluate, infer_outputs, np_dtype
 from tensorgen.graph.frontend.onnx_export import export_onnx

@@ -2,7 +2,8 @@
 
 `lower_node` turns one normalized node into te Tensors, one per output; `op_kind` tells the fusion
 pass what a node is (compute-intensive, element-wise, injective or a reduction). The lowerings live
-in ops_elemwise / ops_index / ops_nn / ops_reduce / ops_scan / ops_shape and register themselves in `LOWERINGS`.
+in ops_elemwise / ops_index / ops_nn / ops_reduce / ops_scan / ops_scatter / ops_shape and register themselves in
+`LOWERINGS`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Callable
 
 from tensorgen.errors import TensorExprError
 from tensorgen.graph.ir import Graph, GraphError, Node
-from tensorgen.graph.ops import elemwise, index, nn, reduce, scan, shape  # noqa: F401 (they register lowerings)
+from tensorgen.graph.ops import elemwise, index, nn, reduce, scan, scatter, shape  # noqa: F401 (they register lowerings)
 from tensorgen.graph.ops.base import LOWERINGS, READABLE, Args, OpRule, lowering, te_shape
 from tensorgen.te.tensor import Tensor
 

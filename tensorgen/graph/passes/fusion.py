@@ -29,6 +29,10 @@ from tensorgen.te.tensor import Tensor, placeholder
 ALIAS_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 # ops whose input 1 holds indices into input 0 along attribute `axis`, checked by the executor when computed at run time
 GATHER_OPS = frozenset({"Gather", "GatherElements"})
+# ops whose input 1 holds indices into input 0 the executor checks the same way: along `axis` (ScatterElements), or
+# one coordinate of input 0 per entry of the indices' last dim (ScatterND); a reduce-kind node, so never fused into
+# the kernel that computes its indices
+SCATTER_OPS = frozenset({"ScatterElements", "ScatterND"})
 # which group kinds a node of each kind may join (the group's kind is its first node's)
 JOINS = {"elemwise": {"compute", "elemwise", "injective", "reduce"}, "injective": {"elemwise", "injective"}}
 

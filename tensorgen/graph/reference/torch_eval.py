@@ -528,6 +528,39 @@ def _gather_elements(node, xs, graph):
     return torch.gather(x, axis, torch.where(idx < 0, idx + x.shape[axis], idx).long())
 
 
+_SCATTER_REDUCE = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}
+
+
+@register("ScatterElements")
+def _scatter_elements(node, xs, graph):
+    """torch.scatter (one update after another on the CPU: the last of duplicates wins) or scatter_reduce."""
+    x, idx, upd = xs
+    axis, reduction = node.attrs["axis"], node.attrs["reduction"]
+    idx = torch.where(idx < 0, idx + x.shape[axis], idx).long()
+    if reduction == "none":
+        return x.scatter(axis, idx, upd)
+    return x.scatter_reduce(axis, idx, upd, _SCATTER_REDUCE[reduction], include_self=True)
+
+
+_ND_COMBINE: dict[str, Callable] = {"none": lambda old, new: new, "add": lambda old, new: old + new,
+                                     "mul": lambda old, new: old * new,
+                                     "max": lambda old, new: torch.maximum(old, new),
+                                     "min": lambda old, new: torch.minimum(old, new)}
+
+
+@register("ScatterND")
+def _scatter_nd(node, xs, graph):
+    """The updates written one after another, as ONNX's reference does (the last of duplicates wins)."""
+    x, idx, upd = xs
+    k, combine = idx.shape[-1], _ND_COMBINE[node.attrs["reduction"]]
+    out = x.clone()
+    dims = torch.tensor(x.shape[:k])
+    for where, value in zip(idx.reshape(-1, k).long(), upd.reshape(-1, *x.shape[k:])):
+        at = tuple(torch.where(where < 0, where + dims, where).tolist())
+        out[at] = combine(out[at], value)
+    return out
+
+
 @register("Einsum")
 def _einsum(node, xs, graph):
     return torch.einsum(node.attrs["equation"], *xs)

@@ -98,6 +98,8 @@ def _copy(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
 def _write(cx: Emitter, base: Any, src: str, axis: int, positions: range, shape: Sequence[int], dtype: str) -> str:
     """`base` with the positions along `axis` replaced by src's slices in order: a Gather of src to base's shape
     (each covered position's slice) and a Where by a constant mask of the covered positions."""
+    if not positions:  # an empty slice writes nothing
+        return operand(cx, base, dtype)
     n = shape[axis]
     covered, source = np.zeros(n, bool), np.zeros(n, np.int64)
     covered[list(positions)], source[list(positions)] = True, np.arange(len(positions))
