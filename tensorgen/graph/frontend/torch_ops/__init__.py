@@ -7,7 +7,7 @@ output value (a tuple for ops with several; None where an output is one tensorge
 batch norm's training statistics). Register your own with `@converts("aten.my_op")`.
 """
 
-from tensorgen.graph.frontend.torch_ops import elementwise, nn, numeric, reduce, scan, shape  # noqa: F401  (register converters)
+from tensorgen.graph.frontend.torch_ops import elementwise, nn, numeric, reduce, scan, shape, special  # noqa: F401  (register converters)
 from tensorgen.graph.frontend.torch_ops.core import CONVERTERS, Converter, ConvertError, Emitter, arg, converts, operand
 
 __all__ = ["CONVERTERS", "ConvertError", "Converter", "Emitter", "arg", "converts", "operand"]
