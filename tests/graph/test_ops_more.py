@@ -5,10 +5,14 @@ Hardmax, EyeLike and Lp pooling against ONNX Runtime."""
 from __future__ import annotations
 
 import numpy as np
+import onnxruntime as ort
 import pytest
-from onnx import TensorProto
+from onnx import TensorProto, helper, numpy_helper, shape_inference
 
+from tensorgen.graph.backend.build import build_model
+from tensorgen.graph.frontend.onnx_import import import_onnx
 from tensorgen.graph.ir import GraphError
+from tensorgen.runtime.model import CompiledModel
 
 torch = pytest.importorskip("torch")
 import tensorgen  # noqa: E402
@@ -188,3 +192,78 @@ def test_kthvalue_matches_torch(k, dim, keepdim):
 def test_kthvalue_out_of_range_is_refused():
     with pytest.raises(GraphError, match="out of range"):
         tensorgen.from_torch(_Fn(lambda t: torch.kthvalue(t, 2, 0)[0] * 2), (torch.randn(1, 3),))
+
+
+# ---- ONNX -------------------------------------------------------------------------------------------------------
+
+
+def _onnx_matches_ort(op: str, feeds: dict[str, np.ndarray], tmp_path, inits: dict[str, np.ndarray] | None = None,
+                      opset: int = 17, then_add: bool = False, **attrs) -> np.ndarray:
+    """The one-node model (constant inputs as initializers; `then_add`: its output plus the first input) built
+    and run, against ONNX Runtime."""
+    inits = inits or {}
+    inputs = [helper.make_tensor_value_info(k, TYPES[v.dtype.type], list(v.shape)) for k, v in feeds.items()]
+    nodes = [helper.make_node(op, [*feeds, *inits], ["z" if then_add else "y"], **attrs)]
+    if then_add:
+        nodes.append(helper.make_node("Add", [next(iter(feeds)), "z"], ["y"]))
+    graph = helper.make_graph(nodes, "more", inputs, [helper.make_empty_tensor_value_info("y")],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+    inferred = shape_inference.infer_shapes(proto).graph.value_info
+    proto.graph.output[0].CopyFrom(next((v for v in inferred if v.name == "y"), proto.graph.output[0]))
+    ref = ort.InferenceSession(proto.SerializeToString()).run(None, feeds)[0]
+    directory = tmp_path / f"model_{len(list(tmp_path.iterdir()))}"  # a new one: a library is loaded once per path
+    ours = CompiledModel(build_model(proto, directory), threads=1).run(list(feeds.values()))[0]
+    assert ours.dtype == ref.dtype and ours.shape == ref.shape
+    np.testing.assert_allclose(ours, ref, rtol=2e-6, atol=2e-6)
+    return ours
+
+
+@pytest.mark.parametrize(("axis", "dtype", "values"), [(-1, np.int64, [0, 1]), (0, np.int32, [-2.5, 4.0]),
+                                                       (1, np.float32, [3, 7])])
+def test_one_hot_matches_onnxruntime(axis, dtype, values, tmp_path):
+    """Negative indices count from the end; out-of-range ones give a row of the off value."""
+    indices = np.array([[0, 4, -1, -5], [5, -6, 2, 3], [1, 1, -2, 0]], dtype)
+    depth = np.array(5, np.int64 if dtype == np.int64 else dtype)  # the kernels ONNX Runtime has
+    hot = _onnx_matches_ort("OneHot", {"i": indices}, tmp_path, {"d": depth,
+                            "v": np.array(values, np.float32)}, axis=axis)
+    assert (hot == values[1]).sum() == 10
+
+
+@pytest.mark.parametrize(("upper", "k"), [(1, 0), (0, 0), (1, -2), (0, 3), (1, 9)])
+def test_trilu_at_run_time_matches_onnxruntime(upper, k, tmp_path):
+    x = np.random.default_rng(5).standard_normal((2, 4, 6)).astype(np.float32)
+    _onnx_matches_ort("Trilu", {"x": x}, tmp_path, {"k": np.array(k, np.int64)}, upper=upper)
+
+
+def test_trilu_of_integers_without_k_matches_onnxruntime(tmp_path):
+    _onnx_matches_ort("Trilu", {"x": np.arange(30, dtype=np.int64).reshape(5, 6)}, tmp_path, upper=0)
+
+
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+def test_hardmax_picks_the_first_largest(axis, tmp_path):
+    x = np.random.default_rng(6).integers(-2, 3, (3, 5, 4)).astype(np.float32)  # many ties
+    _onnx_matches_ort("Hardmax", {"x": x}, tmp_path, axis=axis)
+
+
+@pytest.mark.parametrize(("k", "dtype", "x"), [(0, None, np.float32), (2, TensorProto.INT64, np.int64),
+                                              (-1, TensorProto.DOUBLE, np.float64)])
+def test_eye_like_folds_from_the_shape(k, dtype, x, tmp_path):
+    """Added to its run-time input (a graph whose output is a constant is another matter)."""
+    attrs = {"k": k, **({"dtype": dtype} if dtype else {})}
+    _onnx_matches_ort("EyeLike", {"x": np.arange(15).reshape(3, 5).astype(x)}, tmp_path, then_add=True, **attrs)
+
+
+def test_eye_like_of_3d_is_refused():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 5])
+    graph = helper.make_graph([helper.make_node("EyeLike", ["x"], ["y"])], "eye", [x], [x])
+    with pytest.raises(GraphError, match=r"\(EyeLike\): EyeLike of a 3-d input \(2-d only\)"):
+        import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_lp_pools_match_onnxruntime(p, tmp_path):
+    x = np.random.default_rng(7).standard_normal((1, 2, 7, 6)).astype(np.float32)
+    _onnx_matches_ort("GlobalLpPool", {"x": x}, tmp_path, p=p)
+    _onnx_matches_ort("LpPool", {"x": x}, tmp_path, opset=18, p=p, kernel_shape=[3, 2], strides=[2, 1],
+                      pads=[1, 0, 1, 1])
