@@ -63,6 +63,7 @@ def _edgy(seed: int, shape, scale: float = 3.0) -> torch.Tensor:
 def test_adaptive_max_pool2d_matches_torch(size, out):
     x = torch.randn(2, 3, *size)
     x[0, 0, 0, :3] = 9.0  # ties
+    x[1, 2, 1, 1] = float("nan")  # propagates to every window holding it
     _torch_matches(lambda t: F.adaptive_max_pool2d(t, out), x)
 
 
@@ -127,7 +128,7 @@ def test_erfinv_matches_torch(dtype):
 @pytest.mark.parametrize("right", [False, True])
 def test_bucketize_matches_torch(right):
     boundaries = torch.tensor([-1.0, 0.0, 0.0, 0.5, 2.0])
-    x = torch.tensor([[-3.0, -1.0, 0.0, -0.0, 0.25, 0.5], [2.0, 9.0, float("inf"), float("-inf"), 1.0, -1.0]])
+    x = torch.tensor([[-3.0, -1.0, 0.0, -0.0, 0.25, 0.5], [2.0, 9.0, float("inf"), float("-inf"), float("nan"), -1.0]])
     _torch_matches(lambda t: torch.bucketize(t, boundaries, right=right), x)
     _torch_matches(lambda t: torch.bucketize(t, boundaries, right=right, out_int32=True), x)
 
