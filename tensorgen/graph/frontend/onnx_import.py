@@ -24,11 +24,13 @@ import onnx
 from onnx import external_data_helper, helper, inliner, numpy_helper, version_converter
 
 import tensorgen.graph.frontend.normalize_index  # noqa: F401  (registers Einsum, GatherElements, ...)
+import tensorgen.graph.frontend.normalize_more  # noqa: F401  (registers OneHot, Trilu, Hardmax, LpPool, ...)
 import tensorgen.graph.frontend.normalize_nn  # noqa: F401  (registers Conv, pooling, Resize)
 import tensorgen.graph.frontend.normalize_norm  # noqa: F401  (registers LpNormalization, GroupNormalization)
 import tensorgen.graph.frontend.normalize_rnn  # noqa: F401  (registers RNN, GRU, LSTM)
 import tensorgen.graph.frontend.normalize_scatter  # noqa: F401  (registers ScatterElements, ScatterND)
 from tensorgen.graph.frontend.normalize import CONST_INPUTS, NORMALIZERS, ImportState, OnnxNode
+from tensorgen.graph.frontend.normalize_more import eye_like
 from tensorgen.graph.frontend.onnx_eval import evaluate, infer_outputs, np_dtype
 from tensorgen.graph.frontend.onnx_export import export_onnx
 from tensorgen.graph.ir import Graph, GraphError, Node, Value
@@ -38,13 +40,13 @@ __all__ = ["FOLD_ONLY_OPS", "GRAPH_OPS", "OPSETS", "SUPPORTED_OPS", "export_onnx
 
 OPSETS = range(13, 22)
 # ops that never survive import: Constant and Shape always fold, ConstantOfShape must (else GraphError)
-_ALWAYS_FOLDED = frozenset({"Constant", "Shape", "ConstantOfShape"})
+_ALWAYS_FOLDED = frozenset({"Constant", "Shape", "ConstantOfShape", "EyeLike"})
 SUPPORTED_OPS: frozenset[str] = frozenset(NORMALIZERS) | _ALWAYS_FOLDED
 # ops that may appear in an imported Graph (Dropout becomes Identity)
 GRAPH_OPS: frozenset[str] = frozenset(NORMALIZERS) - {"Dropout"}
 # accepted only when all their inputs are constant, so they fold away (mask and shape arithmetic)
 FOLD_ONLY_OPS: frozenset[str] = frozenset({
-    "Size", "Range", "Trilu",
+    "Size", "Range",
 })
 # outputs after the first that must be unused (what they would hold)
 _ITEMSIZE = {t: np.dtype(helper.tensor_dtype_to_np_dtype(t)).itemsize for t in onnx.TensorProto.DataType.values()
@@ -53,8 +55,9 @@ _FIRST_OUTPUT_ONLY = {"Dropout": "the dropout mask", "BatchNormalization": "trai
                       "MaxPool": "Indices"}
 # ops folded from their inputs' static shapes alone, even when the inputs' data are not constant
 _STATIC_FOLDS = {
-    "Shape": lambda shape, attrs: np.array(shape[attrs.get("start", 0):attrs.get("end")], dtype=np.int64),
-    "Size": lambda shape, attrs: np.array(int(np.prod(shape, dtype=np.int64)), dtype=np.int64),
+    "Shape": lambda x, attrs: np.array(x.shape[attrs.get("start", 0):attrs.get("end")], dtype=np.int64),
+    "Size": lambda x, attrs: np.array(int(np.prod(x.shape, dtype=np.int64)), dtype=np.int64),
+    "EyeLike": eye_like,
 }
 
 
@@ -281,7 +284,10 @@ def _import_node(proto: onnx.NodeProto, name: str, label: str, opset: int,
     op, attrs = proto.op_type, {a.name: _attr(a) for a in proto.attribute}
     dynamic = [x for x in proto.input if x and x not in state.constants]
     if op in _STATIC_FOLDS:
-        folded = {proto.output[0]: _STATIC_FOLDS[op](state.values[proto.input[0]].shape, attrs)}
+        try:
+            folded = {proto.output[0]: _STATIC_FOLDS[op](state.values[proto.input[0]], attrs)}
+        except ValueError as e:
+            raise GraphError(f"{label}: {e}") from None
     elif not dynamic:
         _check_fold_size(proto, label, opset, state)
         folded = evaluate(proto, label, opset, state.constants)

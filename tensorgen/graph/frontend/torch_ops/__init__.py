@@ -16,6 +16,7 @@ from tensorgen.graph.frontend.torch_ops import (  # noqa: F401  (register conver
     scan,
     scatter,
     shape,
+    special,
 )
 from tensorgen.graph.frontend.torch_ops.core import CONVERTERS, Converter, ConvertError, Emitter, arg, converts, operand
 
