@@ -58,3 +58,27 @@ def test_a_select_on_data_with_loads_in_its_arms_is_exact(shape):
     a, b = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
     for out, want in ((y, np.where(a < 0, a * b, a)), (z, np.where(b < 0, a, 0))):
         np.testing.assert_array_equal(build([x, s, out]).run(a, b)[0], want)
+
+
+def test_a_model_rebuilt_into_the_same_folder_runs_next_to_the_old_one(tmp_path):
+    """Two models built into one folder in one process (a notebook rebuilding): dlopen handed the second the first's
+    library (running its kernels with the second's manifest crashed), and the build overwrote the file the first had
+    mapped. Both run correctly now, the first after the second was built."""
+    from onnx import TensorProto, helper
+
+    from tensorgen.graph.backend.build import build_model
+    from tensorgen.runtime.model import CompiledModel
+
+    def model(op: str, shape: list[int]):
+        graph = helper.make_graph([helper.make_node(op, ["x"], ["y"])], op,
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+    first = CompiledModel(build_model(model("Relu", [2, 3]), tmp_path / "m"), threads=1)
+    x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(first.run([x])[0], np.maximum(x, 0))
+    second = CompiledModel(build_model(model("Neg", [4, 5]), tmp_path / "m"), threads=1)
+    y = np.arange(20, dtype=np.float32).reshape(4, 5)
+    np.testing.assert_array_equal(second.run([y])[0], -y)
+    np.testing.assert_array_equal(first.run([x])[0], np.maximum(x, 0))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -12,6 +14,25 @@ import numpy as np
 
 from tensorgen.errors import RuntimeCallError
 from tensorgen.runtime.module import aligned_empty
+
+#: each model library path this process has loaded, with the identity (inode, mtime, size) of the file it loaded
+_LOADED: dict[str, tuple[int, int, int]] = {}
+
+
+def load_library(path: Path) -> ctypes.CDLL:
+    """dlopen `path`. dlopen hands back the library it already loaded from a path even after the file there was
+    rebuilt (running the old kernels with the new model's manifest crashed), so a library rebuilt since this process
+    first loaded its path is loaded through a private copy, unlinked once mapped."""
+    stat = path.stat()
+    identity, key = (stat.st_ino, stat.st_mtime_ns, stat.st_size), str(path.resolve())
+    if _LOADED.setdefault(key, identity) == identity:
+        return ctypes.CDLL(key)
+    with path.open("rb") as built, tempfile.NamedTemporaryFile(suffix=".so", delete=False) as copy:
+        shutil.copyfileobj(built, copy)
+    try:
+        return ctypes.CDLL(copy.name)
+    finally:
+        os.unlink(copy.name)
 
 
 class CompiledModel:
@@ -22,7 +43,7 @@ class CompiledModel:
         try:
             self.manifest = json.loads((self.directory / "model.json").read_text())
             weights = np.fromfile(self.directory / "weights.bin", dtype=np.uint8)
-            self._lib = ctypes.CDLL(str(self.directory / "model.so"))
+            self._lib = load_library(self.directory / "model.so")
         except (OSError, ValueError) as err:
             raise RuntimeCallError(f"{self.directory} is not a built tensorgen model: {err}") from err
         self.inputs = [(v["name"], tuple(v["shape"]), np.dtype(v["dtype"])) for v in self.manifest["inputs"]]

@@ -129,6 +129,9 @@ class Expr:
         return binop("floormod", o, self)
 
     def __neg__(self) -> Expr:
+        """-x: for floats x * -1, which flips the sign of a zero too (0 - x makes -0.0 into +0.0)."""
+        if is_float(self.dtype):
+            return binop("mul", self, const(-1.0, self.dtype))
         return binop("sub", const(0, self.dtype), self)
 
     def __lt__(self, o: ExprLike) -> Expr:

@@ -22,7 +22,7 @@ TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE, np.int64
 
 
 def _onnx_matches_ort(op: str, feeds: dict[str, np.ndarray], out_dtype, tmp_path, ref: np.ndarray | None = None,
-                      **attrs) -> None:
+                      **attrs) -> np.ndarray:
     """The one-node model built and run, against ONNX Runtime (or `ref` where ONNX Runtime lacks the kernel)."""
     inputs = [helper.make_tensor_value_info(k, TYPES[v.dtype.type], list(v.shape)) for k, v in feeds.items()]
     out = helper.make_tensor_value_info("y", TYPES[out_dtype], None)
@@ -33,6 +33,7 @@ def _onnx_matches_ort(op: str, feeds: dict[str, np.ndarray], out_dtype, tmp_path
     ours = CompiledModel(build_model(proto, tmp_path / "model"), threads=1).run(list(feeds.values()))[0]
     assert ours.dtype == ref.dtype and ours.shape == ref.shape
     np.testing.assert_allclose(ours, ref, rtol=2e-6, atol=2e-6)
+    return ours
 
 
 def _values(seed: int, shape=(3, 37), scale: float = 3.0, dtype=np.float32) -> np.ndarray:
@@ -152,3 +153,9 @@ def test_torch_numeric_functions_equal_eager(name):
     got = compile_graph(tensorgen.from_torch(module, (x,))).run([x.numpy()])[0]
     assert got.shape == tuple(want.shape)
     np.testing.assert_allclose(got, want.numpy(), rtol=2e-5, atol=2e-5)
+
+
+def test_neg_flips_the_sign_of_zero(tmp_path):
+    """ONNX Neg of 0.0 is -0.0 and of -0.0 is 0.0 (the kernel computed 0 - x, which gives +0.0 for both)."""
+    x = np.array([[0.0, -0.0, 1.5, -2.0, np.inf, -np.inf]], np.float32)
+    np.testing.assert_array_equal(np.signbit(_onnx_matches_ort("Neg", {"x": x}, np.float32, tmp_path)), np.signbit(-x))

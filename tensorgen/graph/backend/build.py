@@ -154,7 +154,9 @@ def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, hw: Ha
         return _build(graph_in, out_dir, target, hw, db, ranks, pools, progress, {**failed, **culprits}, layouts)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(library, out / "model.so")
+    staged = out / "model.so.partial"  # replaced, not overwritten: a process running the old one keeps its file
+    shutil.copyfile(library, staged)
+    os.replace(staged, out / "model.so")
     (out / "model.c").write_text(source)
     (out / "weights.bin").write_bytes(blob)
     (out / MANIFEST).write_text(json.dumps(_manifest(graph, part, kernels, plan, target), indent=1))
