@@ -75,3 +75,12 @@ def test_indexing_and_writes_equal_eager(name):
 def test_a_constant_index_out_of_range_is_one_line():
     with pytest.raises(GraphError, match=r"aten\.index .*: an index is outside \[-4, 4\)"):
         tensorgen.from_torch(_Fn(lambda x: x[:, [0, 1], [3, 5]]).eval(), (torch.randn(2, 3, 4),))
+
+
+def test_reading_pooling_indices_is_one_line_naming_the_reader():
+    def pooled(x):
+        values, indices = F.max_pool2d(x.reshape(1, 2, 3, 4), 2, return_indices=True)
+        return values + indices.float()
+
+    with pytest.raises(GraphError, match=r"aten\._to_copy .*reads an output tensorgen does not compute"):
+        tensorgen.from_torch(_Fn(pooled).eval(), (torch.randn(2, 3, 4),))

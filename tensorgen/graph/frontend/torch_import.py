@@ -220,6 +220,9 @@ class TorchImport:
         key = op_name(node.target)
         if key in _ASSERTIONS:  # checks of what the trace already fixed (dtypes, shapes)
             return None
+        if any(self.env[a] is None for a in node.all_input_nodes):
+            raise GraphError(f"{key}{self.where(node)}: reads an output tensorgen does not compute (pooling "
+                             "indices, training statistics)")
         if not _has_runtime((args, kwargs)):
             return self._fold(node, args, kwargs)
         if key == "aten._local_scalar_dense" and len(self.value(args[0].name).shape) <= 1:
