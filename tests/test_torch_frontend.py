@@ -585,3 +585,34 @@ def test_argmax_and_argmin_pick_the_first_of_ties():
     graph = tensorgen.from_torch(_ArgExtremes(), (x,))
     for got, want in zip(compile_graph(graph).run([x.numpy()]), _eager(_ArgExtremes(), x)):
         np.testing.assert_array_equal(got, want)
+
+
+class _Attention(nn.Module):
+    def forward(self, x, allowed):
+        masked = x.masked_fill(~allowed, float("-inf"))
+        return F.scaled_dot_product_attention(x[:, None], x[:, None], x[:, None], attn_mask=allowed)[:, 0] + \
+            torch.ops.aten._safe_softmax(masked, -1)
+
+
+def test_a_query_with_every_key_masked_attends_to_nothing_as_in_pytorch():
+    """A row of attention whose every key is masked (a run-time boolean mask) is 0 in PyTorch, as _safe_softmax
+    gives it; the Softmax gave NaN."""
+    x = torch.randn(2, 3, 3, generator=torch.Generator().manual_seed(0))
+    allowed = torch.tensor([[True, False, True], [False, False, False], [True, True, True]])
+    module = _Attention().eval()
+    got = compile_graph(tensorgen.from_torch(module, (x, allowed))).run([x.numpy(), allowed.numpy()])[0]
+    want = _eager_many(module, [x, allowed])[0]
+    assert not np.isnan(want).any()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_torch_frontend_alone_has_every_normalizer():
+    """In a process that never imported the ONNX frontend, torch.gather (GatherElements) still imports."""
+    import subprocess
+    import sys
+
+    code = ("import torch, tensorgen\n"
+            "class M(torch.nn.Module):\n"
+            "    def forward(self, x, i): return torch.gather(x, 1, i)\n"
+            "tensorgen.from_torch(M(), (torch.randn(2, 5), torch.tensor([[4, 0], [1, 1]])))\n")
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)

@@ -23,14 +23,9 @@ import numpy as np
 import onnx
 from onnx import external_data_helper, helper, inliner, numpy_helper, version_converter
 
-import tensorgen.graph.frontend.normalize_index  # noqa: F401  (registers Einsum, GatherElements, ...)
-import tensorgen.graph.frontend.normalize_more  # noqa: F401  (registers OneHot, Trilu, Hardmax, LpPool, ...)
-import tensorgen.graph.frontend.normalize_nn  # noqa: F401  (registers Conv, pooling, Resize)
-import tensorgen.graph.frontend.normalize_norm  # noqa: F401  (registers LpNormalization, GroupNormalization)
-import tensorgen.graph.frontend.normalize_rnn  # noqa: F401  (registers RNN, GRU, LSTM)
-import tensorgen.graph.frontend.normalize_scatter  # noqa: F401  (registers ScatterElements, ScatterND)
-from tensorgen.graph.frontend.normalize import CONST_INPUTS, NORMALIZERS, ImportState, OnnxNode
+from tensorgen.graph.frontend.normalize import CONST_INPUTS, ImportState, OnnxNode
 from tensorgen.graph.frontend.normalize_more import eye_like
+from tensorgen.graph.frontend.normalizers import NORMALIZERS
 from tensorgen.graph.frontend.onnx_eval import evaluate, infer_outputs, np_dtype
 from tensorgen.graph.frontend.onnx_export import export_onnx
 from tensorgen.graph.ir import Graph, GraphError, Node, Value

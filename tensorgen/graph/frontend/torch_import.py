@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
-import tensorgen.graph.frontend.normalize_nn  # noqa: F401  (registers Conv, pooling, Resize)
-from tensorgen.graph.frontend.normalize import NORMALIZERS, ImportState, OnnxNode, add_constant
+from tensorgen.graph.frontend.normalize import ImportState, OnnxNode, add_constant
+from tensorgen.graph.frontend.normalizers import NORMALIZERS
 from tensorgen.graph.frontend.torch_ops import CONVERTERS
 from tensorgen.graph.ir import Graph, GraphError, Node, Value
 

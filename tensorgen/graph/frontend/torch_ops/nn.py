@@ -6,7 +6,16 @@ from typing import Any
 
 import numpy as np
 
-from tensorgen.graph.frontend.torch_ops.core import ConvertError, Emitter, Shape, arg, converts, operand, single
+from tensorgen.graph.frontend.torch_ops.core import (
+    ConvertError,
+    Emitter,
+    Formula,
+    Shape,
+    arg,
+    converts,
+    operand,
+    single,
+)
 
 
 @converts("aten.mm", "aten.bmm", "aten.matmul")
@@ -123,7 +132,31 @@ def _attention(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> s
     if bias is not None:
         (scores,) = cx.emit("Add", [scores, bias], shapes=[(scores_shape, dtype)])
     (probs,) = cx.emit("Softmax", [scores], {"axis": -1}, shapes=[(scores_shape, dtype)])
+    if _may_block_a_row(cx, mask):
+        probs = _zero_where_blocked(cx, scores, probs, -1)
     return cx.emit("MatMul", [probs, v], shapes=[(shape, dtype)])[0]
+
+
+def _may_block_a_row(cx: Emitter, mask: Any) -> bool:
+    """Whether a query may find every key masked: a mask computed at run time, or a constant with such a row."""
+    if mask is None:
+        return False
+    if cx.is_runtime(mask):
+        return True
+    allowed = np.asarray(mask)
+    blocked = ~allowed if allowed.dtype == np.bool_ else np.isneginf(allowed)
+    return bool(np.any(np.all(blocked, axis=-1)))
+
+
+def _zero_where_blocked(cx: Emitter, scores: str, probs: str, axis: int) -> str:
+    """`probs` (a softmax of `scores` along `axis`) with 0 where every score of a row is -inf, as PyTorch's
+    attention and _safe_softmax give (a query that may attend to nothing), where Softmax gives NaN."""
+    shape = cx.value(scores).shape
+    axis %= len(shape)
+    f = Formula(cx, cx.value(scores).dtype)
+    top = f("ReduceMax", scores, shape=tuple(1 if d == axis else n for d, n in enumerate(shape)), axes=[axis],
+            keepdims=1, noop_with_empty_axes=0)
+    return f("Where", f("Equal", top, f.const(-np.inf), out="bool"), f.const(0), probs)
 
 
 def _attention_bias(cx: Emitter, mask: Any, causal: bool, length: int, keys: int, dtype: str) -> str | None:
@@ -154,12 +187,17 @@ def _log_softmax(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) ->
     return cx.emit("LogSoftmax", [operand(cx, args[0], dtype)], {"axis": int(args[1])}, shapes=[(shape, dtype)])[0]
 
 
-@converts("aten._softmax", "aten._safe_softmax")
+@converts("aten._softmax")
 def _softmax(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
-    """`_safe_softmax` becomes a plain Softmax. They differ only on a row whose every input is -inf (a query that
-    may attend to nothing): PyTorch returns zeros there, the Softmax NaNs."""
     shape, dtype = single(shapes)
     return cx.emit("Softmax", [operand(cx, args[0], dtype)], {"axis": int(args[1])}, shapes=[(shape, dtype)])[0]
+
+
+@converts("aten._safe_softmax")
+def _safe_softmax(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
+    """Attention's softmax: 0 on a row whose every input is -inf (a query with nothing to attend to)."""
+    return _zero_where_blocked(cx, operand(cx, args[0], single(shapes)[1]), _softmax(cx, args, kwargs, shapes),
+                               int(args[1]))
 
 
 # ---- windows ------------------------------------------------------------------------------------------
