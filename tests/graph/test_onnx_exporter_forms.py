@@ -233,3 +233,19 @@ def test_arg_max_of_a_vector_is_a_scalar(tmp_path):
     proto = _model([helper.make_node("ArgMax", ["x"], ["y"], keepdims=0)], [_vi("x", [5])],
                    [helper.make_tensor_value_info("y", TensorProto.INT64, [])])
     assert CompiledModel(build_model(proto, tmp_path / "model"), threads=1).run([x])[0] == 2
+
+
+@pytest.mark.parametrize(("mode", "coordinates", "scale"), [
+    ("linear", "align_corners", 0.5), ("linear", "align_corners", 1.7), ("nearest", "align_corners", 0.5),
+    ("linear", "pytorch_half_pixel", 0.2), ("nearest", "pytorch_half_pixel", 0.2)])
+def test_resize_whose_scaled_length_is_fractional(mode, coordinates, scale, tmp_path):
+    """F.interpolate(scale_factor=0.5, align_corners=True) of 5 -> 2 points reads rows 0 and 4 (the output length
+    less one divides, as in ONNX Runtime and PyTorch); it read 0 and 2.67. A one-element output of
+    pytorch_half_pixel reads coordinate 0."""
+    scales = np.array([1, 1, scale, scale], np.float32)
+    node = helper.make_node("Resize", ["x", "", "s"], ["y"], mode=mode, coordinate_transformation_mode=coordinates,
+                            **({"nearest_mode": "floor"} if mode == "nearest" else {}))
+    out = [int(np.floor(5 * scale))] * 2
+    proto = _model([node], [_vi("x", [1, 2, 5, 5])], [_vi("y", [1, 2, *out])], [numpy_helper.from_array(scales, "s")],
+                   opset=18)
+    _check(proto, tmp_path)

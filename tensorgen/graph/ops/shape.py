@@ -172,8 +172,10 @@ Coordinate = Callable[[Any, float, int, float, int], Any]
 COORDINATES: dict[str, Coordinate] = {
     "half_pixel": lambda y, s, n, w, m: (y + 0.5) / s - 0.5,
     "asymmetric": lambda y, s, n, w, m: y / s,
-    "pytorch_half_pixel": lambda y, s, n, w, m: (y + 0.5) / s - 0.5 if w != 1 else y * 0.0 - 0.5,
-    "align_corners": lambda y, s, n, w, m: y * (n - 1) / (w - 1) if w != 1 else y * 0.0,
+    # the resized length of these two is the output's (m), as ONNX Runtime and PyTorch take it, not scale * n (w):
+    # align_corners at scale 0.5 of 5 -> 3 reads 0, 2, 4, not 0, 8/3, ...
+    "pytorch_half_pixel": lambda y, s, n, w, m: (y + 0.5) / s - 0.5 if m != 1 else y * 0.0,
+    "align_corners": lambda y, s, n, w, m: y * (n - 1) / (m - 1) if m != 1 else y * 0.0,
     "half_pixel_symmetric": lambda y, s, n, w, m: n / 2 * (1 - m / w) + (y + 0.5) / s - 0.5,
 }
 # nearest_mode: how a coordinate becomes an index (`f` is np or tensorgen.te.expr)
