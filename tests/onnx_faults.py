@@ -125,6 +125,14 @@ def opset_old(path: Path) -> Path:
     return _save(model, path)
 
 
+def uint8_passed_along(path: Path) -> Path:
+    """A uint8 input that only an Identity reads: no lowering checked its type (a KeyError in the executor)."""
+    u8 = helper.make_tensor_value_info("u", onnx.TensorProto.UINT8, [2])
+    z8 = helper.make_tensor_value_info("z", onnx.TensorProto.UINT8, [2])
+    return _save(_model([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Identity", ["u"], ["z"])],
+                        [_vi("x", [2]), u8], [_vi("y", [2]), z8]), path)
+
+
 def opset_new(path: Path) -> Path:
     model = _relu([2, 2])
     model.opset_import[0].version = 99
@@ -163,6 +171,7 @@ FAULTS: dict[str, tuple[Callable[[Path], Path], str]] = {
     "unsupported_op": (unsupported_op, "unsupported op"),
     "opset_old": (opset_old, "opset 9; tensorgen imports opsets 13–21, and ONNX's version converter cannot"),
     "opset_new": (opset_new, "opset 99"),
+    "uint8_passed_along": (uint8_passed_along, "graph input 'u' is uint8"),
     "empty_graph": (empty_graph, "no"),
     "duplicate_outputs": (duplicate_outputs, "'y'"),
     "undefined_input": (undefined_input, "'nowhere'"),

@@ -616,3 +616,21 @@ def test_the_torch_frontend_alone_has_every_normalizer():
             "    def forward(self, x, i): return torch.gather(x, 1, i)\n"
             "tensorgen.from_torch(M(), (torch.randn(2, 5), torch.tensor([[4, 0], [1, 1]])))\n")
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+class _NotATensor(nn.Module):
+    def forward(self, x):
+        return x * 2, None
+
+
+class _DataShaped(nn.Module):
+    def forward(self, x):
+        return x[x > 0]
+
+
+@pytest.mark.parametrize(("module", "message"), [
+    (_NotATensor(), r"output 1 of the module is None, not a tensor"),
+    (_DataShaped(), r"aten\.index .*: its output's shape depends on the data")])
+def test_outputs_that_are_no_static_tensor_are_one_line(module, message):
+    with pytest.raises(GraphError, match=message):
+        tensorgen.from_torch(module, (torch.randn(3, 4),))

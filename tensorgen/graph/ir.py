@@ -25,6 +25,10 @@ class GraphError(TensorgenError, ValueError):
     """A model cannot be imported or compiled; the message names the node and op at fault."""
 
 
+#: element types of the values a model reads and returns
+TENSOR_DTYPES = ("float32", "float64", "int32", "int64", "bool")
+
+
 @dataclass(frozen=True)
 class Value:
     """A tensor of the graph: a model input, a constant, or a node output."""
@@ -110,10 +114,17 @@ class Graph:
         return iter(self.nodes)
 
     def validate(self) -> None:
-        """Raise GraphError unless every read value is defined before use and has a known Value."""
+        """Raise GraphError unless every read value is defined before use and has a known Value, and the model's
+        inputs and outputs have element types kernels take (one the model only passes along reached no lowering's
+        check: a uint8 input a KeyError in the executor)."""
         defined = set(self.inputs) | set(self.constants)
         for name in defined:
             self.value(name)
+        for kind, names in (("input", self.inputs), ("output", self.outputs)):
+            for name in names:
+                if name in self.values and self.values[name].dtype not in TENSOR_DTYPES:
+                    raise GraphError(f"graph {kind} {name!r} is {self.values[name].dtype}; tensorgen takes "
+                                     f"{', '.join(TENSOR_DTYPES)}")
         for node in self.nodes:
             for name in node.inputs:
                 if name and name not in defined:

@@ -234,7 +234,11 @@ class TorchImport:
                              "torch.compile option fallback=True runs such ops in eager PyTorch)")
         meta = node.meta.get("val")
         metas = list(meta) if isinstance(meta, (tuple, list)) else [meta]
-        shapes = [(tuple(int(d) for d in m.shape), _dtype(m.dtype)) if m is not None else None for m in metas]
+        try:
+            shapes = [(tuple(int(d) for d in m.shape), _dtype(m.dtype)) if m is not None else None for m in metas]
+        except Exception as e:  # noqa: BLE001 - torch raises its own kinds for a size only the data decides
+            raise GraphError(f"{key}{self.where(node)}: its output's shape depends on the data ({type(e).__name__}); "
+                             "tensorgen compiles static shapes") from None
         try:
             result = convert(self, args, kwargs, shapes)
         except GraphError as e:  # ConvertError included
@@ -264,6 +268,9 @@ class TorchImport:
     def _output(self, x: Any, i: int) -> str:
         """A graph output name. Outputs are computed by nodes, each once: a constant, an input or a value
         returned twice gets an Identity node."""
+        if not isinstance(x, torch.fx.Node):
+            raise GraphError(f"output {i} of the module is {x!r}, not a tensor; tensorgen compiles tensor outputs "
+                             "(return them alone, or in a tuple, list or dict)")
         value = self.env[x]
         if isinstance(value, _Runtime) and value.name not in self.returned \
                 and any(value.name in n.outputs for n in self.nodes):

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorgen.graph.ir import Graph, GraphError, Node, Value
+from tensorgen.graph.ir import TENSOR_DTYPES, Graph, GraphError, Node, Value
 from tensorgen.te.expr import Expr, Var, const, is_float
 from tensorgen.te.tensor import Tensor
 
@@ -25,7 +25,7 @@ FLOATS = ("float32", "float64")
 INTS = ("int32", "int64")
 NUMERIC = FLOATS + INTS
 #: dtypes a node may read; bool only as a condition (Where) or a Cast source
-READABLE = NUMERIC + ("bool",)
+READABLE = TENSOR_DTYPES
 KINDS = ("compute", "elemwise", "injective", "reduce")
 
 Lowering = Callable[[Node, "Args"], Sequence[Tensor | None]]
