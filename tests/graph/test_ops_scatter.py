@@ -83,7 +83,7 @@ def _distinct_along(rng: np.random.Generator, shape, axis: int, n: int) -> np.nd
 # ---- ScatterElements ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", range(2))
 def test_scatter_elements_matches_onnxruntime(reduction, seed, tmp_path):
     """Random rank, axis (given negative half the time), indices shape no larger than the data's, indices at run
     time: distinct along the axis for reduction none, with duplicates for the others."""
@@ -144,7 +144,7 @@ def _nd_case(rng: np.random.Generator, dtype: str, distinct: bool):
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", range(2))
 def test_scatter_nd_matches_onnxruntime(reduction, seed, tmp_path):
     """Random rank, index depth k and leading index dims, indices at run time (distinct for reduction none)."""
     rng = np.random.default_rng(10 + seed)
@@ -251,7 +251,7 @@ SCATTER_CASES = {
 }
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0])
 @pytest.mark.parametrize("name", sorted(SCATTER_CASES))
 def test_torch_scatter_family_equals_eager(name, seed):
     if seed and name in ("scatter_src", "scatter_value"):
