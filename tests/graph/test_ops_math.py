@@ -13,6 +13,8 @@ from tensorgen.graph.backend.build import build_model
 from tensorgen.runtime.model import CompiledModel
 
 torch = pytest.importorskip("torch")
+from torch_fn import Fn  # noqa: E402
+
 import tensorgen  # noqa: E402
 from tensorgen.dynamo import compile_graph  # noqa: E402
 
@@ -106,14 +108,6 @@ def test_tile_at_run_time_matches_onnxruntime(shape, repeats, tmp_path):
     np.testing.assert_array_equal(ours, ref)
 
 
-class _Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x):
-        return self.fn(x)
-
 
 def _rope(x):
     """Rotary position embedding as LLaMA-style models write it: sin and cos of position times frequency."""
@@ -161,7 +155,7 @@ def test_torch_numeric_functions_equal_eager(name):
     torch.manual_seed(0)
     x = torch.randn(2, 3, 4) * 2
     x[0, 0, :3] = torch.tensor([0.5, 2.5, -1.5])  # ties of rounding
-    module = _Fn(TORCH_CASES[name]).eval()
+    module = Fn(TORCH_CASES[name]).eval()
     want = module(x)
     got = compile_graph(tensorgen.from_torch(module, (x,))).run([x.numpy()])[0]
     assert got.shape == tuple(want.shape)

@@ -15,6 +15,8 @@ from tensorgen.graph.ir import GraphError
 from tensorgen.runtime.model import CompiledModel
 
 torch = pytest.importorskip("torch")
+from torch_fn import Fn  # noqa: E402
+
 import tensorgen  # noqa: E402
 from tensorgen.dynamo import compile_graph  # noqa: E402
 
@@ -23,20 +25,12 @@ TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE, np.int64
          np.int32: TensorProto.INT32, np.bool_: TensorProto.BOOL}
 
 
-class _Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs):
-        return self.fn(*xs)
-
 
 def _torch_outputs(fn, *xs: torch.Tensor) -> tuple[list[np.ndarray], list[torch.Tensor]]:
     """Ours (compiled) and eager PyTorch's outputs of fn(*xs)."""
     want = fn(*xs)
     want = list(want) if isinstance(want, tuple) else [want]
-    got = compile_graph(tensorgen.from_torch(_Fn(fn), xs)).run([x.numpy() for x in xs])
+    got = compile_graph(tensorgen.from_torch(Fn(fn), xs)).run([x.numpy() for x in xs])
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert g.shape == tuple(w.shape) and g.dtype == w.numpy().dtype
@@ -73,7 +67,7 @@ def test_adaptive_max_pool1d_and_unbatched_match_torch():
 
 
 def test_adaptive_max_pool_indices_used_is_refused():
-    module = _Fn(lambda t: F.adaptive_max_pool2d(t, (2, 2), return_indices=True)[1].float() + t[..., :2, :2])
+    module = Fn(lambda t: F.adaptive_max_pool2d(t, (2, 2), return_indices=True)[1].float() + t[..., :2, :2])
     with pytest.raises(GraphError) as err:  # the indices are not computed: reading them fails in one line
         tensorgen.from_torch(module, (torch.randn(1, 2, 4, 4),))
     assert "\n" not in str(err.value)
@@ -192,7 +186,7 @@ def test_kthvalue_matches_torch(k, dim, keepdim):
 
 def test_kthvalue_out_of_range_is_refused():
     with pytest.raises(GraphError, match="out of range"):
-        tensorgen.from_torch(_Fn(lambda t: torch.kthvalue(t, 2, 0)[0] * 2), (torch.randn(1, 3),))
+        tensorgen.from_torch(Fn(lambda t: torch.kthvalue(t, 2, 0)[0] * 2), (torch.randn(1, 3),))
 
 
 # ---- ONNX -------------------------------------------------------------------------------------------------------

@@ -213,17 +213,10 @@ def test_bool_data_has_no_arithmetic_reduction():
 # ---- PyTorch -----------------------------------------------------------------------------------------------------
 
 torch = pytest.importorskip("torch")
+from torch_fn import Fn  # noqa: E402
+
 import tensorgen  # noqa: E402
 from tensorgen.dynamo import compile_graph  # noqa: E402
-
-
-class _Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs):
-        return self.fn(*xs)
 
 
 def _index(seed: int, shape, high: int, dim: int) -> torch.Tensor:
@@ -259,7 +252,7 @@ def test_torch_scatter_family_equals_eager(name, seed):
     torch.manual_seed(seed)
     x, s = torch.randn(3, 5, 4), torch.randn(3, 3, 4)
     i = _index(seed, (3, 2, 4), 5, 1)
-    module = _Fn(SCATTER_CASES[name]).eval()
+    module = Fn(SCATTER_CASES[name]).eval()
     want = module(x, i, s)
     got = compile_graph(tensorgen.from_torch(module, (x, i, s))).run([x.numpy(), i.numpy(), s.numpy()])[0]
     assert got.shape == tuple(want.shape)

@@ -8,20 +8,14 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+from torch_fn import Fn  # noqa: E402
+
 import tensorgen  # noqa: E402
 from tensorgen.dynamo import compile_graph  # noqa: E402
 from tensorgen.graph.ir import GraphError  # noqa: E402
 
 F = torch.nn.functional
 
-
-class _Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x):
-        return self.fn(x)
 
 
 def _assign(x):
@@ -65,7 +59,7 @@ CASES = {
 def test_indexing_and_writes_equal_eager(name):
     torch.manual_seed(0)
     x = torch.randn(2, 3, 4)
-    module = _Fn(CASES[name]).eval()
+    module = Fn(CASES[name]).eval()
     want = module(x)
     got = compile_graph(tensorgen.from_torch(module, (x,))).run([x.numpy()])[0]
     assert got.shape == tuple(want.shape)
@@ -74,7 +68,7 @@ def test_indexing_and_writes_equal_eager(name):
 
 def test_a_constant_index_out_of_range_is_one_line():
     with pytest.raises(GraphError, match=r"aten\.index .*: an index is outside \[-4, 4\)"):
-        tensorgen.from_torch(_Fn(lambda x: x[:, [0, 1], [3, 5]]).eval(), (torch.randn(2, 3, 4),))
+        tensorgen.from_torch(Fn(lambda x: x[:, [0, 1], [3, 5]]).eval(), (torch.randn(2, 3, 4),))
 
 
 def test_reading_pooling_indices_is_one_line_naming_the_reader():
@@ -83,4 +77,4 @@ def test_reading_pooling_indices_is_one_line_naming_the_reader():
         return values + indices.float()
 
     with pytest.raises(GraphError, match=r"aten\._to_copy .*reads an output tensorgen does not compute"):
-        tensorgen.from_torch(_Fn(pooled).eval(), (torch.randn(2, 3, 4),))
+        tensorgen.from_torch(Fn(pooled).eval(), (torch.randn(2, 3, 4),))
