@@ -157,6 +157,23 @@ class OnnxNode:
         return add_constant(self.state.values, self.state.constants, f"{self.name}_{suffix}", array)
 
 
+class Steps:
+    """The nodes a normalizer writes for one ONNX node, each named after it and a suffix; `last` adds the node that
+    writes the ONNX node's outputs."""
+
+    def __init__(self, n: OnnxNode) -> None:
+        self.n, self.nodes = n, []
+
+    def __call__(self, suffix: str, op: str, inputs: list[str], out_shape: Sequence[int], dtype: str | None = None,
+                 **attrs: Any) -> str:
+        out = self.n.temp(suffix, out_shape, dtype)
+        self.nodes.append(Node(op, f"{self.n.name}_{suffix}", inputs, [out], dict(attrs)))
+        return out
+
+    def last(self, op: str, inputs: list[str], **attrs: Any) -> list[Node]:
+        return [*self.nodes, self.n.make(op, dict(attrs), inputs)]
+
+
 #: a normalizer returns the node, or several whose last writes the outputs (the importer makes their names unique)
 Normalizer = Callable[[OnnxNode], Node | list[Node]]
 NORMALIZERS: dict[str, Normalizer] = {}

@@ -10,27 +10,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from tensorgen.graph.frontend.normalize import CONST_INPUTS, NORMALIZERS, OnnxNode, normalizer
+from tensorgen.graph.frontend.normalize import CONST_INPUTS, NORMALIZERS, OnnxNode, Steps, normalizer
 from tensorgen.graph.frontend.onnx_eval import np_dtype
 from tensorgen.graph.ir import Node, Value
 
 CONST_INPUTS.update({"OneHot": {1: "depth", 2: "values"}, "Trilu": {1: "k"}})
-
-
-class _Steps:
-    """The nodes a normalizer writes, each named after the ONNX node and a suffix."""
-
-    def __init__(self, n: OnnxNode) -> None:
-        self.n, self.nodes = n, []
-
-    def __call__(self, suffix: str, op: str, inputs: list[str], shape: tuple[int, ...], dtype: str | None = None,
-                 **attrs: object) -> str:
-        out = self.n.temp(suffix, shape, dtype)
-        self.nodes.append(Node(op, f"{self.n.name}_{suffix}", inputs, [out], dict(attrs)))
-        return out
-
-    def last(self, op: str, inputs: list[str], **attrs: object) -> list[Node]:
-        return [*self.nodes, self.n.make(op, dict(attrs), inputs)]
 
 
 def _positions(n: OnnxNode, count: int, axis: int, rank: int, dtype: str = "int64") -> str:
@@ -50,7 +34,7 @@ def _one_hot(n: OnnxNode) -> list[Node]:
     if depth < 1:
         raise n.error(f"depth={depth} is not supported (at least 1)")
     axis = n.axis(n.attrs["axis"], len(out))
-    step = _Steps(n)
+    step = Steps(n)
     index = n.inputs[0]
     if n.state.values[index].dtype != "int64":
         index = step("index", "Cast", [index], shape, "int64", to="int64")
@@ -85,7 +69,7 @@ def _hardmax(n: OnnxNode) -> list[Node]:
     Cast."""
     shape, dtype = n.shape(), n.out().dtype
     axis = n.axis(n.attrs["axis"], len(shape))
-    step = _Steps(n)
+    step = Steps(n)
     kept = tuple(1 if d == axis else s for d, s in enumerate(shape))
     best = step("argmax", "ArgMax", [n.inputs[0]], kept, "int64", axis=axis, keepdims=1, select_last_index=0)
     hot = step("hot", "Equal", [best, _positions(n, shape[axis], axis, len(shape))], shape, "bool")
@@ -99,7 +83,7 @@ def _p(n: OnnxNode) -> int:
     return p
 
 
-def _powered(n: OnnxNode, step: _Steps, p: int) -> str:
+def _powered(n: OnnxNode, step: Steps, p: int) -> str:
     """|x|^p: Abs, x * x or Pow of |x|."""
     x, shape = n.inputs[0], n.shape()
     if p == 2:
@@ -110,7 +94,7 @@ def _powered(n: OnnxNode, step: _Steps, p: int) -> str:
     return step("power", "Pow", [magnitude, n.constant("p", np.array(p, n.out().dtype))], shape)
 
 
-def _root(n: OnnxNode, step: _Steps, total: str, p: int) -> list[Node]:
+def _root(n: OnnxNode, step: Steps, total: str, p: int) -> list[Node]:
     """The p-th root of the last node's sum."""
     if p == 1:
         return step.last("Identity", [total])
@@ -122,7 +106,7 @@ def _root(n: OnnxNode, step: _Steps, total: str, p: int) -> list[Node]:
 @normalizer("GlobalLpPool")
 def _global_lp_pool(n: OnnxNode) -> list[Node]:
     """(sum of |x|^p over the spatial axes)^(1/p)."""
-    p, step = _p(n), _Steps(n)
+    p, step = _p(n), Steps(n)
     axes = tuple(range(2, len(n.shape())))
     total = step("sum", "ReduceSum", [_powered(n, step, p)], n.out().shape, axes=axes, keepdims=1)
     return _root(n, step, total, p)
@@ -131,7 +115,7 @@ def _global_lp_pool(n: OnnxNode) -> list[Node]:
 @normalizer("LpPool")
 def _lp_pool(n: OnnxNode) -> list[Node]:
     """(AveragePool(|x|^p) * K)^(1/p), K the window's size and padding counted (its zeros add nothing)."""
-    p, step = _p(n), _Steps(n)
+    p, step = _p(n), Steps(n)
     pooled = n.temp("mean", n.out().shape)
     attrs = {"ceil_mode": 0, **{k: v for k, v in n.attrs.items() if k != "p"}, "count_include_pad": 1}
     step.nodes.append(NORMALIZERS["AveragePool"](OnnxNode(f"{n.name}_mean", n.label, "AveragePool",

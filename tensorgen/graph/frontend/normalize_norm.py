@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorgen.graph.frontend.normalize import OnnxNode, normalizer
+from tensorgen.graph.frontend.normalize import OnnxNode, Steps, normalizer
 from tensorgen.graph.ir import Node
 
 
@@ -20,11 +20,10 @@ def _lp_normalization(n: OnnxNode) -> list[Node]:
     shape, x = n.shape(), n.inputs[0]
     axis = n.axis(n.attrs["axis"], len(shape))
     norm_shape = tuple(1 if d == axis else size for d, size in enumerate(shape))
-    norm, floored = n.temp("norm", norm_shape), n.temp("norm_floored", norm_shape)
     tiny = n.constant("tiny", np.array(np.finfo(n.out().dtype).tiny, n.out().dtype))
-    return [Node(f"ReduceL{p}", f"{n.name}_norm", [x], [norm], {"axes": (axis,), "keepdims": 1}),
-            Node("Max", f"{n.name}_floor", [norm, tiny], [floored]),
-            n.make("Div", inputs=[x, floored])]
+    step = Steps(n)
+    norm = step("norm", f"ReduceL{p}", [x], norm_shape, axes=(axis,), keepdims=1)
+    return step.last("Div", [x, step("floor", "Max", [norm, tiny], norm_shape)])
 
 
 @normalizer("LRN")
@@ -35,11 +34,6 @@ def _lrn(n: OnnxNode) -> Node:
     if len(n.shape()) < 3:
         raise n.error(f"input {list(n.shape())} is not (N, C, D1, ...)")
     return n.make(attrs={"size": int(size), **{k: float(n.attrs[k]) for k in ("alpha", "beta", "bias")}})
-
-
-def _reshape(n: OnnxNode, x: str, shape: tuple[int, ...], suffix: str) -> tuple[Node, str]:
-    out = n.temp(suffix, shape)
-    return Node("Reshape", f"{n.name}_{suffix}", [x], [out], {"shape": shape}), out
 
 
 @normalizer("GroupNormalization")
@@ -57,25 +51,20 @@ def _group_normalization(n: OnnxNode) -> list[Node]:
         if n.shape(i) != (want,):
             raise n.error(f"{'scale' if i == 1 else 'bias'} {list(n.shape(i))} must be ({want},): one per "
                           f"{'channel' if per_channel else 'group'} at this opset")
-    nodes: list[Node] = []
+    step = Steps(n)
     flat_shape = (shape[0], groups, int(np.prod(shape[1:])) // groups)
-    view, flat = _reshape(n, n.inputs[0], flat_shape, "groups")
-    nodes.append(view)
+    flat = step("groups", "Reshape", [n.inputs[0]], flat_shape, shape=flat_shape)
     affine = [n.inputs[1], n.inputs[2]]
     if per_channel:
         affine = [n.constant(name, np.full(groups, fill, dtype)) for name, fill in (("unit_scale", 1), ("zero", 0))]
-    normed = n.temp("normed", flat_shape)
-    nodes.append(Node("InstanceNormalization", f"{n.name}_instance", [flat, *affine], [normed],
-                      {"epsilon": float(n.attrs["epsilon"])}))
+    normed = step("instance", "InstanceNormalization", [flat, *affine], flat_shape, epsilon=float(n.attrs["epsilon"]))
     if not per_channel:
-        return [*nodes, n.make("Reshape", {"shape": shape}, [normed])]
-    back, out = _reshape(n, normed, shape, "normalized")
+        return step.last("Reshape", [normed], shape=shape)
+    out = step("normalized", "Reshape", [normed], shape, shape=shape)
     column = (shape[1], *(1,) * (len(shape) - 2))
-    scale_view, scale = _reshape(n, n.inputs[1], column, "scale")
-    bias_view, bias = _reshape(n, n.inputs[2], column, "bias")
-    scaled = n.temp("scaled", shape)
-    return [*nodes, back, scale_view, bias_view, Node("Mul", f"{n.name}_scale", [out, scale], [scaled]),
-            n.make("Add", inputs=[scaled, bias])]
+    scale, bias = (step(what, "Reshape", [n.inputs[i]], column, shape=column)
+                   for i, what in ((1, "scale"), (2, "bias")))
+    return step.last("Add", [step("scaled", "Mul", [out, scale], shape), bias])
 
 
 @normalizer("MeanVarianceNormalization")
@@ -87,15 +76,8 @@ def _mean_variance_normalization(n: OnnxNode) -> list[Node]:
     stat = tuple(1 if d in axes else size for d, size in enumerate(shape))
     reduce = {"axes": axes, "keepdims": 1}
     eps = n.constant("epsilon", np.array(1e-9, n.out().dtype))
-    nodes: list[Node] = []
-
-    def step(suffix: str, op: str, inputs: list[str], attrs: dict | None = None, full: bool = False) -> str:
-        out = n.temp(suffix, shape if full else stat)
-        nodes.append(Node(op, f"{n.name}_{suffix}", inputs, [out], attrs or {}))
-        return out
-
-    mean = step("mean", "ReduceMean", [x], reduce)
-    dev = step("dev", "Sub", [x, mean], full=True)
-    var = step("var", "ReduceMean", [step("square", "Mul", [dev, dev], full=True)], reduce)
-    den = step("den", "Add", [step("std", "Sqrt", [var]), eps])
-    return [*nodes, n.make("Div", inputs=[dev, den])]
+    step = Steps(n)
+    mean = step("mean", "ReduceMean", [x], stat, **reduce)
+    dev = step("dev", "Sub", [x, mean], shape)
+    var = step("var", "ReduceMean", [step("square", "Mul", [dev, dev], shape)], stat, **reduce)
+    return step.last("Div", [dev, step("den", "Add", [step("std", "Sqrt", [var], stat), eps], stat)])

@@ -126,5 +126,17 @@ class Formula:
             shape = tuple(np.broadcast_shapes(*(self.cx.value(x).shape for x in inputs)))
         return self.cx.emit(op, list(inputs), attrs or None, shapes=[(shape, out or self.dtype)])[0]
 
+    @classmethod
+    def of(cls, cx: Emitter, shapes: list[Shape]) -> Formula:
+        """A formula in the dtype of a converter's single output."""
+        return cls(cx, single(shapes)[1])
+
     def const(self, value: float) -> str:
         return self.cx.tensor(np.array(value, dtype=self.dtype))
+
+    def reduce(self, op: str, x: str, axis: int, keepdims: bool = False, out: str | None = None) -> str:
+        """`op` (ReduceMax, ReduceSum, ...) of `x` over one axis (negative: from the end)."""
+        shape = list(self.cx.value(x).shape)
+        axis %= len(shape)
+        shape[axis:axis + 1] = [1] if keepdims else []
+        return self(op, x, shape=tuple(shape), out=out, axes=[axis], keepdims=int(keepdims), noop_with_empty_axes=0)

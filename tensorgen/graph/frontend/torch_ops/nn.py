@@ -151,11 +151,8 @@ def _may_block_a_row(cx: Emitter, mask: Any) -> bool:
 def _zero_where_blocked(cx: Emitter, scores: str, probs: str, axis: int) -> str:
     """`probs` (a softmax of `scores` along `axis`) with 0 where every score of a row is -inf, as PyTorch's
     attention and _safe_softmax give (a query that may attend to nothing), where Softmax gives NaN."""
-    shape = cx.value(scores).shape
-    axis %= len(shape)
     f = Formula(cx, cx.value(scores).dtype)
-    top = f("ReduceMax", scores, shape=tuple(1 if d == axis else n for d, n in enumerate(shape)), axes=[axis],
-            keepdims=1, noop_with_empty_axes=0)
+    top = f.reduce("ReduceMax", scores, axis, keepdims=True)
     return f("Where", f("Equal", top, f.const(-np.inf), out="bool"), f.const(0), probs)
 
 

@@ -27,9 +27,6 @@ for _name in ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asin
 converts("aten.sign")(unary("Sign"))
 
 
-def _formula(cx: Emitter, shapes: list[Shape]) -> Formula:
-    return Formula(cx, single(shapes)[1])
-
 
 def _trunc(f: Formula, x: str) -> str:
     return f("Where", f("Less", x, f.const(0), out="bool"), f("Ceil", x), f("Floor", x))
@@ -39,7 +36,7 @@ def _rounding(kind: str) -> Converter:
     def convert(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
         """floor, ceil, trunc, round (halves to even; with `decimals`, as PyTorch scales by 10^decimals); an
         integer tensor is whole already."""
-        f = _formula(cx, shapes)
+        f = Formula.of(cx, shapes)
         x = operand(cx, args[0], f.dtype)
         if not f.dtype.startswith("float"):
             return x
@@ -78,7 +75,7 @@ converts("aten.isneginf")(_float_test("IsInf", detect_negative=1, detect_positiv
 def _other_base(log: bool, base: float) -> Converter:
     def convert(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
         """log2, log10: ln(x) / ln(base); exp2: exp(x ln 2)."""
-        f = _formula(cx, shapes)
+        f = Formula.of(cx, shapes)
         x = operand(cx, args[0], f.dtype)
         if log:
             return f("Mul", f("Log", x), f.const(1 / math.log(base)))
@@ -97,7 +94,7 @@ def _near_one(log: bool) -> Converter:
         """log1p and expm1 to float32's relative precision near 0, from ops that lose it there: log1p(x) =
         log(w) * x / (w - 1) with w = 1 + x (x where w rounds to 1: Kahan's); expm1(x) = 2t / (1 - t) with
         t = tanh(x / 2) where |x| < 1, else exp(x) - 1."""
-        f = _formula(cx, shapes)
+        f = Formula.of(cx, shapes)
         x, one = operand(cx, args[0], f.dtype), f.const(1)
         if log:
             w = f("Add", x, one)
@@ -117,7 +114,7 @@ converts("aten.expm1")(_near_one(log=False))
 def _remainder(fmod: int) -> Converter:
     def convert(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
         """fmod: the sign of the dividend (C); remainder: the sign of the divisor (Python)."""
-        f = _formula(cx, shapes)
+        f = Formula.of(cx, shapes)
         return f("Mod", operand(cx, args[0], f.dtype), operand(cx, args[1], f.dtype), fmod=fmod)
 
     return convert
@@ -132,7 +129,7 @@ def _div(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
     """True division, or rounded toward zero ('trunc') or down ('floor', and floor_divide). Integers: Div truncates
     as C does; floor is (a - a mod b) / b, exact. Floats round down as PyTorch does: q = (a - fmod(a, b)) / b, one
     less where the remainder's sign differs from b's, then floor(q) + (q - floor(q) > 0.5); a / b where b is 0."""
-    f = _formula(cx, shapes)
+    f = Formula.of(cx, shapes)
     a, b = operand(cx, args[0], f.dtype), operand(cx, args[1], f.dtype)
     mode = kwargs.get("rounding_mode")
     if mode not in (None, "trunc", "floor"):
@@ -163,7 +160,7 @@ def _floor_divide(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -
 @converts("aten.atan2")
 def _atan2(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
     """atan(y / x), plus pi (y >= 0) or minus pi (y < 0) where x < 0; 0 where both are 0."""
-    f = _formula(cx, shapes)
+    f = Formula.of(cx, shapes)
     y, x = operand(cx, args[0], f.dtype), operand(cx, args[1], f.dtype)
     zero = f.const(0)
     half_turn = f("Where", f("Less", y, zero, out="bool"), f.const(-math.pi), f.const(math.pi))

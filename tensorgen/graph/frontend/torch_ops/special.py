@@ -25,9 +25,6 @@ from tensorgen.graph.frontend.torch_ops.core import (
 INDEX = "int64"
 
 
-def _formula(cx: Emitter, shapes: list[Shape]) -> Formula:
-    return Formula(cx, single(shapes)[1])
-
 
 def _axes(cx: Emitter, *axes: int) -> str:
     return cx.constant(np.array(axes, dtype=np.int64), "axes")
@@ -40,12 +37,6 @@ def _unsqueeze(f: Formula, x: str, axis: int) -> str:
     shape.insert(axis, 1)
     return f("Unsqueeze", x, _axes(f.cx, axis), shape=tuple(shape), out=f.cx.value(x).dtype)
 
-
-def _reduce(f: Formula, op: str, x: str, axis: int, keepdims: bool = False, out: str | None = None) -> str:
-    shape = list(f.cx.value(x).shape)
-    axis %= len(shape)
-    shape[axis:axis + 1] = [1] if keepdims else []
-    return f(op, x, shape=tuple(shape), out=out, axes=[axis], keepdims=int(keepdims), noop_with_empty_axes=0)
 
 
 def _sign_bit(f: Formula, x: str) -> str:
@@ -70,7 +61,7 @@ def _signbit(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str
 def _copysign(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
     """|a| with the sign bit of b (-0.0 is negative); negated by a product with -1, as the IR's Neg (0 - x) gives
     +0.0 for 0.0."""
-    f = _formula(cx, shapes)
+    f = Formula.of(cx, shapes)
     a, b = operand(cx, args[0], f.dtype), operand(cx, args[1], f.dtype)
     magnitude = f("Abs", a)
     shape = single(shapes)[0]
@@ -81,7 +72,7 @@ def _copysign(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> st
 def _hypot(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
     """sqrt(a^2 + b^2) without overflow: big * sqrt(1 + (small / big)^2) with big, small = max, min of |a|, |b|;
     0 where both are 0, inf where either is infinite (even with a NaN, as C's hypot)."""
-    f = _formula(cx, shapes)
+    f = Formula.of(cx, shapes)
     a, b = f("Abs", operand(cx, args[0], f.dtype)), f("Abs", operand(cx, args[1], f.dtype))
     big, small = f("Max", a, b), f("Min", a, b)
     ratio = f("Div", small, big)
@@ -109,7 +100,7 @@ def _horner(f: Formula, w: str, coefficients: tuple[float, ...]) -> str:
 def _erfinv(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
     """Giles' approximation in w = -log((1 - x)(1 + x)), then Newton steps on erf(y) = x (one for float32, two for
     float64, which brings it to float64's precision); ±inf at ±1, NaN beyond."""
-    f = _formula(cx, shapes)
+    f = Formula.of(cx, shapes)
     if not f.dtype.startswith("float"):
         raise ConvertError(f"erfinv to {f.dtype} is not supported")
     x = operand(cx, args[0], f.dtype)
@@ -127,7 +118,7 @@ def _erfinv(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
 @converts("aten.addmv")
 def _addmv(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
     """beta * self + alpha * (mat @ vec); self is not read where beta is 0 (its NaNs do not reach the result)."""
-    f = _formula(cx, shapes)
+    f = Formula.of(cx, shapes)
     beta, alpha = arg(args, kwargs, 3, "beta", 1), arg(args, kwargs, 4, "alpha", 1)
     product = f("MatMul", operand(cx, args[1], f.dtype), operand(cx, args[2], f.dtype), shape=single(shapes)[0])
     if alpha != 1:
@@ -155,7 +146,7 @@ def _count_below(cx: Emitter, values: Any, boundaries: Any, right: bool, shapes:
     column = _unsqueeze(f, v, -1)  # (..., K, 1)
     row = _unsqueeze(f, b, -2) if batched else b  # (..., 1, M) or (M,)
     beyond = f("Not", f("Less" if right else "LessOrEqual", column, row, out="bool"), out="bool")
-    return _reduce(f, "ReduceSum", f("Cast", beyond, out=out, to=onnx_type(out)), -1, out=out)
+    return f.reduce("ReduceSum", f("Cast", beyond, out=out, to=onnx_type(out)), -1, out=out)
 
 
 def _right(args: tuple, kwargs: dict, at: int) -> bool:
@@ -190,22 +181,22 @@ def _cdist(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
     """_cdist_forward(x1 (.., P, M), x2 (.., R, M), p, compute_mode): the p-norm of every difference x1[i] - x2[j]
     (computed directly for every compute_mode, so as exact as PyTorch's own direct path): p = 0 counts non-zero
     differences, 1 sums |d|, 2 is sqrt(sum d^2), inf is max |d|, other p > 0 are (sum |d|^p)^(1/p)."""
-    f = _formula(cx, shapes)
+    f = Formula.of(cx, shapes)
     p = float(arg(args, kwargs, 2, "p", 2.0))
     if p < 0 or math.isnan(p):
         raise ConvertError(f"p={p} is not supported (p >= 0)")
     a, b = operand(cx, args[0], f.dtype), operand(cx, args[1], f.dtype)
     diff = f("Abs", f("Sub", _unsqueeze(f, a, -2), _unsqueeze(f, b, -3)))
     if p == math.inf:
-        return _reduce(f, "ReduceMax", diff, -1)
+        return f.reduce("ReduceMax", diff, -1)
     if p == 0:
-        return _reduce(f, "ReduceSum", f("Cast", f("Not", f("Equal", diff, f.const(0), out="bool"), out="bool"),
+        return f.reduce("ReduceSum", f("Cast", f("Not", f("Equal", diff, f.const(0), out="bool"), out="bool"),
                                          to=onnx_type(f.dtype)), -1)
     if p == 1:
-        return _reduce(f, "ReduceSum", diff, -1)
+        return f.reduce("ReduceSum", diff, -1)
     if p == 2:
-        return f("Sqrt", _reduce(f, "ReduceSum", f("Mul", diff, diff), -1))
-    total = _reduce(f, "ReduceSum", f("Pow", diff, f.const(p)), -1)
+        return f("Sqrt", f.reduce("ReduceSum", f("Mul", diff, diff), -1))
+    total = f.reduce("ReduceSum", f("Pow", diff, f.const(p)), -1)
     return f("Pow", total, f.const(1 / p))
 
 
@@ -239,7 +230,7 @@ def _adaptive_max_pool(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shap
             current = cx.value(x).shape
             gathered = f("Gather", x, cx.constant(table, "windows"), axis=axis,
                          shape=(*current[:axis], *table.shape, *current[axis + 1:]))
-            x = _reduce(f, "ReduceMax", gathered, axis + 1)
+            x = f.reduce("ReduceMax", gathered, axis + 1)
     return (x, *(None,) * (len(shapes) - 1)) if len(shapes) > 1 else x
 
 
@@ -269,7 +260,7 @@ def _order_statistic(cx: Emitter, name: str, dim: int, position: int, keepdim: b
     if nan_first and dtype.startswith("float"):
         is_nan = f("Cast", f("IsNaN", name, out="bool"), to=onnx_type("int32"), out="int32")
         first_nan = f("ArgMax", is_nan, axis=axis, keepdims=1, select_last_index=0, shape=picked_shape, out=INDEX)
-        any_nan = f("Greater", _reduce(f, "ReduceMax", is_nan, axis, keepdims=True, out="int32"),
+        any_nan = f("Greater", f.reduce("ReduceMax", is_nan, axis, keepdims=True, out="int32"),
                     cx.constant(np.array(0, np.int32)), out="bool")
         value_out = f("Where", any_nan, f.const(math.nan), value_out)
         index_out = f("Where", any_nan, first_nan, index_out, out=INDEX)
