@@ -33,7 +33,7 @@ def compile_state(state: State, backend: Backend, name: str | None = None, *, ta
     """Lower `state` (its function named `name`), render it with `backend` followed by `tail` (more source, e.g.
     the measurement harness's entry points), let `edit` rewrite the text (tests inject faults so), and compile
     it, with what is left until `deadline` (a time.perf_counter() value; at least 0.1 s) as the compile's limit."""
-    func = lower(state, name)
+    func = lower(state, name, gpu=backend.binds_threads)
     source = backend.render(func) + tail
     if edit is not None:
         source = edit(source)

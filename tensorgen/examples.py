@@ -85,6 +85,32 @@ def gmm_state(m: int, n: int, k: int, tile_m: int = 8, tile_n: int = VEC, n_bloc
     return s
 
 
+def gpu_gmm_state(m: int, n: int, k: int, threads: tuple[int, int] = (8, 8), thread_tile: tuple[int, int] = (2, 1),
+                  vthreads: tuple[int, int] = (1, 1), k_tile: int = 8, fetch_threads: int | None = None) -> State:
+    """Hand-scheduled `A (m, k) @ B (k, n)` for a CUDA target, in the shape of Ansor's GPU sketch: C's rows and
+    columns split into blocks (blockIdx.x), virtual threads, `threads` (threadIdx.x) and a `thread_tile` per
+    thread, accumulated in registers (`C_local`); per `k_tile` step of the reduction, the block's rows of A and
+    columns of B are copied into shared memory by `fetch_threads` threads together (default: all of the block's).
+    Extents need not divide."""
+    a = te.placeholder((m, k), name="A")
+    b = te.placeholder((k, n), name="B")
+    s = State(ops.matmul(a, b, name="C"))
+    s = s.cache_write("C", "local")
+    s = s.cache_read("A", "shared", ["C_local"]).cache_read("B", "shared", ["C_local"])
+    for axis, v, t, tile in zip("ij", vthreads, threads, thread_tile):
+        s = s.split("C", axis, [v, t, tile])
+    s = s.reorder("C", ["i_0", "j_0", "i_1", "j_1", "i_2", "j_2", "i_3", "j_3"])
+    for level, axis in enumerate(("blockIdx.x", "vthread", "threadIdx.x")):
+        s = s.fuse("C", [f"i_{level}", f"j_{level}"]).bind("C", f"i_{level}_j_{level}_f", axis)
+    s = s.compute_at("C_local", "C", "i_2_j_2_f")
+    s = s.split("C_local", "k", [k_tile]).reorder("C_local", ["k_0", "i", "j", "k_1"])
+    for tile in ("A_shared", "B_shared"):
+        s = s.compute_at(tile, "C_local", "k_0")
+        s = s.fuse(tile, ["ax0", "ax1"]).split(tile, "ax0_ax1_f", [fetch_threads or threads[0] * threads[1]])
+        s = s.bind(tile, "ax0_ax1_f_1", "threadIdx.x")
+    return s
+
+
 # ---------------------------------------------------------------------------------------------
 # conv2d, NHWC data, HWIO weights
 

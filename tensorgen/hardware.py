@@ -21,6 +21,7 @@ from typing import Any
 
 from tensorgen.codegen.toolchain import compile_source
 from tensorgen.errors import MemoryBudgetError, TensorgenError
+from tensorgen.gpus import gpu_hardware, gpu_of
 from tensorgen.target import HardwareParams, Target
 
 SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
@@ -342,7 +343,7 @@ def hardware_for(target: Target | str) -> HardwareParams:
     programs on an AVX-512 machine; peak scales with it)."""
     target = Target.parse(target)
     if target.kind == "cuda":
-        raise TensorgenError("CUDA targets need a GPU machine; not supported yet")
+        return gpu_hardware(gpu_of(target))
     hw = local_hardware()
     simd = march_simd_bytes(target.march) if target.get("mcpu") else None
     if simd is not None and simd < hw.simd_bytes:

@@ -9,7 +9,7 @@ from tensorgen.errors import TensorgenError
 
 TARGET_KINDS = ("cpu", "cuda")
 # The options each kind understands: an unknown one is a typo that would otherwise be ignored in silence.
-TARGET_OPTIONS = {"cpu": ("cores", "mcpu"), "cuda": ("arch",)}
+TARGET_OPTIONS = {"cpu": ("cores", "mcpu"), "cuda": ("arch", "device", "emulate")}
 
 
 class TargetError(TensorgenError, ValueError):

@@ -191,8 +191,11 @@ def test_hardware_for_targets():
     assert hardware_for("cpu -cores=64").peak_gflops == 200.0  # more threads than cores: no more peak
     with pytest.raises(TensorgenError, match="-cores must be a positive integer"):
         hardware_for("cpu -cores=zero")
-    with pytest.raises(TensorgenError, match="CUDA targets need a GPU machine; not supported yet"):
-        hardware_for("cuda -arch=sm_90")
+    h200 = hardware_for("cuda -device=h200")
+    assert (h200.sm_count, h200.bandwidth_gbs, h200.extra["arch"]) == (132, 4800, "sm_90")
+    assert hardware_for("cuda -arch=sm_80").extra["gpu"] == "a100"
+    with pytest.raises(TensorgenError, match="a100 is sm_80, not sm_90"):
+        hardware_for("cuda -arch=sm_90 -device=a100")
 
 
 @pytest.mark.parametrize("march, simd", [("haswell", 32), ("skylake-avx512", 64), ("x86-64", 16),

@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 from tensorgen.codegen.toolchain import preflight
 from tensorgen.errors import TensorgenError
 from tensorgen.hardware import hardware_for
+from tensorgen.tuning.tune import check_searchable
 from tensorgen.target import Target
 
 
@@ -87,7 +88,8 @@ def target_name(text: str) -> str:
 @cache
 def _check_local(target: str) -> None:
     parsed = Target.parse(target)
-    hardware_for(parsed)  # refuses kinds this machine cannot run
+    hardware_for(parsed)  # an unknown GPU
+    check_searchable(parsed)
     usable, cores = usable_cpus(), int(parsed.get("cores", "1"))
     if cores > usable:
         raise TensorgenError(f"target {target!r}: -cores={cores}, but this process may run on {usable} CPU(s); "

@@ -9,7 +9,7 @@ Every site that compiles a program goes through `backend_for(target, hw)` and te
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -21,7 +21,10 @@ from tensorgen.target import HardwareParams, Target
 
 
 class Backend(Protocol):
-    """Source text and a compiled library for one target."""
+    """Source text and a compiled library for one target. `binds_threads`: its programs may bind loops to GPU
+    blocks and threads (lowering refuses such bindings otherwise)."""
+
+    binds_threads: bool
 
     def render(self, func: PrimFunc) -> str:
         """The source of a library holding `func` alone (and the thread-control entry points)."""
@@ -50,6 +53,7 @@ class CBackend:
     simd_bytes: int = 32
     march: str | None = "native"
     cc: str | None = None
+    binds_threads: bool = field(default=False, init=False)
 
     def render(self, func: PrimFunc) -> str:
         return render_c(func, self.simd_bytes)

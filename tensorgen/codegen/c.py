@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from tensorgen.codegen import prefetch
 from tensorgen.codegen.pool import POOL_C
@@ -64,7 +65,7 @@ class CFunction:
 
 
 def render_function(func: PrimFunc, simd_bytes: int = 32, scratch: bool = False) -> CFunction:
-    return _CWriter(func, simd_bytes, scratch=scratch).render()
+    return CWriter(func, simd_bytes, scratch=scratch).render()
 
 
 def render_module(funcs: list[PrimFunc], simd_bytes: int = 32, tail: str = "", scratch: bool = False) -> str:
@@ -92,7 +93,11 @@ def render_module(funcs: list[PrimFunc], simd_bytes: int = 32, tail: str = "", s
 
 
 @dataclass
-class _CWriter:
+class CWriter:
+    """Renders one PrimFunc as a C function; the CUDA writer (codegen.cuda) reuses its expressions and helpers."""
+
+    #: how helper functions are declared (CUDA's are device functions)
+    INLINE: ClassVar[str] = "static inline"
     func: PrimFunc
     simd_bytes: int
     scratch: bool = False  # a model's module: shared scratch, parallel loops on the pool
@@ -215,8 +220,10 @@ class _CWriter:
         for buf in bases:
             del self.rebased[buf]
 
-    def emit_loop(self, s: For, depth: int, name: str, begin: str, end: str, parallel: bool, simd: bool) -> None:
-        self.line(depth, f"for (int32_t {name} = {begin}; {name} < {end}; ++{name}) {{")
+    def emit_loop(self, s: For, depth: int, name: str, begin: str, end: str, parallel: bool, simd: bool,
+                  step: str = "") -> None:
+        advance = f"{name} += {step}" if step else f"++{name}"
+        self.line(depth, f"for (int32_t {name} = {begin}; {name} < {end}; {advance}) {{")
         if self.prefetching is not None and s is self.prefetching.host:
             self.emit_prefetch(self.prefetching, depth + 1)
         outer = (self.in_parallel, self.in_simd)
@@ -360,7 +367,7 @@ class _CWriter:
         ctype = CTYPES[dtype]
         name = f"select_{dtype}"
         if name not in self.helpers:
-            self.helpers[name] = f"static inline {ctype} {name}(int c, {ctype} a, {ctype} b) {{ return c ? a : b; }}\n"
+            self.helpers[name] = f"{self.INLINE} {ctype} {name}(int c, {ctype} a, {ctype} b) {{ return c ? a : b; }}\n"
         return f"{name}({cond}, {a}, {b})"
 
     def helper_call(self, op: str, dtype: str, a: str, b: str) -> str:
@@ -378,7 +385,7 @@ class _CWriter:
                 "floordiv": "return (a >= 0) == (b >= 0) || a % b == 0 ? a / b : a / b - 1;",
                 "floormod": "return (a % b + b) % b;",
             }[op]
-            self.helpers[name] = f"static inline {ctype} {name}({ctype} a, {ctype} b) {{ {body} }}\n"
+            self.helpers[name] = f"{self.INLINE} {ctype} {name}({ctype} a, {ctype} b) {{ {body} }}\n"
         return f"{name}({a}, {b})"
 
 

@@ -18,21 +18,27 @@ from tensorgen.te.tensor import identity_element
 if TYPE_CHECKING:
     from tensorgen.schedule.state import State
 
-LOOP_KINDS = {"none": "serial", "parallel": "parallel", "vectorize": "vectorize", "unroll": "unroll"}
+#: Annotation -> loop kind: a GPU binding (blockIdx.x, threadIdx.y, vthread, ...) is a loop kind of its own.
+LOOP_KINDS = {"none": "serial", "parallel": "parallel", "vectorize": "vectorize", "unroll": "unroll",
+              **{a: a for a in GPU_ANNOTATIONS}}
+#: Scopes a cache stage may ask for (cache_read/cache_write's `scope`) that lowering gives its buffer; any other
+#: scope ("local", "global", ...) is a plain buffer of the function or of the loop it is computed at.
+BUFFER_SCOPES = ("shared",)
 
 
-def lower(state: State, name: str | None = None) -> PrimFunc:
-    """The loop program of `state`; raises LoweringError for states that are not complete programs."""
-    return _Lowerer(state).run(name)
+def lower(state: State, name: str | None = None, gpu: bool = False) -> PrimFunc:
+    """The loop program of `state`; raises LoweringError for states that are not complete programs, and for GPU
+    bindings unless `gpu` (a CUDA target's)."""
+    return _Lowerer(state, gpu).run(name)
 
 
-def check_complete(state: State) -> None:
-    """Raise LoweringError unless every split length is filled and no loop is bound to a GPU axis."""
+def check_complete(state: State, gpu: bool = False) -> None:
+    """Raise LoweringError unless every split length is filled and, unless `gpu`, no loop is bound to a GPU axis."""
     for s in state.stages:
         for it in s.iters:
             if it.extent is None:
                 raise LoweringError(f"stage {s.name}: iterator {it.name} has an unfilled split length")
-            if it.annotation in GPU_ANNOTATIONS:
+            if it.annotation in GPU_ANNOTATIONS and not gpu:
                 raise LoweringError(
                     f"stage {s.name}: iterator {it.name} is bound to {it.annotation}; "
                     "GPU bindings need a CUDA target"
@@ -49,17 +55,18 @@ class _Placed:
 
 
 class _Lowerer:
-    def __init__(self, state: State):
+    def __init__(self, state: State, gpu: bool = False):
         self.state = state
         self.stages = {s.name: s for s in state.stages}
         self.ranges: Ranges = {}
         self.cache = SimplifyCache()
         self.placed: dict[str, _Placed] = {}
         self.attached: dict[tuple[str, str], list[str]] = {}
+        self.thread_vars: dict[Var, int] = {}  # the variables of loops bound to threadIdx.*: a block's threads
         for s in state.stages:
             if s.location == "at":
                 self.attached.setdefault(s.attach, []).append(s.name)
-        check_complete(state)
+        check_complete(state, gpu)
 
     def run(self, name: str | None) -> PrimFunc:
         dag = self.state.dag
@@ -126,6 +133,8 @@ class _Lowerer:
                 var = Var(it.name, "int32", ext)
                 self.ranges[var] = (0, ext - 1)
                 leaf[it.name] = var
+                if it.annotation.startswith("threadIdx"):
+                    self.thread_vars[var] = ext
         d = derive(s, root_ext, leaf)
         mins = self.placed[s.name].mins
         local = [simplify(d.values[n], self.ranges, self.cache) for n in s.root_names[: t.ndim]]
@@ -203,14 +212,19 @@ class _Lowerer:
     # ---- attached stages -------------------------------------------------------------------
 
     def _place_attached(self, s: Stage, leaf: dict[str, Expr], body: Expr) -> None:
-        """Infer the region of each stage computed inside `s` and give it a local buffer."""
+        """Infer the region of each stage computed inside `s` and give it a local buffer. A shared buffer is
+        the whole block's: its region is what every thread reads, whatever loops bound to threadIdx are around."""
         for pos, it in enumerate(s.iters):
             for name in self.attached.get((s.name, it.name), []):
                 p = self.stages[name]
                 free = {v: v.extent for i in s.iters[pos + 1:] if isinstance(v := leaf[i.name], Var)}
+                scope = p.tensor.attrs.get("scope")
+                if scope == "shared":
+                    free |= self.thread_vars
                 region = self._region(p, body, free)
                 shape = tuple(n for _, n in region)
-                buf = Buffer(f"{p.name}", shape, p.tensor.dtype, "local", row_major(shape, p.storage_align))
+                buf = Buffer(p.name, shape, p.tensor.dtype, scope if scope in BUFFER_SCOPES else "local",
+                             row_major(shape, p.storage_align))
                 self.placed[p.name] = _Placed(p, buf, tuple(m for m, _ in region))
 
     def _region(self, p: Stage, body: Expr, free: dict[Var, int]) -> list[Interval]:

@@ -99,7 +99,7 @@ class State:
         from tensorgen.loopir.printer import stmt_str
         from tensorgen.schedule.lower import lower
 
-        return stmt_str(lower(self).body)
+        return stmt_str(lower(self, gpu=True).body)
 
     # ---- lookups -------------------------------------------------------------------------
 

@@ -449,12 +449,12 @@ def with_body(t: Tensor, axes: tuple[Var, ...], body) -> Tensor:
 
 
 @by_identity(4096)
-def _cache_write_tensors(t: Tensor, name: str) -> tuple[Tensor, Tensor]:
+def _cache_write_tensors(t: Tensor, name: str, scope: str) -> tuple[Tensor, Tensor]:
     """The cache tensor `name` computing `t`'s body, and `t` rewritten as a copy of it. Memoized per
     (tensor, name) so that replaying a state rebuilds no tensors (and their stages are memoized too)."""
     cache_axes = _fresh_axes(t)
     cache_body = substitute(t.body, dict(zip(t.axes, cache_axes)))
-    cache = Tensor(t.shape, t.dtype, name, cache_axes, cache_body, t.tag, dict(t.attrs))
+    cache = Tensor(t.shape, t.dtype, name, cache_axes, cache_body, t.tag, dict(t.attrs) | {"scope": scope})
     axes = _fresh_axes(t)
     return cache, with_body(t, axes, Load(cache, axes, t.dtype))
 
@@ -474,7 +474,7 @@ class CacheWriteStep(Step):
             raise ScheduleError(f"cache_write on {st.name}: apply it before transforming the stage's loops")
         t = st.tensor
         name = unique_stage_name(state, f"{t.name}_{self.scope}")
-        cache, copy = _cache_write_tensors(t, name)
+        cache, copy = _cache_write_tensors(t, name, self.scope)
         new_copy = make_stage(copy).with_(location=st.location, attach=st.attach)
         stages = state.stages[: self.stage_id] + (make_stage(cache), new_copy) + state.stages[self.stage_id + 1:]
         # producers computed inside the stage are now read by the cache stage, whose loops have the same names
@@ -504,7 +504,7 @@ class CacheReadStep(Step):
         t = st.tensor
         name = unique_stage_name(state, f"{t.name}_{self.scope}")
         axes = tuple(Var(f"ax{d}", "int32", e) for d, e in enumerate(t.shape))
-        cache = Tensor(t.shape, t.dtype, name, axes, Load(t, axes, t.dtype), "injective")
+        cache = Tensor(t.shape, t.dtype, name, axes, Load(t, axes, t.dtype), "injective", {"scope": self.scope})
         stages = list(state.stages)
         for rid, reader in zip(self.reader_stage_ids, readers):
             if st.name not in state.direct_producers(reader.name):

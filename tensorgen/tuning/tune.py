@@ -111,6 +111,14 @@ def make_task(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], 
     return SearchTask(dag, target, hw if hw is not None else hardware_for(target), desc)
 
 
+def check_searchable(target: Target) -> None:
+    """TuneError unless tensorgen can search programs for `target` (a CUDA target has a code generator and a
+    runtime, tensorgen.build(state, target=...), but no search space yet)."""
+    if target.kind == "cuda":
+        raise TuneError(f"target {target}: tuning for CUDA is not supported yet (tensorgen builds CUDA kernels from "
+                        "schedules you write, tensorgen.build(state, target='cuda'), but has no GPU search space)")
+
+
 def make_policy(task: SearchTask, policy: str | SearchPolicy, cost_model: str | CostModel = "auto",
                 seed: int = 0, policy_options: dict[str, Any] | None = None,
                 skips: Skips | None = None) -> SearchPolicy:
@@ -568,6 +576,7 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
     if trials < 0 or batch_size < 1:
         raise TuneError(f"need trials >= 0 and batch_size >= 1, got trials={trials}, batch_size={batch_size}")
     task = make_task(task_or_dag, target)
+    check_searchable(task.target)
     t0 = time.perf_counter()
     # before opening the db: a bad policy (or policy option) creates no file
     skips = Skips()
