@@ -18,8 +18,8 @@ from typing import Any, NoReturn
 from tensorgen.codegen.toolchain import preflight
 from tensorgen.errors import TensorgenError
 from tensorgen.hardware import hardware_for
-from tensorgen.tuning.tune import check_searchable
 from tensorgen.target import Target
+from tensorgen.tuning.tune import check_searchable
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -19,7 +19,19 @@ from typing import ClassVar
 
 from tensorgen.codegen.c import CTYPES, CWriter
 from tensorgen.errors import LoweringError
-from tensorgen.loopir.nodes import Allocate, Buffer, BufLoad, For, If, PrimFunc, Seq, Stmt, Store, statements, stmt_exprs
+from tensorgen.loopir.nodes import (
+    Allocate,
+    Buffer,
+    BufLoad,
+    For,
+    If,
+    PrimFunc,
+    Seq,
+    Stmt,
+    Store,
+    statements,
+    stmt_exprs,
+)
 from tensorgen.te.expr import walk
 
 GRID_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
