@@ -14,10 +14,19 @@ from pathlib import Path
 from typing import Protocol
 
 from tensorgen.codegen.c import render_c, render_module
+from tensorgen.codegen.cuda import render_cuda
+from tensorgen.codegen.cuda_toolchain import (
+    DEFAULT_ARCH,
+    compile_cuda,
+    compile_emulated,
+    cuda_preflight,
+    emulation_preflight,
+)
 from tensorgen.codegen.toolchain import compile_source, preflight
+from tensorgen.errors import ToolchainError
 from tensorgen.loopir.nodes import PrimFunc
 from tensorgen.registry import Registry
-from tensorgen.target import HardwareParams, Target
+from tensorgen.target import HardwareParams, Target, TargetError
 
 
 class Backend(Protocol):
@@ -68,13 +77,53 @@ class CBackend:
         preflight(self.cc, self.march, again=again)
 
 
+@dataclass(frozen=True)
+class CudaBackend:
+    """CUDA C (codegen.cuda) built by nvcc for GPUs of `arch`; with `emulate`, built by the C++ compiler against
+    the CPU emulation of codegen.cuda_emu instead (a machine without a GPU: tests, checking programs). Blocks of
+    at most `max_threads` threads and `shared_bytes` of shared memory."""
+
+    arch: str = DEFAULT_ARCH
+    emulate: bool = False
+    max_threads: int = 1024
+    shared_bytes: int = 48 * 1024
+    binds_threads: bool = field(default=True, init=False)
+
+    def render(self, func: PrimFunc) -> str:
+        return render_cuda(func, self.max_threads, self.shared_bytes)
+
+    def render_module(self, funcs: Sequence[PrimFunc], tail: str = "") -> str:
+        raise ToolchainError("building whole models for CUDA is not supported yet; tensorgen builds single "
+                             "CUDA programs (tensorgen.build(state, target='cuda'))")
+
+    def compile(self, source: str, timeout: float | None = None) -> Path:
+        if self.emulate:
+            return compile_emulated(source, timeout)
+        return compile_cuda(source, self.arch, timeout)
+
+    def preflight(self, again: bool = False) -> None:
+        if self.emulate:
+            emulation_preflight(again=again)
+        else:
+            cuda_preflight(self.arch, again=again)
+
+
 def _c_backend(target: Target, hw: HardwareParams) -> Backend:
     return CBackend(hw.simd_bytes, target.march)
+
+
+def _cuda_backend(target: Target, hw: HardwareParams) -> Backend:
+    emulate = target.get("emulate", "0")
+    if emulate not in ("0", "1"):
+        raise TargetError(f"target {target}: -emulate takes 0 or 1, got {emulate!r}")
+    return CudaBackend(hw.extra.get("arch", DEFAULT_ARCH), emulate == "1", hw.max_threads_per_block,
+                       hw.shared_mem_per_block)
 
 
 #: Target kind -> backend_factory(target, hw).
 BACKENDS: Registry[Backend] = Registry("backend")
 BACKENDS.register("cpu", _c_backend)
+BACKENDS.register("cuda", _cuda_backend)
 
 
 def backend_for(target: Target, hw: HardwareParams) -> Backend:

@@ -67,8 +67,10 @@ def build_candidate(inp: MeasureInput, timeout: float, source_hook: SourceHook |
         state, plans = rewrite_layout(inp.state)  # constants repacked as a model build will
         layouts = tuple(plans)
         edit = (lambda source: source_hook(inp, source)) if source_hook is not None else None
-        built = compile_state(state, backend_for(inp.task.target, inp.task.hw), KERNEL_NAME, tail=PRODUCER_C,
-                              edit=edit, deadline=start + timeout if timeout > 0 else None)
+        backend = backend_for(inp.task.target, inp.task.hw)
+        tail = "" if backend.binds_threads else PRODUCER_C  # a GPU's inputs are not in a CPU core's cache
+        built = compile_state(state, backend, KERNEL_NAME, tail=tail, edit=edit,
+                              deadline=start + timeout if timeout > 0 else None)
         return result(ErrorKind.NONE, "", str(built.path), built.source)
     except (ScheduleError, LoweringError) as exc:
         return result(ErrorKind.INSTANTIATION, f"{type(exc).__name__}: {exc}")

@@ -145,25 +145,50 @@ static void fill_repacked(void *p, char k, long n, uint64_t seed, const char *la
   free(orig);
 }
 typedef void *P;
+/* A CUDA candidate's entry point takes device pointers and returns its CUDA error; cudaMalloc & co. come from
+   the candidate's own dependencies (libcudart), or from the candidate itself when it is emulated (cuda_emu) */
+typedef int (*cuda_malloc_t)(void **, size_t);
+typedef int (*cuda_memcpy_t)(void *, const void *, size_t, int);
+typedef int (*cuda_sync_t)(void);
+static cuda_malloc_t cuda_malloc;
+static cuda_memcpy_t cuda_memcpy;
+static cuda_sync_t cuda_sync;
+enum { TO_DEVICE = 1, TO_HOST = 2 }; /* cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost */
+static void load_cuda(void *lib) {
+  cuda_malloc = (cuda_malloc_t)dlsym(lib, "cudaMalloc");
+  cuda_memcpy = (cuda_memcpy_t)dlsym(lib, "cudaMemcpy");
+  cuda_sync = (cuda_sync_t)dlsym(lib, "cudaDeviceSynchronize");
+  if (!cuda_malloc || !cuda_memcpy || !cuda_sync) die("the candidate has no CUDA runtime", "cudaMalloc");
+}
 static void call(void *fn, int n, P *a) {
+  if (cuda_sync) {
+    int err = 0;
+    switch (n) {
+@INT_CASES@
+      default: die("too many kernel arguments", NULL);
+    }
+    if (!err) err = cuda_sync();
+    if (err) { fprintf(stderr, "candidate failed with CUDA error %d\n", err); exit(4); }
+    return;
+  }
   switch (n) {
 @CASES@
     default: die("too many kernel arguments", NULL);
   }
 }
-/* argv: so symbol threads number repeat min_repeat_ms flush_bytes cooldown_s seed out_path give_up_s nargs
-   {kind:count:io}* */
+/* argv: so symbol threads number repeat min_repeat_ms flush_bytes cooldown_s seed out_path give_up_s device
+   nargs {kind:count:io}* (device: cpu, or cuda for a CUDA candidate) */
 int main(int argc, char **argv) {
 #ifdef __linux__
   prctl(PR_SET_PDEATHSIG, SIGKILL);  /* a hung candidate dies with the tuner that started it, even after kill -9 */
 #endif
-  if (argc < 13) die("usage", "so symbol threads number repeat min_ms flush cooldown seed out give_up nargs specs...");
-  int threads = atoi(argv[3]), number = atoi(argv[4]), repeat = atoi(argv[5]), nargs = atoi(argv[12]);
+  if (argc < 14) die("usage", "so symbol threads number repeat min_ms flush cooldown seed out give_up cuda nargs specs...");
+  int threads = atoi(argv[3]), number = atoi(argv[4]), repeat = atoi(argv[5]), nargs = atoi(argv[13]);
   double min_ms = atof(argv[6]), cooldown = atof(argv[8]), give_up = atof(argv[11]);
   long flush_bytes = atol(argv[7]);
   uint64_t seed = strtoull(argv[9], NULL, 10);
   const char *out_path = argv[10];
-  if (argc != 13 + nargs || nargs < 1) die("argument count does not match nargs", NULL);
+  if (argc != 14 + nargs || nargs < 1) die("argument count does not match nargs", NULL);
   void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
   if (!lib) die("dlopen failed", dlerror());
   void *fn = dlsym(lib, argv[2]);
@@ -171,22 +196,29 @@ int main(int argc, char **argv) {
   void (*set_threads)(int) = (void (*)(int))dlsym(lib, "tensorgen_set_num_threads");
   if (set_threads && threads > 0) set_threads(threads);
   void (*produce)(void *, long) = (void (*)(void *, long))dlsym(lib, "tensorgen_produce");
-  P bufs[@MAX@]; char kinds[@MAX@], io[@MAX@]; long counts[@MAX@];
+  if (strcmp(argv[12], "cuda") == 0) load_cuda(lib);
+  P bufs[@MAX@], args[@MAX@]; char kinds[@MAX@], io[@MAX@]; long counts[@MAX@];
   for (int i = 0; i < nargs; i++) {
     int used = 0;
-    if (sscanf(argv[13 + i], "%c:%ld:%c%n", &kinds[i], &counts[i], &io[i], &used) != 3)
-      die("bad arg spec", argv[13 + i]);
+    const char *spec = argv[14 + i];
+    if (sscanf(spec, "%c:%ld:%c%n", &kinds[i], &counts[i], &io[i], &used) != 3) die("bad arg spec", spec);
     size_t bytes = elem_size(kinds[i]) * (size_t)(counts[i] > 0 ? counts[i] : 1);
     bufs[i] = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (!bufs[i]) die("out of memory allocating", argv[13 + i]);
-    if (io[i] != 'o' && argv[13 + i][used] == ':')
-      fill_repacked(bufs[i], kinds[i], counts[i], seed + (uint64_t)i, argv[13 + i] + used + 1);
+    if (!bufs[i]) die("out of memory allocating", spec);
+    if (io[i] != 'o' && spec[used] == ':')
+      fill_repacked(bufs[i], kinds[i], counts[i], seed + (uint64_t)i, spec + used + 1);
     else if (io[i] != 'o') fill(bufs[i], kinds[i], counts[i], seed + (uint64_t)i);
     else memset(bufs[i], 0xff, bytes); /* NaN / -1: elements a kernel forgets to write show up */
+    args[i] = bufs[i];
+    if (cuda_malloc && (cuda_malloc(&args[i], bytes) || cuda_memcpy(args[i], bufs[i], bytes, TO_DEVICE)))
+      die("cannot copy an argument to the GPU", spec);
   }
   double warm = now();
-  call(fn, nargs, bufs); /* warm-up; its outputs are what correctness checks see */
+  call(fn, nargs, args); /* warm-up; its outputs are what correctness checks see */
   warm = now() - warm;
+  for (int i = 0; i < nargs; i++)
+    if (cuda_memcpy && io[i] == 'o' && cuda_memcpy(bufs[i], args[i], elem_size(kinds[i]) * (size_t)counts[i], TO_HOST))
+      die("cannot copy an output from the GPU", argv[14 + i]);
   if (warm * number > 1.0) number = 1; /* a slow candidate: one call per repeat keeps it inside the timeout */
   if (strcmp(out_path, "-") != 0) {
     FILE *f = fopen(out_path, "wb");
@@ -201,7 +233,7 @@ int main(int argc, char **argv) {
      fast one gives up; several, since one call on a busy machine can lose a whole scheduler time slice */
   for (double spent = warm; give_up > 0 && warm > give_up && spent < 0.05;) {
     double again = now();
-    call(fn, nargs, bufs);
+    call(fn, nargs, args);
     again = now() - again;
     spent += again < 0.01 ? 0.01 : again;
     if (again < warm) warm = again;
@@ -215,7 +247,7 @@ int main(int argc, char **argv) {
      first repeat under 3 ms; warming up for 20 ms in all removes it */
   for (double spent = warm; spent < 0.02;) {
     double t = now();
-    call(fn, nargs, bufs);
+    call(fn, nargs, args);
     spent += now() - t;
   }
   unsigned char *flush = flush_bytes > 0 ? malloc((size_t)flush_bytes) : NULL;
@@ -241,13 +273,13 @@ int main(int argc, char **argv) {
             else if (io[i] == 'i' && produce) produce(bufs[i], (long)bytes);
           }
           double t0 = now();
-          call(fn, nargs, bufs);
+          call(fn, nargs, args);
           el += now() - t0;
         }
         wall = now() - wall;
       } else {
         double t0 = now();
-        for (int k = 0; k < number; k++) call(fn, nargs, bufs);
+        for (int k = 0; k < number; k++) call(fn, nargs, args);
         el = wall = now() - t0;
       }
       if (wall * 1e3 >= min_ms || number >= (1 << 30)) break;
@@ -266,12 +298,14 @@ int main(int argc, char **argv) {
 
 
 def harness_source() -> str:
-    cases = []
+    cases, int_cases = [], []
     for n in range(1, MAX_ARGS + 1):
         params = ", ".join(["P"] * n)
         args = ", ".join(f"a[{i}]" for i in range(n))
         cases.append(f"    case {n}: ((void (*)({params}))fn)({args}); break;")
-    return _HARNESS_C.replace("@CASES@", "\n".join(cases)).replace("@MAX@", str(MAX_ARGS))
+        int_cases.append(f"      case {n}: err = ((int (*)({params}))fn)({args}); break;")
+    return _HARNESS_C.replace("@CASES@", "\n".join(cases)).replace("@INT_CASES@", "\n".join(int_cases)) \
+        .replace("@MAX@", str(MAX_ARGS))
 
 
 def harness_executable(cc: str | None = None, timeout: float = 120.0) -> Path:
@@ -310,6 +344,7 @@ class HarnessConfig:
     threads: int = 1
     seed: int = 1
     give_up_seconds: float = 0.0  # > 0: a warm-up call slower than this is the only timing taken
+    cuda: bool = False  # a CUDA candidate: arguments in GPU memory, every call synchronized and its error checked
 
 
 @dataclass(frozen=True)
@@ -363,7 +398,8 @@ def run_harness(
         raise ValueError(f"kernel has {len(specs)} arguments; the harness supports at most {MAX_ARGS}")
     argv = [str(exe), so_path, kernel, str(config.threads), str(max(1, config.number)), str(config.repeat),
             repr(float(config.min_repeat_ms)), str(config.flush_bytes), repr(float(config.cooldown_interval)),
-            str(config.seed), out_path or "-", repr(float(config.give_up_seconds)), str(len(specs)), *specs]
+            str(config.seed), out_path or "-", repr(float(config.give_up_seconds)), "cuda" if config.cuda else "cpu",
+            str(len(specs)), *specs]
     start = time.perf_counter()
     try:
         proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout)

@@ -22,7 +22,7 @@ from tensorgen.build import compile_state
 from tensorgen.codegen.backend import backend_for
 from tensorgen.dag import ComputeDAG
 from tensorgen.errors import CompileError, ToolchainError
-from tensorgen.hardware import check_memory_budget, format_bytes
+from tensorgen.hardware import check_memory_budget, format_bytes, local_hardware
 from tensorgen.measure.builder import KERNEL_NAME
 from tensorgen.measure.guard import ErrorGuard
 from tensorgen.measure.harness import (
@@ -36,6 +36,7 @@ from tensorgen.measure.harness import (
 )
 from tensorgen.measure.types import BuildResult, ErrorKind, MeasureInput, MeasureResult
 from tensorgen.schedule.state import State
+from tensorgen.target import Target
 from tensorgen.task import SearchTask
 from tensorgen.te.expr import Reduce
 
@@ -227,7 +228,7 @@ class LocalRunner(Runner):
             number=self.number if number is None else number, repeat=self.repeat if repeat is None else repeat,
             min_repeat_ms=self.min_repeat_ms if number is None else 0.0, flush_bytes=flush,
             cooldown_interval=self.cooldown_interval, threads=task.hw.cores, seed=self.seed,
-            give_up_seconds=self.give_up_after(task) if number is None else 0.0,
+            give_up_seconds=self.give_up_after(task) if number is None else 0.0, cuda=task.target.kind == "cuda",
         )
 
     def measure(self, inp: MeasureInput, br: BuildResult) -> MeasureResult:
@@ -272,8 +273,11 @@ class LocalRunner(Runner):
         return self._references[key]
 
     def _compute_reference(self, task: SearchTask, dag: ComputeDAG) -> list[np.ndarray] | str:
+        """The naive program runs on this CPU whatever the task's target (on the same inputs: the harness makes
+        them from the seed)."""
+        cpu = task if task.target.kind == "cpu" else SearchTask(dag, Target("cpu"), local_hardware())
         try:
-            so = compile_state(reference_state(dag), backend_for(task.target, task.hw), KERNEL_NAME).path
+            so = compile_state(reference_state(dag), backend_for(cpu.target, cpu.hw), KERNEL_NAME).path
         except ToolchainError:
             raise  # the environment, not this task: the run stops with it
         except CompileError as err:
@@ -282,7 +286,7 @@ class LocalRunner(Runner):
             out_path = os.path.join(tmp, "outputs.bin")
             timeout = max(self.reference_timeout, dag.flop_count / REFERENCE_FLOPS)
             run = run_harness(self.executable(), str(so), KERNEL_NAME, arg_specs(dag),
-                              self.config(task, number=1, repeat=1), timeout, out_path)
+                              self.config(cpu, number=1, repeat=1), timeout, out_path)
             error = classify_run(run, timeout, 1)
             if error is not None:
                 return f"the naive reference program failed ({error[0].value}): {error[1]}"
