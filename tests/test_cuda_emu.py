@@ -12,7 +12,7 @@ from cuda_run import PRELUDE, library, run
 
 from tensorgen.codegen import toolchain
 from tensorgen.codegen.cuda_toolchain import compile_cuda, compile_emulated, cuda_preflight, emulation_preflight
-from tensorgen.errors import CompileError, DeviceError, RuntimeCallError
+from tensorgen.errors import CompileError, DeviceError, RuntimeCallError, ToolchainError
 from tensorgen.runtime.cuda import CudaLibrary, cuda_available, cudart
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
@@ -83,8 +83,9 @@ extern "C" __global__ void __launch_bounds__(16) where_kernel0(int* __restrict__
   int* o = out + (block * blockDim.x * blockDim.y * blockDim.z + thread) * 8;
   o[0] = blockIdx.x; o[1] = blockIdx.y; o[2] = blockIdx.z;
   o[3] = threadIdx.x; o[4] = threadIdx.y; o[5] = threadIdx.z;
-  o[6] = gridDim.x * 100 + gridDim.y * 10 + gridDim.z;
-  o[7] = blockDim.x * 100 + blockDim.y * 10 + blockDim.z;
+  o[6] = min(gridDim.x * 100 + gridDim.y * 10 + gridDim.z, 1000);  // CUDA's min(unsigned, int)
+  const float4 d = make_float4(blockDim.x * 100.0f, blockDim.y * 10.0f, blockDim.z, 0.0f);
+  o[7] = (int)max(d.x + d.y + d.z, 1.0);  // CUDA's max(float, double)
 }
 extern "C" int where(int* out) {
   TG_LAUNCH(where_kernel0, dim3(2, 3, 4), dim3(4, 2, 2), out);
@@ -289,7 +290,9 @@ def test_nvcc_builds_the_matmul_and_the_preflight(tmp_path: Path) -> None:
 
 
 @needs_nvcc
-def test_nvcc_errors_carry_the_log() -> None:
+def test_nvcc_errors_carry_the_log_and_the_preflight_names_a_bad_arch() -> None:
     with pytest.raises(CompileError, match="undeclared_thing") as info:
         compile_cuda(PRELUDE + GRID.replace("o[0] = blockIdx.x", "o[0] = undeclared_thing"))
     assert "nvcc" in str(info.value) and "undeclared_thing" in info.value.log
+    with pytest.raises(ToolchainError, match=r"cannot build a trivial kernel .*sm_1.*; check .* nvcc knows sm_1"):
+        cuda_preflight("sm_1", again=True)

@@ -56,6 +56,12 @@ struct dim3 {
   constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
 };
 
+#define __align__(n) __attribute__((aligned(n)))
+struct __align__(8) float2 { float x, y; };
+struct __align__(16) float4 { float x, y, z, w; };
+static inline float2 make_float2(float x, float y) { return float2{x, y}; }
+static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+
 enum cudaError {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,
@@ -276,16 +282,27 @@ static inline float atomicAdd(float* p, float v) { return tg_atomic_add(p, v); }
 static inline double atomicAdd(double* p, double v) { return tg_atomic_add(p, v); }
 static inline int atomicAdd(int* p, int v) { return tg_atomic_add(p, v); }
 static inline unsigned int atomicAdd(unsigned int* p, unsigned int v) { return tg_atomic_add(p, v); }
-static inline int min(int a, int b) { return a < b ? a : b; }
-static inline int max(int a, int b) { return a > b ? a : b; }
-static inline unsigned int min(unsigned int a, unsigned int b) { return a < b ? a : b; }
-static inline unsigned int max(unsigned int a, unsigned int b) { return a > b ? a : b; }
-static inline long long min(long long a, long long b) { return a < b ? a : b; }
-static inline long long max(long long a, long long b) { return a > b ? a : b; }
+// CUDA's min/max overloads, mixed ones included (int with unsigned is unsigned, float with double is double).
+#define TG_MIN_MAX(R, A, B, LESS) \
+  static inline R min(A a, B b) { return LESS((R)a, (R)b) ? (R)a : (R)b; } \
+  static inline R max(A a, B b) { return LESS((R)b, (R)a) ? (R)a : (R)b; }
+#define TG_LESS(a, b) ((a) < (b))
+TG_MIN_MAX(int, int, int, TG_LESS)
+TG_MIN_MAX(unsigned int, unsigned int, unsigned int, TG_LESS)
+TG_MIN_MAX(unsigned int, int, unsigned int, TG_LESS)
+TG_MIN_MAX(unsigned int, unsigned int, int, TG_LESS)
+TG_MIN_MAX(long long, long long, long long, TG_LESS)
+TG_MIN_MAX(unsigned long long, unsigned long long, unsigned long long, TG_LESS)
+#undef TG_LESS
+#undef TG_MIN_MAX
 static inline float min(float a, float b) { return fminf(a, b); }
 static inline float max(float a, float b) { return fmaxf(a, b); }
 static inline double min(double a, double b) { return fmin(a, b); }
 static inline double max(double a, double b) { return fmax(a, b); }
+static inline double min(float a, double b) { return fmin(a, b); }
+static inline double max(float a, double b) { return fmax(a, b); }
+static inline double min(double a, float b) { return fmin(a, b); }
+static inline double max(double a, float b) { return fmax(a, b); }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 #define __expf(x) expf(x)  // glibc declares functions of these names: the fast intrinsics are macros here
 #define __logf(x) logf(x)
