@@ -5,17 +5,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from tensorgen.codegen.backend import Backend, CBackend
+from tensorgen.codegen.backend import Backend, CBackend, backend_for
 from tensorgen.dag import ComputeDAG
+from tensorgen.errors import RuntimeCallError
 from tensorgen.loopir.nodes import PrimFunc
 from tensorgen.runtime import ArgSpec, Kernel, Module, aligned, aligned_empty
+from tensorgen.runtime.cuda import CudaLibrary, HostEntry
+from tensorgen.schedule.gpu_bind import bind_unbound
 from tensorgen.schedule.lower import lower
 from tensorgen.schedule.state import State
+from tensorgen.target import Target
 from tensorgen.te.tensor import Tensor
 
 
@@ -64,6 +69,41 @@ class CompiledFunction:
         self.module.set_num_threads(n)
 
 
+@dataclass
+class CudaFunction:
+    """A compiled CUDA program: call it with NumPy arrays (inputs then outputs) and it copies them to the GPU (to
+    its emulation's memory on a CPU), runs, and copies the outputs back into their arrays; or use `run`."""
+
+    dag: ComputeDAG
+    source: str
+    library: CudaLibrary
+    entry: HostEntry
+
+    def __call__(self, *arrays: np.ndarray) -> None:
+        args = self.dag.args
+        if len(arrays) != len(args):
+            raise RuntimeCallError(f"{self.entry.name} takes {len(args)} arrays "
+                                   f"({', '.join(t.name for t in args)}), got {len(arrays)}")
+        outputs = len(args) - len(self.dag.outputs)
+        with ExitStack() as stack:
+            device = []
+            for t, a in zip(args, arrays):
+                if not isinstance(a, np.ndarray) or a.shape != t.shape or a.dtype != np.dtype(t.dtype):
+                    got = f"{a.dtype}{list(a.shape)}" if isinstance(a, np.ndarray) else type(a).__name__
+                    raise RuntimeCallError(f"{self.entry.name}: {t.name} must be a {t.dtype}{list(t.shape)} "
+                                           f"array, got {got}")
+                device.append(stack.enter_context(self.library.runtime.to_device(a)))
+            self.entry(*device)
+            for host, dev in zip(arrays[outputs:], device[outputs:]):
+                host[...] = dev.to_numpy()
+
+    def run(self, *inputs: np.ndarray) -> list[np.ndarray]:
+        """Allocate outputs, call, and return them."""
+        outs = [np.empty(t.shape, t.dtype) for t in self.dag.outputs]
+        self(*inputs, *outs)
+        return outs
+
+
 def build(
     program: State | ComputeDAG | Tensor | Sequence[Tensor],
     *,
@@ -71,9 +111,20 @@ def build(
     march: str | None = "native",
     cc: str | None = None,
     name: str | None = None,
-) -> CompiledFunction:
-    """Compile `program` for this machine; `simd_bytes` (vector width of `vectorize` loops) defaults
-    to the host's widest (64 with AVX-512), as the tuner's measurements use."""
+    target: str | Target = "cpu",
+) -> CompiledFunction | CudaFunction:
+    """Compile `program` for `target`: this machine's CPU by default, where `simd_bytes` (vector width of
+    `vectorize` loops) defaults to the host's widest (64 with AVX-512), as the tuner's measurements use; or a CUDA
+    target (`cuda -arch=sm_90`, `cuda -emulate=1` to run on this CPU), where root stages without a GPU binding
+    are spread over blocks of threads (schedule.gpu_bind)."""
+    target = Target.parse(target)
+    if target.kind == "cuda":
+        from tensorgen.hardware import hardware_for
+
+        state = bind_unbound(program if isinstance(program, State) else State(program))
+        built = compile_state(state, backend_for(target, hardware_for(target)), name)
+        library = CudaLibrary(built.path)
+        return CudaFunction(state.dag, built.source, library, library.entry(built.func.name))
     if simd_bytes is None:
         from tensorgen.hardware import detect_cpu
 

@@ -3,14 +3,25 @@ and the programs no GPU can run as written, refused with one line."""
 
 from __future__ import annotations
 
+import shutil
+
+import numpy as np
 import pytest
 
-from tensorgen import te
+from tensorgen import build, te
 from tensorgen.codegen.cuda import launch_of, render_cuda, split_kernels
-from tensorgen.errors import LoweringError
+from tensorgen.codegen.cuda_toolchain import compile_cuda
+from tensorgen.errors import LoweringError, RuntimeCallError
 from tensorgen.examples import gpu_gmm_state
+from tensorgen.hardware import hardware_for
+from tensorgen.measure import ErrorKind, MeasureInput
+from tensorgen.measure.builder import LocalBuilder
+from tensorgen.measure.runner import LocalRunner
 from tensorgen.schedule.lower import lower
 from tensorgen.schedule.state import State
+from tensorgen.target import Target
+from tensorgen.task import SearchTask
+from tensorgen.te import ops
 
 
 def two_stage_state() -> State:
@@ -63,3 +74,69 @@ def test_programs_no_gpu_runs_are_refused_in_one_line():
         render_cuda(lower(s, "gmm", gpu=True))
     # fewer fetching threads than the block's are fine: the barriers are outside the fetch loop
     assert "__syncthreads" in render_cuda(lower(gpu_gmm_state(64, 40, 48, fetch_threads=32), "gmm", gpu=True))
+
+
+# ---- generated CUDA run under the emulator (codegen.cuda_emu), against NumPy --------------------------------
+
+EMULATED = "cuda -emulate=1"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_tilings_of_the_gpu_matmul_equal_numpy(seed):
+    """Shapes that the tiles do not divide, random thread counts, tiles per thread, virtual threads, k steps
+    and fetching threads: every program computes A @ B."""
+    rng = np.random.default_rng(seed)
+    m, n, k = (int(v) for v in rng.integers(5, 70, 3))
+    threads = tuple(int(rng.choice([t for t in (1, 2, 4, 8, 16) if t <= e])) for e in (m, n))
+    tile = tuple(int(rng.integers(1, 4)) for _ in "ij")
+    vthreads = tuple(int(rng.choice([1, 2])) if t * tl * 2 <= e else 1 for t, tl, e in zip(threads, tile, (m, n)))
+    k_tile = int(rng.integers(1, k + 1))
+    fetch = int(rng.choice([32, threads[0] * threads[1]])) if threads[0] * threads[1] >= 32 else None
+    state = gpu_gmm_state(m, n, k, threads, tile, vthreads, k_tile, fetch)
+    f = build(state, target=EMULATED)
+    a, b = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+    (c,) = f.run(*(a if t.name == "A" else b for t in f.dag.args[:2]))
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_stages_without_bindings_are_spread_over_threads():
+    x = te.placeholder((37, 50), name="x")
+    f = build(ops.softmax(x, axis=1), target=EMULATED)
+    assert "blockIdx.x" in f.source and f.source.count("__global__") == 4  # max, exp, sum, divide
+    a = np.random.default_rng(0).standard_normal((37, 50), dtype=np.float32)
+    ref = np.exp(a - a.max(1, keepdims=True))
+    np.testing.assert_allclose(f.run(a)[0], ref / ref.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+    with pytest.raises(RuntimeCallError, match="x must be a float32\\[37, 50\\] array, got float64\\[37, 50\\]"):
+        f.run(a.astype(np.float64))
+
+
+def test_an_intermediate_in_a_device_workspace_survives_between_kernels_and_calls():
+    f = build(two_stage_state(), target=EMULATED)
+    for seed in range(2):
+        a = np.random.default_rng(seed).standard_normal((50, 30), dtype=np.float32)
+        np.testing.assert_allclose(f.run(a)[0], 2 * a[:, 0] + 2 * a[:, 29], rtol=1e-6)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_nvcc_compiles_the_generated_matmul():
+    source = render_cuda(lower(gpu_gmm_state(37, 29, 51, vthreads=(2, 1)), "gmm", gpu=True))
+    assert compile_cuda(source).is_file()
+
+
+def oversized_launch(inp: MeasureInput, source: str) -> str:
+    """A builder source hook: the second candidate launches blocks of 2048 threads, which CUDA refuses."""
+    return source.replace("dim3(64, 1, 1)", "dim3(2048, 1, 1)") if inp.task.desc == "broken" else source
+
+
+def test_the_runner_times_and_checks_an_emulated_cuda_candidate():
+    """The harness's CUDA path (arguments in device memory, every call synchronized and its error checked),
+    with correctness against the naive program run on the CPU; a launch CUDA refuses is a runtime error."""
+    state = gpu_gmm_state(40, 24, 16)
+    good = SearchTask(state.dag, Target.parse(EMULATED), hardware_for(EMULATED))
+    broken = SearchTask(state.dag, good.target, good.hw, "broken")
+    inputs = [MeasureInput(good, state), MeasureInput(broken, state)]
+    with LocalBuilder(n_parallel=1, source_hook=oversized_launch) as builder:
+        built = builder.build(inputs)
+    ok, bad = LocalRunner(check_correctness=True, number=1, repeat=2).run(inputs, built)
+    assert ok.error_kind == ErrorKind.NONE and len(ok.costs) == 2, ok.error_msg
+    assert bad.error_kind == ErrorKind.RUNTIME_ERROR and "CUDA error 9" in bad.error_msg, bad.error_msg

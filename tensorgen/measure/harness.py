@@ -182,7 +182,7 @@ int main(int argc, char **argv) {
 #ifdef __linux__
   prctl(PR_SET_PDEATHSIG, SIGKILL);  /* a hung candidate dies with the tuner that started it, even after kill -9 */
 #endif
-  if (argc < 14) die("usage", "so symbol threads number repeat min_ms flush cooldown seed out give_up cuda nargs specs...");
+  if (argc < 14) die("usage", "see the comment above main()");
   int threads = atoi(argv[3]), number = atoi(argv[4]), repeat = atoi(argv[5]), nargs = atoi(argv[13]);
   double min_ms = atof(argv[6]), cooldown = atof(argv[8]), give_up = atof(argv[11]);
   long flush_bytes = atol(argv[7]);
