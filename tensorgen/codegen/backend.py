@@ -16,7 +16,6 @@ from typing import Protocol
 from tensorgen.codegen.c import render_c, render_module
 from tensorgen.codegen.cuda import render_cuda
 from tensorgen.codegen.cuda_toolchain import (
-    DEFAULT_ARCH,
     compile_cuda,
     compile_emulated,
     cuda_preflight,
@@ -24,6 +23,7 @@ from tensorgen.codegen.cuda_toolchain import (
 )
 from tensorgen.codegen.toolchain import compile_source, preflight
 from tensorgen.errors import ToolchainError
+from tensorgen.gpus import DEFAULT_ARCH
 from tensorgen.loopir.nodes import PrimFunc
 from tensorgen.registry import Registry
 from tensorgen.target import HardwareParams, Target, TargetError

@@ -18,6 +18,7 @@ from functools import cache
 from pathlib import Path
 
 from ..errors import ToolchainError
+from ..gpus import DEFAULT_ARCH
 from .cuda_emu import HEADER, HEADER_DIGEST
 from .toolchain import (
     BuildCommand,
@@ -30,8 +31,6 @@ from .toolchain import (
     usable_cache_dir,
 )
 
-#: The GPU generation kernels are built for by default (H100/H200).
-DEFAULT_ARCH = "sm_90"
 NVCC_FLAGS: tuple[str, ...] = ("-O3", "-shared", "-Xcompiler", "-fPIC", "--cudart=shared")
 #: -Bsymbolic: the library's own runtime functions win over a real libcudart loaded into the process first.
 EMULATION_FLAGS: tuple[str, ...] = ("-x", "c++", "-std=c++17", "-O1", "-shared", "-fPIC", "-Wl,-Bsymbolic",
