@@ -47,6 +47,11 @@ class RuntimeCallError(TensorgenError, ValueError):
     """A compiled kernel was called with arrays of the wrong shape, dtype or layout."""
 
 
+class DeviceError(TensorgenError, RuntimeError):
+    """No CUDA GPU (or driver, or runtime library) is usable, or a CUDA call failed: one line naming the call
+    and CUDA's own words for the error."""
+
+
 class ClusterError(TensorgenError):
     """A Ray cluster cannot measure: ray is not installed, its address does not answer, or no node of it
     advertises the target at hand."""
