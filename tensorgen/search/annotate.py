@@ -101,7 +101,7 @@ def fill_tile_sizes(sketch: State, rng: np.random.Generator, policy: AnnotationP
         choices = policy.factorizations(extent, len(step.lengths), step.inner_to_outer)
         return replace(step, extent=extent, lengths=choices[int(rng.integers(len(choices)))])
 
-    state = _replay_filled(sketch.dag, steps, tunable, uniform)
+    state = replay_filled(sketch.dag, steps, tunable, uniform)
     if hw is None or policy.register_tile_share <= 0 or rng.random() >= policy.register_tile_share:
         return state
     changed = False
@@ -115,10 +115,10 @@ def fill_tile_sizes(sketch: State, rng: np.random.Generator, policy: AnnotationP
             raise ScheduleError(f"split step {n}: its extent depends on a register tile drawn after it")
         return step
 
-    return _replay_filled(sketch.dag, steps, tunable, drawn) if changed else state
+    return replay_filled(sketch.dag, steps, tunable, drawn) if changed else state
 
 
-def _replay_filled(dag, steps: list[Step], tunable: set[int],
+def replay_filled(dag, steps: list[Step], tunable: set[int],
                    fill: Callable[[int, SplitStep, int], SplitStep]) -> State:
     """Replay `steps`, each tunable split replaced (in `steps` too) by `fill(n, step, its iterator's extent)`."""
     state = State(dag)

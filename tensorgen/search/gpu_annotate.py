@@ -20,7 +20,7 @@ what no GPU runs (too many threads or too much shared memory per block, a barrie
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from tensorgen.schedule.lower import lower
 from tensorgen.schedule.stage import GPU_ANNOTATIONS, Split, Stage
 from tensorgen.schedule.state import State
 from tensorgen.schedule.steps import SplitStep
-from tensorgen.search.annotate import AnnotationPolicy, annotate_unroll, fill_tile_sizes
+from tensorgen.search.annotate import AnnotationPolicy, annotate_unroll, replay_filled, tunable_splits
 from tensorgen.search.gpu_rules import GPU_LEVELS, GPU_STRUCTURE
 from tensorgen.search.mutations import final_stage_id
 from tensorgen.target import HardwareParams
@@ -78,11 +78,48 @@ def sample_gpu_state(task: SearchTask, sketch: State, rng: np.random.Generator,
     return state
 
 
+@dataclass
+class TileDraw:
+    """One draw of a sketch's tile sizes (a `replay_filled` fill): uniform perfect tilings, the space splits of a
+    GPU-tiled stage drawn one axis after the other, each among the tilings that keep the stage's virtual
+    threads, threads and thread's tile so far within the limits."""
+
+    rng: np.random.Generator
+    policy: AnnotationPolicy
+    limits: GpuAnnotationPolicy
+    hw: HardwareParams
+    used: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # per stage: vthreads, threads, tile
+
+    def __call__(self, n: int, step: SplitStep, extent: int) -> SplitStep:
+        choices = self.policy.factorizations(extent, len(step.lengths), step.inner_to_outer)
+        block = len(step.lengths) == SPACE_LENGTHS
+        if block:
+            choices = [c for c in choices if self.within(self.grown(step.stage_id, c))]
+            if not choices:
+                raise ScheduleError(f"split step {n}: no tiling within the block's limits")
+        lengths = choices[int(self.rng.integers(len(choices)))]
+        if block:
+            self.used[step.stage_id] = self.grown(step.stage_id, lengths)
+        return replace(step, extent=extent, lengths=lengths)
+
+    def grown(self, stage_id: int, lengths: tuple[int, ...]) -> tuple[int, int, int]:
+        v, t, tile = self.used.get(stage_id, (1, 1, 1))
+        return v * lengths[VTHREAD], t * lengths[THREAD], tile * math.prod(lengths[THREAD + 1:])
+
+    def within(self, use: tuple[int, int, int]) -> bool:
+        return use[0] <= self.limits.max_vthread and use[1] <= self.hw.max_threads_per_block \
+            and use[2] <= self.limits.max_local_tile
+
+
 def draw_tiles(sketch: State, rng: np.random.Generator, policy: AnnotationPolicy, limits: GpuAnnotationPolicy,
                hw: HardwareParams) -> State:
-    """The sketch with tile sizes whose blocks fit `hw` (see the module docstring)."""
+    """The sketch with tile sizes (`TileDraw`) whose blocks fit `hw` (see the module docstring)."""
+    tunable = tunable_splits(sketch.steps)
     for attempt in range(limits.tries):
-        state = fill_tile_sizes(sketch, rng, policy)
+        try:
+            state = replay_filled(sketch.dag, list(sketch.steps), tunable, TileDraw(rng, policy, limits, hw))
+        except ScheduleError:
+            continue
         blocks = [b for i in range(len(state.stages)) if (b := block_of(state, i)) is not None]
         if all(b.fits(hw, limits) for b in blocks) and (
                 attempt >= limits.tries // 2 or all(b.threads % hw.warp_size == 0 for b in blocks)):
