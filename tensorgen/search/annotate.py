@@ -56,6 +56,10 @@ class AnnotationPolicy:
         return self.memo[key]
 
 
+#: One random complete program of a sketch (raises ScheduleError when the draw is not one).
+Sampler = Callable[[SearchTask, State, np.random.Generator, AnnotationPolicy | None], State]
+
+
 @functools.lru_cache(maxsize=4096)
 def divisors(n: int) -> tuple[int, ...]:
     """The divisors of n in increasing order (O(sqrt n); extents of fused loops reach 10^5 and more)."""
@@ -97,7 +101,7 @@ def fill_tile_sizes(sketch: State, rng: np.random.Generator, policy: AnnotationP
         choices = policy.factorizations(extent, len(step.lengths), step.inner_to_outer)
         return replace(step, extent=extent, lengths=choices[int(rng.integers(len(choices)))])
 
-    state = _replay_filled(sketch.dag, steps, tunable, uniform)
+    state = replay_filled(sketch.dag, steps, tunable, uniform)
     if hw is None or policy.register_tile_share <= 0 or rng.random() >= policy.register_tile_share:
         return state
     changed = False
@@ -111,10 +115,10 @@ def fill_tile_sizes(sketch: State, rng: np.random.Generator, policy: AnnotationP
             raise ScheduleError(f"split step {n}: its extent depends on a register tile drawn after it")
         return step
 
-    return _replay_filled(sketch.dag, steps, tunable, drawn) if changed else state
+    return replay_filled(sketch.dag, steps, tunable, drawn) if changed else state
 
 
-def _replay_filled(dag, steps: list[Step], tunable: set[int],
+def replay_filled(dag, steps: list[Step], tunable: set[int],
                    fill: Callable[[int, SplitStep, int], SplitStep]) -> State:
     """Replay `steps`, each tunable split replaced (in `steps` too) by `fill(n, step, its iterator's extent)`."""
     state = State(dag)
@@ -385,16 +389,18 @@ def shares_work(state: State) -> bool:
 def sample_initial_population(task: SearchTask, sketches: Sequence[State], n: int, rng: np.random.Generator,
                               policy: AnnotationPolicy | None = None, max_tries: int | None = None,
                               validate: Callable[[list[State]], list[bool]] | None = None,
-                              skips: Skips | None = None) -> list[State]:
+                              skips: Skips | None = None, sample: Sampler | None = None) -> list[State]:
     """`n` valid random programs from uniformly picked sketches (fewer only if `max_tries`, default
     10 * n, samples are mostly invalid). Duplicates are kept: the population is a multiset.
     `validate` checks a batch at once, so that a caller that lowers anyway (the feature extractor)
-    checks validity in the same vectorized pass; the default lowers each state. A sample that raises
+    checks validity in the same vectorized pass; the default lowers each state. `sample` draws one program of
+    a sketch (default: `sample_state`, a CPU's; search.targets has each target kind's). A sample that raises
     otherwise than ScheduleError (a bug) is skipped and counted in `skips`."""
     if not sketches:
         raise ValueError("sample_initial_population: no sketches to sample from")
     policy = policy or AnnotationPolicy()
     validate = validate or (lambda states: [is_valid(s) for s in states])
+    sample = sample or sample_state
     skips = skips if skips is not None else Skips()
     out: list[State] = []
     tries = 0
@@ -406,7 +412,7 @@ def sample_initial_population(task: SearchTask, sketches: Sequence[State], n: in
             sketch = sketches[int(rng.integers(len(sketches)))]
             with skips.guard("random annotation", str(task)):
                 try:
-                    batch.append(sample_state(task, sketch, rng, policy))
+                    batch.append(sample(task, sketch, rng, policy))
                 except ScheduleError:
                     continue
         out += [s for s, ok in zip(batch, validate(batch)) if ok]

@@ -31,11 +31,12 @@ from tensorgen.measure.worker import die_with_parent
 from tensorgen.schedule.replay import PrefixReplayer
 from tensorgen.schedule.state import State
 from tensorgen.schedule.steps import Step
-from tensorgen.search.annotate import AnnotationPolicy, sample_state
+from tensorgen.search.annotate import AnnotationPolicy
 from tensorgen.search.crossover import crossover, match_sketch, step_owners
 from tensorgen.search.gc_relief import relax_worker_collections
 from tensorgen.search.mutations import Mutation, mutate
 from tensorgen.search.skips import Skips
+from tensorgen.search.targets import for_target
 from tensorgen.task import SearchTask
 
 Steps = tuple[Step, ...]
@@ -103,7 +104,8 @@ class ChildMaker:
                  annotation: AnnotationPolicy | None = None, skips: Skips | None = None):
         self.task, self.extractor, self.sketches = task, extractor, list(sketches)
         self.skips = skips if skips is not None else Skips()
-        self.annotation = annotation or AnnotationPolicy()
+        self.sampler = for_target(task).sample
+        self.annotation = annotation or for_target(task).annotation()
         self.mutations, self.max_tries, self.capacity = mutations, max_tries, capacity
         self._states: OrderedDict[Steps, State] = OrderedDict()
         self._owners = [step_owners(sk) for sk in self.sketches]
@@ -156,7 +158,7 @@ class ChildMaker:
             state = None
             with self.skips.guard("random annotation", f"sketch {job.sketch} of {self.task}"):
                 try:
-                    state = sample_state(self.task, self.sketches[job.sketch], np.random.default_rng(job.seed),
+                    state = self.sampler(self.task, self.sketches[job.sketch], np.random.default_rng(job.seed),
                                          self.annotation)
                 except ScheduleError:
                     pass

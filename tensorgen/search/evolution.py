@@ -26,10 +26,11 @@ from tensorgen.schedule.state import State
 from tensorgen.schedule.steps import Step
 from tensorgen.search.annotate import AnnotationPolicy
 from tensorgen.search.children import ChildJob, ChildMaker, ChildResult, ChildWorkers, SampleJob
-from tensorgen.search.mutations import DEFAULT_MUTATIONS, Mutation
+from tensorgen.search.mutations import Mutation
 from tensorgen.search.policy import state_key
 from tensorgen.search.sketch import generate_sketches
 from tensorgen.search.skips import Skips
+from tensorgen.search.targets import for_target
 from tensorgen.task import SearchTask
 
 # ---------------------------------------------------------------------------------------------
@@ -90,10 +91,12 @@ class EvolutionarySearch:
         self.extractor = extractor if extractor is not None \
             else FeatureExtractor(task.hw, dataflow=cost_model.dataflow)
         self.rng = rng if rng is not None else np.random.default_rng(0)
-        if mutations is None and annotation is not None:  # the default table, under this policy's knobs
-            mutations = [copy.copy(r) for r in DEFAULT_MUTATIONS]
-            for r in mutations:
-                r.policy = annotation
+        if mutations is None:  # the target kind's table, under this policy's knobs
+            mutations = for_target(task).mutations
+            if annotation is not None:
+                mutations = [copy.copy(r) for r in mutations]
+                for r in mutations:
+                    r.policy = annotation
         if sketches is None:
             sketches = generate_sketches(task, skips=skips)
         self.maker = ChildMaker(task, self.extractor, sketches,

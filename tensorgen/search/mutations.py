@@ -74,17 +74,19 @@ def location_phase_start(steps: Sequence[Step]) -> int:
     return first
 
 
+def final_stage_id(steps: Sequence[Step], n: int, end: int | None = None) -> int:
+    """The id, once `steps[:end]` (default: all) are applied, of the stage `steps[n]` transforms: a step names a
+    stage by its index at that time, and the stages added after it shift the index."""
+    sid = steps[n].stage_id
+    for later in steps[n + 1:end]:
+        if later.new_stage_offset is not None and later.stage_id + later.new_stage_offset <= sid:
+            sid += 1
+    return sid
+
+
 def sketched_stages(steps: Sequence[Step], first: int) -> set[int]:
-    """Ids, in the final state, of the stages the sketch's steps (`steps[:first]`) transform: a step
-    names a stage by its index at that time, and the stages added after it shift the index."""
-    out = set()
-    for n in range(first):
-        sid = steps[n].stage_id
-        for later in steps[n + 1:first]:
-            if later.new_stage_offset is not None and later.stage_id + later.new_stage_offset <= sid:
-                sid += 1
-        out.add(sid)
-    return out
+    """Ids, in the final state, of the stages the sketch's steps (`steps[:first]`) transform."""
+    return {final_stage_id(steps, n, first) for n in range(first)}
 
 
 def is_flexible(state: State, i: int) -> bool:

@@ -8,6 +8,7 @@ states already proposed or measured (including those replayed from a database) a
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 import numpy as np
 
@@ -18,6 +19,7 @@ from tensorgen.search.annotate import AnnotationPolicy, sample_initial_populatio
 from tensorgen.search.policy import SearchPolicy, state_key
 from tensorgen.search.sketch import SPACES
 from tensorgen.search.skips import Skips
+from tensorgen.search.targets import for_target
 from tensorgen.task import SearchTask
 
 
@@ -37,7 +39,8 @@ class RandomPolicy(SearchPolicy):
         self.rng = np.random.default_rng(seed)
         self.skips = skips if skips is not None else Skips()
         self.sketches = list(sketches) if sketches is not None else SPACES.create(space, task, skips=self.skips)
-        self.annotation = annotation or AnnotationPolicy()
+        self.search = for_target(task)
+        self.annotation = annotation or self.search.annotation()
         self.patience = patience
         self.seen: set[str] = set()  # keys of states proposed or measured
 
@@ -46,7 +49,8 @@ class RandomPolicy(SearchPolicy):
         idle = 0
         while len(out) < n and idle < self.patience:
             population = sample_initial_population(self.task, self.sketches, n - len(out), self.rng, self.annotation,
-                                                   skips=self.skips)
+                                                   validate=partial(self.search.validate, self.task),
+                                                   skips=self.skips, sample=self.search.sample)
             fresh = 0
             for state in population:
                 key = state_key(state)

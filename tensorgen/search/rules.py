@@ -212,12 +212,19 @@ class SketchRule:
 
 
 class AlwaysInline(SketchRule):
-    """Rule 2: element-wise stages without branches or expensive calls cost nothing to inline."""
+    """Rule 2: element-wise stages without branches or expensive calls cost nothing to inline; not `strict`
+    (a GPU's), every non-output stage without a reduction is inlined (a kernel launch costs more)."""
 
     name = "always_inline"
 
+    def __init__(self, strict: bool = True):
+        self.strict = strict
+
     def condition(self, task: SearchTask, state: State, i: int) -> Cond:
-        ok = is_strict_inlinable(state, i) and not is_output(state, i)
+        if is_output(state, i):
+            return Cond.SKIP
+        ok = is_strict_inlinable(state, i) if self.strict else \
+            is_compute(state, i) and not isinstance(state.stages[i].tensor.body, Reduce)
         return Cond.APPLY_AND_SKIP_REST if ok else Cond.SKIP
 
     def apply(self, task: SearchTask, state: State, i: int) -> list[Derivation]:
@@ -276,6 +283,21 @@ class InlineOrMaterializeTranspose(SketchRule):
         return [(state.copy().compute_inline(i), i - 1), (state, i - 1)]
 
 
+def split_reduction(state: State, i: int) -> tuple[State, tuple[str, str], int]:
+    """Stage i's reduce loops fused and split in two by a placeholder length 1 (rfactor needs a known shape;
+    annotation samples it like any tile size): the new state, the two parts and the number of space loops."""
+    base = state.copy()
+    st = base.stages[i]
+    reduce = [it.name for it in st.iters if it.kind == "reduce"]
+    n_space = sum(it.kind != "reduce" for it in st.iters)
+    if len(reduce) > 1:
+        base.fuse(i, reduce)
+    fused = [it.name for it in base.stages[i].iters if it.kind == "reduce"][0]
+    base.split(i, fused, [1])
+    outer, inner = base.stages[i].relations[-1].children
+    return base, (outer, inner), n_space
+
+
 class AddRfactor(SketchRule):
     """Rule 6: little space parallelism but a long reduction -> factor the reduction into a space axis.
 
@@ -293,15 +315,7 @@ class AddRfactor(SketchRule):
         return Cond.APPLY if needs and not is_cache_write_stage(state, i) else Cond.SKIP
 
     def apply(self, task: SearchTask, state: State, i: int) -> list[Derivation]:
-        base = state.copy()
-        st = base.stages[i]
-        reduce = [it.name for it in st.iters if it.kind == "reduce"]
-        n_space = sum(it.kind != "reduce" for it in st.iters)
-        if len(reduce) > 1:
-            base.fuse(i, reduce)
-        fused = [it.name for it in base.stages[i].iters if it.kind == "reduce"][0]
-        base.split(i, fused, [1])
-        outer, inner = base.stages[i].relations[-1].children
+        base, (outer, inner), n_space = split_reduction(state, i)
         out = []
         for part in (outer, inner):
             s = base.copy().rfactor(i, part, n_space)
@@ -318,9 +332,12 @@ class AddCacheWrite(SketchRule):
 
     name = "add_cache_write"
 
+    def __init__(self, skip_rest: bool = False):
+        self.skip_rest = skip_rest  # a GPU's: no sketch without the cache stage
+
     def condition(self, task: SearchTask, state: State, i: int) -> Cond:
         ok = has_data_reuse(state, i) and fusible_consumer(state, i) is None and not is_tiled(state, i)
-        return Cond.APPLY if ok else Cond.SKIP
+        return (Cond.APPLY_AND_SKIP_REST if self.skip_rest else Cond.APPLY) if ok else Cond.SKIP
 
     def apply(self, task: SearchTask, state: State, i: int) -> list[Derivation]:
         return [(state.copy().cache_write(i, "local"), i)]
@@ -332,14 +349,15 @@ class MultiLevelTilingWithFusion(SketchRule):
 
     name = "multi_level_tiling_with_fusion"
 
-    def __init__(self, structure: str = "SSRSRS", levels: tuple[int, ...] = (1, 2)):
+    def __init__(self, structure: str = "SSRSRS", levels: tuple[int, ...] = (1, 2), skip_rest: bool = False):
         self.structure, self.levels = structure, levels
+        self.skip_rest = skip_rest  # a GPU's: never offer the stage unfused
 
     def condition(self, task: SearchTask, state: State, i: int) -> Cond:
         if not has_data_reuse(state, i) or fusible_consumer(state, i) is None:
             return Cond.SKIP
         # a cache stage exists only to be fused: don't also offer it unfused
-        return Cond.APPLY_AND_SKIP_REST if is_cache_write_stage(state, i) else Cond.APPLY
+        return Cond.APPLY_AND_SKIP_REST if self.skip_rest or is_cache_write_stage(state, i) else Cond.APPLY
 
     def apply(self, task: SearchTask, state: State, i: int) -> list[Derivation]:
         consumer = fusible_consumer(state, i)

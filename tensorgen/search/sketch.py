@@ -16,7 +16,6 @@ from tensorgen.errors import ScheduleError, TuneError
 from tensorgen.registry import Registry
 from tensorgen.schedule.state import State
 from tensorgen.search.rules import (
-    DEFAULT_RULES,
     AlwaysInline,
     Cond,
     Derivation,
@@ -25,6 +24,7 @@ from tensorgen.search.rules import (
     SkipStage,
 )
 from tensorgen.search.skips import Skips
+from tensorgen.search.targets import for_target
 from tensorgen.task import SearchTask
 
 
@@ -62,14 +62,15 @@ def derive(task: SearchTask, state: State, i: int, rules: Sequence[SketchRule],
 
 def generate_sketches(task: SearchTask, rules: Sequence[SketchRule] | None = None,
                       max_sketches: int = 1000, skips: Skips | None = None) -> list[State]:
-    """All sketches of `task.dag` under `rules` (default: the DEFAULT_RULES table),
+    """All sketches of `task.dag` under `rules` (default: the table of the task's target kind, search.targets:
+    rules.DEFAULT_RULES for CPUs, gpu_rules.GPU_RULES for CUDA),
     deduplicated by their step list and in derivation order.
 
     A rule returning (S, i) with the same i must make progress on its own (like cache_write, which
     moves the work to a new stage); `max_sketches` bounds a runaway user rule. A rule that raises (other
     than ScheduleError) is skipped where it failed and counted in `skips` (see tensorgen.search.skips).
     """
-    rules = list(DEFAULT_RULES if rules is None else rules)
+    rules = list(for_target(task).rules if rules is None else rules)
     start = State(task.dag)
     queue: deque[Derivation] = deque([(start, len(start.stages) - 1)])
     sketches: dict[str, State] = {}
@@ -88,7 +89,7 @@ def generate_sketches(task: SearchTask, rules: Sequence[SketchRule] | None = Non
 
 def sketch_space(task: SearchTask, rules: Sequence[SketchRule] | None = None,
                  skips: Skips | None = None) -> list[State]:
-    """Ansor's search space: every sketch the rules derive (default: DEFAULT_RULES)."""
+    """Ansor's search space: every sketch the rules derive (default: the target kind's table)."""
     return generate_sketches(task, rules, skips=skips)
 
 

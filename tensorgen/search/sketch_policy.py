@@ -32,6 +32,7 @@ from tensorgen.search.policy import SearchPolicy, state_key
 from tensorgen.search.rules import SketchRule
 from tensorgen.search.sketch import SPACES
 from tensorgen.search.skips import Skips
+from tensorgen.search.targets import for_target
 from tensorgen.task import SearchTask
 
 
@@ -107,7 +108,7 @@ class SketchPolicy(SearchPolicy):
         self.cost_model = cost_model if cost_model is not None else XGBModel(seed=seed)
         self.extractor = extractor if extractor is not None \
             else FeatureExtractor(task.hw, dataflow=self.cost_model.dataflow)
-        self.annotation = annotation or AnnotationPolicy()
+        self.annotation = annotation or for_target(task).annotation()
         self.skips = skips if skips is not None else Skips()
         self.sketches = list(sketches) if sketches is not None \
             else SPACES.create(config.space, task, rules, skips=self.skips)
