@@ -27,6 +27,7 @@ import numpy as np
 from tensorgen.codegen.cuda import render_cuda
 from tensorgen.errors import LoweringError, ScheduleError
 from tensorgen.schedule.bound import interval, union
+from tensorgen.schedule.gpu_bind import bind_flat
 from tensorgen.schedule.lower import lower
 from tensorgen.schedule.stage import GPU_ANNOTATIONS, Split, Stage
 from tensorgen.schedule.state import State
@@ -203,31 +204,6 @@ def bind_levels(state: State, i: int) -> None:
         if n > 1:
             state.fuse(i, [it.name for it in its])
         state.bind(i, state.stages[i].iters[level].name, axis)
-
-
-def bind_flat(state: State, i: int, threads: int) -> None:
-    """Fuse stage i's outer space loops (up to an attach point) and spread them over blocks of `threads`."""
-    st = state.stages[i]
-    points = {s.attach for s in state.stages if s.attach}
-    prefix: list[str] = []
-    for it in st.iters:
-        if it.kind != "spatial" or it.annotation != "none":
-            break
-        prefix.append(it.name)
-        if (st.name, it.name) in points:
-            break
-    if not prefix:
-        return
-    if len(prefix) > 1:
-        state.fuse(i, prefix)
-    fused = state.stages[i].iters[0]
-    assert fused.extent is not None
-    if fused.extent <= threads:
-        state.bind(i, fused.name, "threadIdx.x")
-        return
-    state.split(i, fused.name, [threads])
-    outer, inner = state.stages[i].iters[:2]
-    state.bind(i, outer.name, "blockIdx.x").bind(i, inner.name, "threadIdx.x")
 
 
 def thread_splits(state: State, i: int) -> list[int]:
