@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -44,14 +45,41 @@ from tensorgen.features.statement import Statement
 from tensorgen.schedule.state import State
 from tensorgen.target import HardwareParams
 
-__all__ = ["StaticAnalyzer"]
+__all__ = ["Analyzer", "StaticAnalyzer"]
 
 _FLOAT_OPS = len(OP_CATEGORIES)
 
 
 @dataclass(frozen=True)
-class StaticAnalyzer:
-    """Estimated latency (seconds) of programs on `hw`; lower is better, only the order is used.
+class Analyzer:
+    """A static analyzer of programs on `hw`: estimated latency (seconds), lower is better, only the order is used.
+    `gpu`: it reads GPU kernels (bound loops, shared and local buffers: `program_statements(..., gpu=True)`)."""
+
+    hw: HardwareParams
+    gpu: ClassVar[bool] = False
+
+    def latency(self, state: State) -> float:
+        """The latency of one program; inf for a state that is not a complete program."""
+        return float(self.latencies([state])[0])
+
+    def latencies(self, states: Sequence[State]) -> np.ndarray:
+        """The latency of each program (inf where a state is not a complete program)."""
+        programs: list[Sequence[Statement] | None] = []
+        for state in states:
+            try:
+                programs.append(program_statements(state, gpu=self.gpu))
+            except TensorgenError:
+                programs.append(None)
+        return self.program_latencies(programs)
+
+    def program_latencies(self, programs: Sequence[Sequence[Statement] | None]) -> np.ndarray:
+        """The latency of each program given by its statements (None: inf)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class StaticAnalyzer(Analyzer):
+    """Estimated latency (seconds) of programs on a CPU `hw`; lower is better, only the order is used.
 
     `registers`: vector registers (default 32 with 64-byte SIMD, else 16); `fma_chain`: independent
     accumulators that keep the FMA units busy (latency 4 x 2 ports); `window`: instructions the out-of-order core
@@ -61,7 +89,6 @@ class StaticAnalyzer:
     x 2 flops x 2.5 GHz per core.
     """
 
-    hw: HardwareParams
     registers: int | None = None
     fma_chain: int = 8
     window: int = 224
@@ -75,35 +102,15 @@ class StaticAnalyzer:
     def peak(self) -> float:
         return self.hw.peak_gflops or self.hw.cores * self.lanes * 2 * 2 * 2.5
 
-    def latency(self, state: State) -> float:
-        """PSA latency of one program; inf for a state that is not a complete program."""
-        return float(self.latencies([state])[0])
-
-    def latencies(self, states: Sequence[State]) -> np.ndarray:
-        """PSA latency of each program (inf where a state is not a complete program)."""
-        programs: list[Sequence[Statement] | None] = []
-        for state in states:
-            try:
-                programs.append(program_statements(state))
-            except TensorgenError:
-                programs.append(None)
-        return self.program_latencies(programs)
-
     def program_latencies(self, programs: Sequence[Sequence[Statement] | None]) -> np.ndarray:
-        """The latency of each program given by its statements (None: inf), all statements at once: statements
-        of one shape (loop count, accessed buffers in order) are stacked and every term is one array operation."""
+        """The latency of each program given by its statements (None: inf), all statements at once
+        (`statement_stacks`)."""
         out = np.array([0.0 if p is not None else math.inf for p in programs])
-        groups: dict[tuple, list[tuple[int, Statement, int]]] = {}
-        for p, stmts in enumerate(programs):
-            for st, start in zip(stmts or (), chain_starts(stmts or ())):
-                key = (len(st.extents), tuple(a.buffer.name for a in st.accesses))
-                groups.setdefault(key, []).append((p, st, start))
-        for (n_loops, names), members in groups.items():
-            stack = _Stack.of([st for _, st, _ in members], n_loops, names, [start for *_, start in members])
-            np.add.at(out, [p for p, *_ in members], np.maximum(self._compute(stack), self._memory(stack)))
+        for group in statement_stacks(programs):
+            np.add.at(out, group.program, np.maximum(self._compute(group.stack), self._memory(group.stack)))
         return out
 
-    def _compute(self, s: _Stack) -> np.ndarray:
+    def _compute(self, s: StatementStack) -> np.ndarray:
         n, L, lanes, ext = len(s.ext), s.ext.shape[1], self.lanes, s.ext
         rows = np.arange(n)
         vec = _last(s.kinds == "vectorize")
@@ -114,28 +121,10 @@ class StaticAnalyzer:
         p = np.prod(np.where(s.kinds == "parallel", ext, 1.0), axis=1)
         busy = p / np.ceil(p / self.hw.cores)  # cores kept busy on average
         work = np.maximum(s.ops[:, :_FLOAT_OPS].sum(1), 1.0) * ext.prod(1)  # a copy still costs a store each
-        reads = ~s.same_as_store[1:]  # accesses after the store to other buffers
-        updates = bool(s.same_as_store[1:].any())
+        tile = register_tile(s, vec, fill)
+        reads, reduce, last, has_reduce, acc = tile.reads, tile.reduce, tile.last, tile.has_reduce, tile.acc
+        coef_r, per_step, loads, held = tile.coef_r, tile.per_step, tile.loads, tile.held
         loop = np.arange(L)
-        # the loops of the accumulator's chains: those its index ignores, inside the loops it is initialized in
-        reduce = updates & (s.coef[:, 0, :] == 0) & (ext > 1) & (loop >= s.chain_start[:, None])
-        has_reduce = reduce.any(1)
-        last = np.where(has_reduce, _last(reduce), L)  # the innermost reduction loop
-        inner = loop[None, :] > last[:, None]  # the register tile: loops inside it
-        in_vec = (vec >= 0) & (vec > last)
-        acc = np.prod(np.where(inner, ext, 1.0), axis=1) / np.where(in_vec, fill, 1.0)
-        coef_r = s.coef[:, 1:, :][:, reads, :]  # (n, reads, L)
-        pts = np.prod(np.where(inner[:, None, :] & (coef_r != 0), ext[:, None, :], 1.0), axis=2)
-        unit_vec = coef_r[rows, :, np.maximum(vec, 0)] == 1 if L else np.zeros(pts.shape, bool)
-        vec_read = in_vec[:, None] & unit_vec  # the read's points along the vector loop are whole vectors
-        per_step = np.where(vec_read, pts / fill[:, None], pts)  # each read's loads per step of the reduction
-        loads = per_step.sum(axis=1)
-        # registers a read holds: its points inside the outermost tile loop it does not move with (kept across that
-        # loop's iterations: a GEMM tile's row of B; one streamed register if it moves with every tile loop: A's)
-        held_from = np.where((inner & (ext > 1))[:, None, :] & (coef_r == 0), loop, L).min(axis=2, initial=L)
-        inside = loop > held_from[..., None]
-        held = np.prod(np.where(inside & (coef_r != 0), ext[:, None, :], 1.0), axis=2)
-        held = np.where(vec_read & (vec[:, None] > held_from), held / fill[:, None], held)
         regs = self.registers or self.hw.vector_registers
         # a short innermost reduction the compiler unrolls inside spatial loops: what those loops do not move stays in
         # registers across them (a weight-stationary tile: a conv's 4 input channels x 2 vectors of weights held
@@ -145,15 +134,14 @@ class StaticAnalyzer:
         around = (loop > prev[:, None]) & (loop < last[:, None]) & (ext > 1)  # the spatial loops around it
         moved = np.any(around[:, None, :] & (coef_r != 0), axis=2)  # (n, reads)
         last_ext = ext[rows, np.minimum(last, L - 1)] if L else np.ones(n)
-        moves_in_last = coef_r[rows, :, np.minimum(last, L - 1)] != 0 if L else np.zeros(pts.shape, bool)
+        moves_in_last = coef_r[rows, :, np.minimum(last, L - 1)] != 0 if L else np.zeros(per_step.shape, bool)
         per_pass = per_step * np.where(moves_in_last, last_ext[:, None], 1.0)  # each read's loads in one pass
         steps_pass = last_ext * acc
         stationary = np.sum(np.where(moved, 0.0, per_pass), axis=1)
         pass_loads = np.sum(np.where(moved, per_pass, 0.0), axis=1) + acc + np.maximum(stationary + acc - regs, 0.0)
         unrolls = has_reduce & around.any(1) & (steps_pass <= self.unroll)
         alpha = np.where(unrolls, np.minimum(1 + loads / acc, 1 + pass_loads / steps_pass), 1 + loads / acc)
-        tile = alpha * np.maximum((acc + held.sum(1)) / regs, 1.0)
-        thread = np.where(has_reduce, tile, 1.0 + int(reads.sum()))
+        thread = np.where(has_reduce, alpha * np.maximum((acc + held.sum(1)) / regs, 1.0), 1.0 + int(reads.sum()))
         # a chain: the reduction loops from the innermost one out to the first loop that moves the accumulator or
         # encloses its initialization
         ends = (loop[None, :] <= last[:, None]) & ~reduce & (ext > 1)
@@ -162,7 +150,7 @@ class StaticAnalyzer:
         chains = np.where(has_reduce, np.maximum(self.fma_chain / in_flight, 1.0), 1.0)
         return work / (self.peak() * 1e9) * (lanes / fill) * (self.hw.cores / busy) * thread * chains
 
-    def _memory(self, s: _Stack) -> np.ndarray:
+    def _memory(self, s: StatementStack) -> np.ndarray:
         n, A, L = s.coef.shape
         line, ext = float(self.hw.cache_line_bytes), s.ext[:, None, :]
         feet = self._footprints(s, s.ext)
@@ -189,11 +177,86 @@ class StaticAnalyzer:
         return traffic / ((self.miss_gbs or 20.0 * self.hw.cores) * 1e9)
 
     @staticmethod
-    def _footprints(s: _Stack, ext: np.ndarray) -> np.ndarray:
+    def _footprints(s: StatementStack, ext: np.ndarray) -> np.ndarray:
         """Bytes each access touches under each loop level (n, A, L + 1; level L: one execution), one access per
         (buffer, strides)."""
         feet = np.minimum(window_footprints(s.coef, ext), s.size[..., None]) * s.elem[..., None]
         return np.where(s.distinct[..., None], feet, 0.0)
+
+
+@dataclass(frozen=True)
+class RegisterTile:
+    """The register tile of stacked statements (CPU and GPU alike: the loops inside the innermost reduction loop,
+    where Ansor's sketches put it): `reads` (A - 1,) the accesses after the store to other buffers, `reduce` (n, L)
+    the loops of the accumulator's chains, `last` the innermost of them (L: none; `has_reduce`), `acc` the
+    accumulators (per vector lane filled), `coef_r` the reads' strides (n, reads, L), `per_step` each read's loads per
+    step of the reduction (its points inside the tile; whole vectors along the vector loop), `loads` their sum,
+    `held` the registers each read holds: its points inside the outermost tile loop it does not move with (kept
+    across that loop's iterations: a GEMM tile's row of B; one streamed register if it moves with every tile loop:
+    A's)."""
+
+    reads: np.ndarray
+    reduce: np.ndarray
+    last: np.ndarray
+    has_reduce: np.ndarray
+    acc: np.ndarray
+    coef_r: np.ndarray
+    per_step: np.ndarray
+    loads: np.ndarray
+    held: np.ndarray
+
+
+def register_tile(s: StatementStack, vec: np.ndarray, fill: np.ndarray) -> RegisterTile:
+    """The register tile of `s` (RegisterTile) whose vector loop is `vec` (-1: none), `fill` lanes used per
+    vector instruction."""
+    n, L, ext = len(s.ext), s.ext.shape[1], s.ext
+    rows, loop = np.arange(n), np.arange(L)
+    reads = ~s.same_as_store[1:]
+    updates = bool(s.same_as_store[1:].any())
+    # the loops of the accumulator's chains: those its index ignores, inside the loops it is initialized in
+    reduce = updates & (s.coef[:, 0, :] == 0) & (ext > 1) & (loop >= s.chain_start[:, None])
+    has_reduce = reduce.any(1)
+    last = np.where(has_reduce, _last(reduce), L)  # the innermost reduction loop
+    inner = loop[None, :] > last[:, None]  # the register tile: loops inside it
+    in_vec = (vec >= 0) & (vec > last)
+    acc = np.prod(np.where(inner, ext, 1.0), axis=1) / np.where(in_vec, fill, 1.0)
+    coef_r = s.coef[:, 1:, :][:, reads, :]  # (n, reads, L)
+    pts = np.prod(np.where(inner[:, None, :] & (coef_r != 0), ext[:, None, :], 1.0), axis=2)
+    unit_vec = coef_r[rows, :, np.maximum(vec, 0)] == 1 if L else np.zeros(pts.shape, bool)
+    vec_read = in_vec[:, None] & unit_vec  # the read's points along the vector loop are whole vectors
+    per_step = np.where(vec_read, pts / fill[:, None], pts)
+    held_from = np.where((inner & (ext > 1))[:, None, :] & (coef_r == 0), loop, L).min(axis=2, initial=L)
+    inside = loop > held_from[..., None]
+    held = np.prod(np.where(inside & (coef_r != 0), ext[:, None, :], 1.0), axis=2)
+    held = np.where(vec_read & (vec[:, None] > held_from), held / fill[:, None], held)
+    return RegisterTile(reads, reduce, last, has_reduce, acc, coef_r, per_step, per_step.sum(axis=1), held)
+
+
+@dataclass(frozen=True)
+class StatementGroup:
+    """Statements of one shape from many programs: each one's `program` and `statement` (its index there), the
+    statements, and their `stack`."""
+
+    program: np.ndarray
+    statement: np.ndarray
+    statements: list[Statement]
+    stack: StatementStack
+
+
+def statement_stacks(programs: Sequence[Sequence[Statement] | None]) -> list[StatementGroup]:
+    """The statements of `programs` (None: none) grouped by shape (loop count, accessed buffers in order) and
+    stacked, so that an analyzer computes every term of a group in one array operation."""
+    groups: dict[tuple, list[tuple[int, int, Statement, int]]] = {}
+    for p, stmts in enumerate(programs):
+        for k, (st, start) in enumerate(zip(stmts or (), chain_starts(stmts or ()))):
+            key = (len(st.extents), tuple(a.buffer.name for a in st.accesses))
+            groups.setdefault(key, []).append((p, k, st, start))
+    out = []
+    for (n_loops, names), members in groups.items():
+        stmts = [st for _, _, st, _ in members]
+        out.append(StatementGroup(np.array([m[0] for m in members]), np.array([m[1] for m in members]), stmts,
+                                  StatementStack.of(stmts, n_loops, names, [m[3] for m in members])))
+    return out
 
 
 def chain_starts(stmts: Sequence[Statement]) -> list[int]:
@@ -218,7 +281,7 @@ def _last(mask: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class _Stack:
+class StatementStack:
     """Statements of one shape as arrays: `ext` (n, L), `kinds` (n, L), `coef` (n, A, L), per access `size`
     (elements), `elem` (bytes per element) and `distinct` (not a repeat of an earlier access's buffer and
     strides), `ops` (n, N_OPS); `same_as_store` (A,): the access is to the store's buffer; `chain_start` (n,): the
@@ -236,7 +299,7 @@ class _Stack:
 
     @classmethod
     def of(cls, stmts: Sequence[Statement], n_loops: int, names: tuple[str, ...],
-           chain_start: Sequence[int]) -> _Stack:
+           chain_start: Sequence[int]) -> StatementStack:
         n, A, L = len(stmts), len(names), n_loops
         coef = np.array([[a.coef for a in st.accesses] for st in stmts], dtype=float).reshape(n, A, L)
         size = np.array([[a.buffer.size for a in st.accesses] for st in stmts], dtype=float).reshape(n, A)
