@@ -121,10 +121,28 @@ class StaticAnalyzer(Analyzer):
         p = np.prod(np.where(s.kinds == "parallel", ext, 1.0), axis=1)
         busy = p / np.ceil(p / self.hw.cores)  # cores kept busy on average
         work = np.maximum(s.ops[:, :_FLOAT_OPS].sum(1), 1.0) * ext.prod(1)  # a copy still costs a store each
-        tile = register_tile(s, vec, fill)
-        reads, reduce, last, has_reduce, acc = tile.reads, tile.reduce, tile.last, tile.has_reduce, tile.acc
-        coef_r, per_step, loads, held = tile.coef_r, tile.per_step, tile.loads, tile.held
+        reads = ~s.same_as_store[1:]  # accesses after the store to other buffers
+        updates = bool(s.same_as_store[1:].any())
         loop = np.arange(L)
+        # the loops of the accumulator's chains: those its index ignores, inside the loops it is initialized in
+        reduce = updates & (s.coef[:, 0, :] == 0) & (ext > 1) & (loop >= s.chain_start[:, None])
+        has_reduce = reduce.any(1)
+        last = np.where(has_reduce, _last(reduce), L)  # the innermost reduction loop
+        inner = loop[None, :] > last[:, None]  # the register tile: loops inside it
+        in_vec = (vec >= 0) & (vec > last)
+        acc = np.prod(np.where(inner, ext, 1.0), axis=1) / np.where(in_vec, fill, 1.0)
+        coef_r = s.coef[:, 1:, :][:, reads, :]  # (n, reads, L)
+        pts = np.prod(np.where(inner[:, None, :] & (coef_r != 0), ext[:, None, :], 1.0), axis=2)
+        unit_vec = coef_r[rows, :, np.maximum(vec, 0)] == 1 if L else np.zeros(pts.shape, bool)
+        vec_read = in_vec[:, None] & unit_vec  # the read's points along the vector loop are whole vectors
+        per_step = np.where(vec_read, pts / fill[:, None], pts)  # each read's loads per step of the reduction
+        loads = per_step.sum(axis=1)
+        # registers a read holds: its points inside the outermost tile loop it does not move with (kept across that
+        # loop's iterations: a GEMM tile's row of B; one streamed register if it moves with every tile loop: A's)
+        held_from = np.where((inner & (ext > 1))[:, None, :] & (coef_r == 0), loop, L).min(axis=2, initial=L)
+        inside = loop > held_from[..., None]
+        held = np.prod(np.where(inside & (coef_r != 0), ext[:, None, :], 1.0), axis=2)
+        held = np.where(vec_read & (vec[:, None] > held_from), held / fill[:, None], held)
         regs = self.registers or self.hw.vector_registers
         # a short innermost reduction the compiler unrolls inside spatial loops: what those loops do not move stays in
         # registers across them (a weight-stationary tile: a conv's 4 input channels x 2 vectors of weights held
@@ -134,14 +152,15 @@ class StaticAnalyzer(Analyzer):
         around = (loop > prev[:, None]) & (loop < last[:, None]) & (ext > 1)  # the spatial loops around it
         moved = np.any(around[:, None, :] & (coef_r != 0), axis=2)  # (n, reads)
         last_ext = ext[rows, np.minimum(last, L - 1)] if L else np.ones(n)
-        moves_in_last = coef_r[rows, :, np.minimum(last, L - 1)] != 0 if L else np.zeros(per_step.shape, bool)
+        moves_in_last = coef_r[rows, :, np.minimum(last, L - 1)] != 0 if L else np.zeros(pts.shape, bool)
         per_pass = per_step * np.where(moves_in_last, last_ext[:, None], 1.0)  # each read's loads in one pass
         steps_pass = last_ext * acc
         stationary = np.sum(np.where(moved, 0.0, per_pass), axis=1)
         pass_loads = np.sum(np.where(moved, per_pass, 0.0), axis=1) + acc + np.maximum(stationary + acc - regs, 0.0)
         unrolls = has_reduce & around.any(1) & (steps_pass <= self.unroll)
         alpha = np.where(unrolls, np.minimum(1 + loads / acc, 1 + pass_loads / steps_pass), 1 + loads / acc)
-        thread = np.where(has_reduce, alpha * np.maximum((acc + held.sum(1)) / regs, 1.0), 1.0 + int(reads.sum()))
+        tile = alpha * np.maximum((acc + held.sum(1)) / regs, 1.0)
+        thread = np.where(has_reduce, tile, 1.0 + int(reads.sum()))
         # a chain: the reduction loops from the innermost one out to the first loop that moves the accumulator or
         # encloses its initialization
         ends = (loop[None, :] <= last[:, None]) & ~reduce & (ext > 1)
@@ -182,54 +201,6 @@ class StaticAnalyzer(Analyzer):
         (buffer, strides)."""
         feet = np.minimum(window_footprints(s.coef, ext), s.size[..., None]) * s.elem[..., None]
         return np.where(s.distinct[..., None], feet, 0.0)
-
-
-@dataclass(frozen=True)
-class RegisterTile:
-    """The register tile of stacked statements (CPU and GPU alike: the loops inside the innermost reduction loop,
-    where Ansor's sketches put it): `reads` (A - 1,) the accesses after the store to other buffers, `reduce` (n, L)
-    the loops of the accumulator's chains, `last` the innermost of them (L: none; `has_reduce`), `acc` the
-    accumulators (per vector lane filled), `coef_r` the reads' strides (n, reads, L), `per_step` each read's loads per
-    step of the reduction (its points inside the tile; whole vectors along the vector loop), `loads` their sum,
-    `held` the registers each read holds: its points inside the outermost tile loop it does not move with (kept
-    across that loop's iterations: a GEMM tile's row of B; one streamed register if it moves with every tile loop:
-    A's)."""
-
-    reads: np.ndarray
-    reduce: np.ndarray
-    last: np.ndarray
-    has_reduce: np.ndarray
-    acc: np.ndarray
-    coef_r: np.ndarray
-    per_step: np.ndarray
-    loads: np.ndarray
-    held: np.ndarray
-
-
-def register_tile(s: StatementStack, vec: np.ndarray, fill: np.ndarray) -> RegisterTile:
-    """The register tile of `s` (RegisterTile) whose vector loop is `vec` (-1: none), `fill` lanes used per
-    vector instruction."""
-    n, L, ext = len(s.ext), s.ext.shape[1], s.ext
-    rows, loop = np.arange(n), np.arange(L)
-    reads = ~s.same_as_store[1:]
-    updates = bool(s.same_as_store[1:].any())
-    # the loops of the accumulator's chains: those its index ignores, inside the loops it is initialized in
-    reduce = updates & (s.coef[:, 0, :] == 0) & (ext > 1) & (loop >= s.chain_start[:, None])
-    has_reduce = reduce.any(1)
-    last = np.where(has_reduce, _last(reduce), L)  # the innermost reduction loop
-    inner = loop[None, :] > last[:, None]  # the register tile: loops inside it
-    in_vec = (vec >= 0) & (vec > last)
-    acc = np.prod(np.where(inner, ext, 1.0), axis=1) / np.where(in_vec, fill, 1.0)
-    coef_r = s.coef[:, 1:, :][:, reads, :]  # (n, reads, L)
-    pts = np.prod(np.where(inner[:, None, :] & (coef_r != 0), ext[:, None, :], 1.0), axis=2)
-    unit_vec = coef_r[rows, :, np.maximum(vec, 0)] == 1 if L else np.zeros(pts.shape, bool)
-    vec_read = in_vec[:, None] & unit_vec  # the read's points along the vector loop are whole vectors
-    per_step = np.where(vec_read, pts / fill[:, None], pts)
-    held_from = np.where((inner & (ext > 1))[:, None, :] & (coef_r == 0), loop, L).min(axis=2, initial=L)
-    inside = loop > held_from[..., None]
-    held = np.prod(np.where(inside & (coef_r != 0), ext[:, None, :], 1.0), axis=2)
-    held = np.where(vec_read & (vec[:, None] > held_from), held / fill[:, None], held)
-    return RegisterTile(reads, reduce, last, has_reduce, acc, coef_r, per_step, per_step.sum(axis=1), held)
 
 
 @dataclass(frozen=True)
