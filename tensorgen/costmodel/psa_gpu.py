@@ -32,8 +32,8 @@ Each statement of a kernel costs L_com + L_mem (Pruner Eq. 4), the program the s
   down a column uses 4 of every 32 bytes); n_m: the bytes the warps use, each access issued as often as the
   register tile loads it, so the global traffic of shared-memory fetches is their tiles times the
   blocks, and an uncached operand is fetched again by every thread and step. n_s / T_s: shared-memory traffic,
-  wavefronts of 128 bytes per warp access (bank conflicts serialize), against `shared_bytes_per_flop` x T_p; local
-  arrays are registers.
+  wavefronts of 128 bytes per warp access (bank conflicts serialize), against T_s = `shared_bytes_per_flop` x T_p x
+  P_kernel (each SM has its own, as its FP32 units; DRAM serves whichever SMs ask); local arrays are registers.
 Blocks of more than max_threads_per_block threads, or more shared memory than a block may have: inf (the code
 generator refuses them).
 """
@@ -181,7 +181,8 @@ class GpuStaticAnalyzer(Analyzer):
         traffic = np.where(glob, accesses * sectors * self.sector_bytes, 0.0).sum(1)
         wavefronts = _wavefronts(np.floor(index / _BANK_BYTES))
         shared = np.where(scope == "shared", accesses * wavefronts * _BANKS * _BANK_BYTES, 0.0).sum(1)
-        memory = traffic / (hw.bandwidth_gbs * 1e9) + shared / (self.shared_bytes_per_flop * hw.peak_gflops * 1e9)
+        t_shared = self.shared_bytes_per_flop * hw.peak_gflops * 1e9 * k.p_kernel[kid]  # the SMs' own, as their FPUs
+        memory = traffic / (hw.bandwidth_gbs * 1e9) + shared / t_shared
         return np.where(k.occupancy[kid] > 0, compute + memory, math.inf)
 
     @staticmethod
