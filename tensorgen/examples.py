@@ -86,12 +86,14 @@ def gmm_state(m: int, n: int, k: int, tile_m: int = 8, tile_n: int = VEC, n_bloc
 
 
 def gpu_gmm_state(m: int, n: int, k: int, threads: tuple[int, int] = (8, 8), thread_tile: tuple[int, int] = (2, 1),
-                  vthreads: tuple[int, int] = (1, 1), k_tile: int = 8, fetch_threads: int | None = None) -> State:
+                  vthreads: tuple[int, int] = (1, 1), k_tile: int = 8, fetch_threads: int | None = None,
+                  fetch_by_columns: bool = False) -> State:
     """Hand-scheduled `A (m, k) @ B (k, n)` for a CUDA target, in the shape of Ansor's GPU sketch: C's rows and
     columns split into blocks (blockIdx.x), virtual threads, `threads` (threadIdx.x) and a `thread_tile` per
     thread, accumulated in registers (`C_local`); per `k_tile` step of the reduction, the block's rows of A and
-    columns of B are copied into shared memory by `fetch_threads` threads together (default: all of the block's).
-    Extents need not divide."""
+    columns of B are copied into shared memory by `fetch_threads` threads together (default: all of the block's),
+    consecutive threads along a row of the tile (`fetch_by_columns`: down a column, uncoalesced). Extents need not
+    divide."""
     a = te.placeholder((m, k), name="A")
     b = te.placeholder((k, n), name="B")
     s = State(ops.matmul(a, b, name="C"))
@@ -106,8 +108,10 @@ def gpu_gmm_state(m: int, n: int, k: int, threads: tuple[int, int] = (8, 8), thr
     s = s.split("C_local", "k", [k_tile]).reorder("C_local", ["k_0", "i", "j", "k_1"])
     for tile in ("A_shared", "B_shared"):
         s = s.compute_at(tile, "C_local", "k_0")
-        s = s.fuse(tile, ["ax0", "ax1"]).split(tile, "ax0_ax1_f", [fetch_threads or threads[0] * threads[1]])
-        s = s.bind(tile, "ax0_ax1_f_1", "threadIdx.x")
+        order = ["ax1", "ax0"] if fetch_by_columns else ["ax0", "ax1"]
+        fused = f"{order[0]}_{order[1]}_f"
+        s = s.reorder(tile, order).fuse(tile, order).split(tile, fused, [fetch_threads or threads[0] * threads[1]])
+        s = s.bind(tile, f"{fused}_1", "threadIdx.x")
     return s
 
 

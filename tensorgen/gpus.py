@@ -21,15 +21,20 @@ class Gpu:
     l2_bytes: int
     max_threads_per_sm: int = 2048
     shared_mem_per_sm: int = 228 * 1024
+    max_blocks_per_sm: int = 32
+    registers_per_sm: int = 64 * 1024
 
 
 MIB = 1024 * 1024
 GPUS: dict[str, Gpu] = {g.name: g for g in (
     Gpu("v100", "sm_70", 80, 15_700, 900, 6 * MIB, shared_mem_per_sm=96 * 1024),
-    Gpu("t4", "sm_75", 40, 8_100, 320, 4 * MIB, max_threads_per_sm=1024, shared_mem_per_sm=64 * 1024),
+    Gpu("t4", "sm_75", 40, 8_100, 320, 4 * MIB, max_threads_per_sm=1024, shared_mem_per_sm=64 * 1024,
+        max_blocks_per_sm=16),
     Gpu("a100", "sm_80", 108, 19_500, 2_039, 40 * MIB, shared_mem_per_sm=164 * 1024),
-    Gpu("rtx3090", "sm_86", 82, 35_600, 936, 6 * MIB, max_threads_per_sm=1536, shared_mem_per_sm=100 * 1024),
-    Gpu("l4", "sm_89", 58, 30_300, 300, 48 * MIB, max_threads_per_sm=1536, shared_mem_per_sm=100 * 1024),
+    Gpu("rtx3090", "sm_86", 82, 35_600, 936, 6 * MIB, max_threads_per_sm=1536, shared_mem_per_sm=100 * 1024,
+        max_blocks_per_sm=16),
+    Gpu("l4", "sm_89", 58, 30_300, 300, 48 * MIB, max_threads_per_sm=1536, shared_mem_per_sm=100 * 1024,
+        max_blocks_per_sm=24),
     Gpu("h100", "sm_90", 132, 66_900, 3_350, 50 * MIB),
     Gpu("h200", "sm_90", 132, 66_900, 4_800, 50 * MIB),
 )}
@@ -61,4 +66,5 @@ def gpu_hardware(gpu: Gpu) -> HardwareParams:
     return HardwareParams(cores=gpu.sm_count, simd_bytes=4, cache_line_bytes=128, l1_bytes=gpu.shared_mem_per_sm,
                           l2_bytes=gpu.l2_bytes, l3_bytes=0, peak_gflops=gpu.peak_gflops,
                           bandwidth_gbs=gpu.bandwidth_gbs, sm_count=gpu.sm_count,
-                          extra={"gpu": gpu.name, "arch": gpu.arch, "max_threads_per_sm": gpu.max_threads_per_sm})
+                          extra={"gpu": gpu.name, "arch": gpu.arch, "max_threads_per_sm": gpu.max_threads_per_sm,
+                                 "max_blocks_per_sm": gpu.max_blocks_per_sm, "registers_per_sm": gpu.registers_per_sm})

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -44,14 +45,41 @@ from tensorgen.features.statement import Statement
 from tensorgen.schedule.state import State
 from tensorgen.target import HardwareParams
 
-__all__ = ["StaticAnalyzer"]
+__all__ = ["Analyzer", "StaticAnalyzer"]
 
 _FLOAT_OPS = len(OP_CATEGORIES)
 
 
 @dataclass(frozen=True)
-class StaticAnalyzer:
-    """Estimated latency (seconds) of programs on `hw`; lower is better, only the order is used.
+class Analyzer:
+    """A static analyzer of programs on `hw`: estimated latency (seconds), lower is better, only the order is used.
+    `gpu`: it reads GPU kernels (bound loops, shared and local buffers: `program_statements(..., gpu=True)`)."""
+
+    hw: HardwareParams
+    gpu: ClassVar[bool] = False
+
+    def latency(self, state: State) -> float:
+        """The latency of one program; inf for a state that is not a complete program."""
+        return float(self.latencies([state])[0])
+
+    def latencies(self, states: Sequence[State]) -> np.ndarray:
+        """The latency of each program (inf where a state is not a complete program)."""
+        programs: list[Sequence[Statement] | None] = []
+        for state in states:
+            try:
+                programs.append(program_statements(state, gpu=self.gpu))
+            except TensorgenError:
+                programs.append(None)
+        return self.program_latencies(programs)
+
+    def program_latencies(self, programs: Sequence[Sequence[Statement] | None]) -> np.ndarray:
+        """The latency of each program given by its statements (None: inf)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class StaticAnalyzer(Analyzer):
+    """Estimated latency (seconds) of programs on a CPU `hw`; lower is better, only the order is used.
 
     `registers`: vector registers (default 32 with 64-byte SIMD, else 16); `fma_chain`: independent
     accumulators that keep the FMA units busy (latency 4 x 2 ports); `window`: instructions the out-of-order core
@@ -61,7 +89,6 @@ class StaticAnalyzer:
     x 2 flops x 2.5 GHz per core.
     """
 
-    hw: HardwareParams
     registers: int | None = None
     fma_chain: int = 8
     window: int = 224
@@ -75,35 +102,15 @@ class StaticAnalyzer:
     def peak(self) -> float:
         return self.hw.peak_gflops or self.hw.cores * self.lanes * 2 * 2 * 2.5
 
-    def latency(self, state: State) -> float:
-        """PSA latency of one program; inf for a state that is not a complete program."""
-        return float(self.latencies([state])[0])
-
-    def latencies(self, states: Sequence[State]) -> np.ndarray:
-        """PSA latency of each program (inf where a state is not a complete program)."""
-        programs: list[Sequence[Statement] | None] = []
-        for state in states:
-            try:
-                programs.append(program_statements(state))
-            except TensorgenError:
-                programs.append(None)
-        return self.program_latencies(programs)
-
     def program_latencies(self, programs: Sequence[Sequence[Statement] | None]) -> np.ndarray:
-        """The latency of each program given by its statements (None: inf), all statements at once: statements
-        of one shape (loop count, accessed buffers in order) are stacked and every term is one array operation."""
+        """The latency of each program given by its statements (None: inf), all statements at once
+        (`statement_stacks`)."""
         out = np.array([0.0 if p is not None else math.inf for p in programs])
-        groups: dict[tuple, list[tuple[int, Statement, int]]] = {}
-        for p, stmts in enumerate(programs):
-            for st, start in zip(stmts or (), chain_starts(stmts or ())):
-                key = (len(st.extents), tuple(a.buffer.name for a in st.accesses))
-                groups.setdefault(key, []).append((p, st, start))
-        for (n_loops, names), members in groups.items():
-            stack = _Stack.of([st for _, st, _ in members], n_loops, names, [start for *_, start in members])
-            np.add.at(out, [p for p, *_ in members], np.maximum(self._compute(stack), self._memory(stack)))
+        for group in statement_stacks(programs):
+            np.add.at(out, group.program, np.maximum(self._compute(group.stack), self._memory(group.stack)))
         return out
 
-    def _compute(self, s: _Stack) -> np.ndarray:
+    def _compute(self, s: StatementStack) -> np.ndarray:
         n, L, lanes, ext = len(s.ext), s.ext.shape[1], self.lanes, s.ext
         rows = np.arange(n)
         vec = _last(s.kinds == "vectorize")
@@ -162,7 +169,7 @@ class StaticAnalyzer:
         chains = np.where(has_reduce, np.maximum(self.fma_chain / in_flight, 1.0), 1.0)
         return work / (self.peak() * 1e9) * (lanes / fill) * (self.hw.cores / busy) * thread * chains
 
-    def _memory(self, s: _Stack) -> np.ndarray:
+    def _memory(self, s: StatementStack) -> np.ndarray:
         n, A, L = s.coef.shape
         line, ext = float(self.hw.cache_line_bytes), s.ext[:, None, :]
         feet = self._footprints(s, s.ext)
@@ -189,11 +196,38 @@ class StaticAnalyzer:
         return traffic / ((self.miss_gbs or 20.0 * self.hw.cores) * 1e9)
 
     @staticmethod
-    def _footprints(s: _Stack, ext: np.ndarray) -> np.ndarray:
+    def _footprints(s: StatementStack, ext: np.ndarray) -> np.ndarray:
         """Bytes each access touches under each loop level (n, A, L + 1; level L: one execution), one access per
         (buffer, strides)."""
         feet = np.minimum(window_footprints(s.coef, ext), s.size[..., None]) * s.elem[..., None]
         return np.where(s.distinct[..., None], feet, 0.0)
+
+
+@dataclass(frozen=True)
+class StatementGroup:
+    """Statements of one shape from many programs: each one's `program` and `statement` (its index there), the
+    statements, and their `stack`."""
+
+    program: np.ndarray
+    statement: np.ndarray
+    statements: list[Statement]
+    stack: StatementStack
+
+
+def statement_stacks(programs: Sequence[Sequence[Statement] | None]) -> list[StatementGroup]:
+    """The statements of `programs` (None: none) grouped by shape (loop count, accessed buffers in order) and
+    stacked, so that an analyzer computes every term of a group in one array operation."""
+    groups: dict[tuple, list[tuple[int, int, Statement, int]]] = {}
+    for p, stmts in enumerate(programs):
+        for k, (st, start) in enumerate(zip(stmts or (), chain_starts(stmts or ()))):
+            key = (len(st.extents), tuple(a.buffer.name for a in st.accesses))
+            groups.setdefault(key, []).append((p, k, st, start))
+    out = []
+    for (n_loops, names), members in groups.items():
+        stmts = [st for _, _, st, _ in members]
+        out.append(StatementGroup(np.array([m[0] for m in members]), np.array([m[1] for m in members]), stmts,
+                                  StatementStack.of(stmts, n_loops, names, [m[3] for m in members])))
+    return out
 
 
 def chain_starts(stmts: Sequence[Statement]) -> list[int]:
@@ -218,7 +252,7 @@ def _last(mask: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class _Stack:
+class StatementStack:
     """Statements of one shape as arrays: `ext` (n, L), `kinds` (n, L), `coef` (n, A, L), per access `size`
     (elements), `elem` (bytes per element) and `distinct` (not a repeat of an earlier access's buffer and
     strides), `ops` (n, N_OPS); `same_as_store` (A,): the access is to the store's buffer; `chain_start` (n,): the
@@ -236,7 +270,7 @@ class _Stack:
 
     @classmethod
     def of(cls, stmts: Sequence[Statement], n_loops: int, names: tuple[str, ...],
-           chain_start: Sequence[int]) -> _Stack:
+           chain_start: Sequence[int]) -> StatementStack:
         n, A, L = len(stmts), len(names), n_loops
         coef = np.array([[a.coef for a in st.accesses] for st in stmts], dtype=float).reshape(n, A, L)
         size = np.array([[a.buffer.size for a in st.accesses] for st in stmts], dtype=float).reshape(n, A)

@@ -17,6 +17,7 @@ analyzer's memory term uses it; the features keep the simpler count the shipped 
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +35,32 @@ class Access:
     write: bool
     coef: np.ndarray  # |stride| in elements wrt each enclosing loop, outer to inner
     offset: int
+    lanes: np.ndarray | None = None  # GPU: the index at each lane of a warp (`warp_lanes`), where not affine
+
+
+#: thread axes in the order a block's threads are numbered (x fastest); a warp is `WARP` consecutive threads
+THREAD_AXES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+WARP = 32
+
+
+def warp_lanes(kinds: tuple[str, ...] | np.ndarray, extents: np.ndarray, warp: int = WARP) -> np.ndarray:
+    """The value of each loop (..., L) at each lane of a statement's first warp (..., L, warp): a loop bound to
+    threadIdx.* takes that thread coordinate, numbered x fastest over the extents of the innermost loop bound to each
+    axis (a block-stride loop's first iteration); other loops are 0. Lanes past the threads that run it repeat lane
+    0."""
+    kinds = np.asarray(kinds, dtype=object)
+    ext = np.asarray(extents, dtype=float)
+    lane = np.arange(warp)
+    place = np.ones(ext.shape[:-1])
+    values = np.zeros(ext.shape + (warp,))
+    for axis in THREAD_AXES:
+        bound = kinds == axis
+        dim = np.where(bound, ext, np.inf).min(axis=-1, initial=np.inf)
+        dim = np.where(np.isfinite(dim), dim, 1.0)
+        coord = (lane // place[..., None]) % dim[..., None]
+        values = np.where(bound[..., None], coord[..., None, :], values)
+        place = place * dim
+    return np.where(lane < place[..., None, None], values, values[..., :1])
 
 
 def footprints(coef: np.ndarray, ext: np.ndarray) -> np.ndarray:
@@ -82,26 +109,28 @@ def coefficients(index: Expr, loop_vars: list[Var], extents: np.ndarray) -> tupl
             j = pos.get(id(v))
             if j is None or extents[j] <= 1:
                 continue
-            hi = _eval(atom, {id(v): int(extents[j]) - 1})
-            lo = _eval(atom, {})
+            hi = index_values(atom, {id(v): int(extents[j]) - 1})
+            lo = index_values(atom, {})
             if hi is not None and lo is not None:
                 coef[j] += abs(a * (hi - lo)) / (extents[j] - 1)
     return coef, c
 
 
-def _eval(e: Expr, env: dict[int, int]) -> int | None:
-    """Integer value of index expression `e`; loop variables not in `env` are 0."""
+_INDEX_OPS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "floordiv": operator.floordiv,
+        "floormod": operator.mod, "min": np.minimum, "max": np.maximum}
+
+
+def index_values(e: Expr, env: dict):
+    """Integer value of index expression `e`, None where it is not integer arithmetic: loop variables by id in
+    `env` (ints, or arrays of one shape: the values at each point), others 0."""
     if isinstance(e, Var):
         return env.get(id(e), 0)
     if isinstance(e, Const):
         return int(e.value)
     if isinstance(e, BinOp):
-        a, b = _eval(e.a, env), _eval(e.b, env)
-        if a is None or b is None:
+        a, b = index_values(e.a, env), index_values(e.b, env)
+        fn = _INDEX_OPS.get(e.op)
+        if a is None or b is None or fn is None or (e.op in ("floordiv", "floormod") and np.any(b == 0)):
             return None
-        if e.op in ("floordiv", "floormod") and b == 0:
-            return None
-        fn = {"add": a.__add__, "sub": a.__sub__, "mul": a.__mul__, "floordiv": a.__floordiv__,
-              "floormod": a.__mod__, "min": lambda x: min(a, x), "max": lambda x: max(a, x)}.get(e.op)
-        return None if fn is None else fn(b)
+        return fn(a, b)
     return None

@@ -6,7 +6,9 @@ log2(1 + x). Deviations from TVM forced by this loop IR, all deliberate:
 
 - op counts include index arithmetic and the guards (`If` conditions) enclosing the statement;
   `mad` counts float/int add/sub whose operand is a multiply (the multiply still counts as `mul`);
-  casts have their own column in place of TVM's `is_gpu` flag (GPU columns are zero on CPU).
+  casts have their own column in place of TVM's `is_gpu` flag. A statement in a GPU kernel has its binding
+  lengths as TVM's: per axis the extent of the innermost loop bound to it, vthread's the product, 1 where none is;
+  they are zero on CPU. Bound loops are loops of the nest like any other (TVM's fake loops).
 - annotation position: a loop is *spatial* for a statement if the store index depends on it,
   *reduce* otherwise; inner/middle/outer is its rank among those loops. Several annotated loops of
   different positions give `mixed`.
@@ -36,6 +38,7 @@ from tensorgen.features.layout import (
     OFF_ALLOC,
     OFF_BUF,
     OFF_CURVE,
+    OFF_GPU,
     OFF_OTHER,
     OFF_PARALLEL,
     OFF_UNROLL,
@@ -47,7 +50,9 @@ from tensorgen.features.statement import N_OPS, Statement, ir_statements
 from tensorgen.loopir.nodes import PrimFunc
 from tensorgen.target import HardwareParams
 
-_KIND = {"serial": 0, "parallel": 1, "vectorize": 2, "unroll": 3}
+#: the loop kinds binding GPU axes, in the order of layout.GPU_AXES' columns
+_BINDINGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z", "vthread")
+_KIND = {"serial": 0, "parallel": 1, "vectorize": 2, "unroll": 3, **{b: 4 + k for k, b in enumerate(_BINDINGS)}}
 _ANNOTATED = ((_KIND["vectorize"], OFF_VEC), (_KIND["unroll"], OFF_UNROLL), (_KIND["parallel"], OFF_PARALLEL))
 
 
@@ -208,6 +213,14 @@ def _rows(stmts: list[Statement], serial: np.ndarray, n_loops: int, names: tuple
     rows[has_alloc, OFF_ALLOC + 1] = (size[:, 0] * alloc)[has_alloc]
     rows[has_alloc, OFF_ALLOC + 2] = alloc[has_alloc]
     rows[has_alloc, OFF_ALLOC + 3] = (trip / np.maximum(alloc, 1.0))[has_alloc]
+    bound = kind[:, :, None] == 4 + np.arange(len(_BINDINGS))  # (n, L, bindings)
+    if bound.any():
+        e = ext[:, :, None]
+        last = L - 1 - np.argmax(bound[:, ::-1, :], axis=1)  # the innermost loop bound to each (where one is)
+        innermost = np.take_along_axis(e, last[:, None, :], axis=1)[:, 0, :]
+        lengths = np.where(bound.any(1), innermost, 1.0)
+        lengths[:, -1] = np.where(bound[..., -1], e[..., 0], 1.0).prod(1)  # vthreads nest
+        rows[:, OFF_GPU:OFF_GPU + len(_BINDINGS)] = np.where(bound.any((1, 2))[:, None], lengths, 0.0)
     rows[:, OFF_OTHER] = trip
     rows[:, OFF_OTHER + 1] = L
     rows[:, OFF_OTHER + 2] = [st.unroll for st in stmts]

@@ -25,7 +25,7 @@ from tensorgen.features.layout import OP_CATEGORIES
 from tensorgen.features.statement import OP_COLUMN, Statement, count_ops, ir_statements
 from tensorgen.loopir.nodes import Buffer, row_major
 from tensorgen.loopir.simplify import linear
-from tensorgen.schedule.lower import LOOP_KINDS, check_complete, expand_inlined, lower
+from tensorgen.schedule.lower import BUFFER_SCOPES, LOOP_KINDS, check_complete, expand_inlined, lower
 from tensorgen.schedule.relations import derive, split_radices
 from tensorgen.schedule.stage import Fuse, Split, Stage
 from tensorgen.schedule.state import State
@@ -269,6 +269,8 @@ class _Deriver:
 
     def _place_attached(self, p: Stage, c: Stage, body: _Body, n_fixed: int) -> None:
         """`p` computed inside `c`'s first `n_fixed` loops: it covers what `c` reads in the loops inside."""
+        if p.tensor.attrs.get("scope") in BUFFER_SCOPES:  # a block's shared tile: its region spans the threads
+            raise NotAffine(f"{p.name} is a {p.tensor.attrs['scope']} buffer")
         cp = self.placed[c.name]
         t = p.tensor
         free = np.zeros(self.width, dtype=bool)
@@ -376,19 +378,21 @@ class _Deriver:
                          s.auto_unroll_max_step)
 
 
-def state_statements(state: State, exact: bool = True) -> list[Statement]:
-    """The statements of `state`'s program (see the module docstring); NotAffine outside the fragment,
-    LoweringError for states that are not complete programs. Not `exact`: loops that do not align with a layout's
+def state_statements(state: State, exact: bool = True, gpu: bool = False) -> list[Statement]:
+    """The statements of `state`'s program (see the module docstring); NotAffine outside the fragment (a shared
+    buffer among it), LoweringError for states that are not complete programs, and for GPU bindings unless `gpu`
+    (a CUDA target's: a bound loop is a loop of its kind). Not `exact`: loops that do not align with a layout's
     tiles read it at an average slope (_Deriver._index) instead of raising NotAffine."""
-    check_complete(state)
+    check_complete(state, gpu)
     return _Deriver(state, exact).run()
 
 
-def program_statements(state: State) -> list[Statement]:
+def program_statements(state: State, gpu: bool = False) -> list[Statement]:
     """`state_statements` (tile indices of misaligned loops at their average slope: lowering such a laid-out
     program costs 20x more, and the search scores thousands), or those of the lowered program where the state
-    leaves the affine fragment (LoweringError for states that are not complete programs)."""
+    leaves the affine fragment (LoweringError for states that are not complete programs, and for GPU bindings
+    unless `gpu`)."""
     try:
-        return state_statements(state, exact=False)
+        return state_statements(state, exact=False, gpu=gpu)
     except NotAffine:
-        return ir_statements(lower(state))
+        return ir_statements(lower(state, gpu=gpu))

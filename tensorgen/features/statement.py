@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tensorgen.features.access import Access, coefficients
+from tensorgen.features.access import THREAD_AXES, Access, coefficients, index_values, warp_lanes
 from tensorgen.features.layout import OP_CATEGORIES
 from tensorgen.loopir.nodes import Allocate, BufLoad, For, If, PrimFunc, Seq, Stmt, Store
 from tensorgen.te.expr import BinOp, Call, Cast, Cmp, Expr, Load, Logic, Select, is_float
@@ -47,10 +47,15 @@ def ir_statements(func: PrimFunc) -> list[Statement]:
             ops, loads = count_ops([s.value, s.index, *conds])
             loop_vars = [f.var for f in loops]
             extents = np.array([f.extent for f in loops], dtype=float)
-            accesses = [Access(s.buffer, True, *coefficients(s.index, loop_vars, extents))]
-            accesses += [Access(ld.buffer, False, *coefficients(ld.index, loop_vars, extents)) for ld in loads
-                         if isinstance(ld, BufLoad)]  # a tensor load left in an index (a gather's) is a leaf
-            out.append(Statement(tuple(id(f) for f in loops), extents, tuple(f.kind for f in loops), accesses,
+            kinds = tuple(f.kind for f in loops)
+            # in a GPU kernel, where each lane of a warp reads: exact where index arithmetic is not affine
+            env = {id(v): lane.astype(np.int64) for v, lane in zip(loop_vars, warp_lanes(kinds, extents))} \
+                if any(k in THREAD_AXES for k in kinds) else None
+            accesses = [Access(s.buffer, True, *coefficients(s.index, loop_vars, extents),
+                               _lanes(s.index, env))]
+            accesses += [Access(ld.buffer, False, *coefficients(ld.index, loop_vars, extents), _lanes(ld.index, env))
+                         for ld in loads if isinstance(ld, BufLoad)]  # a tensor load left in an index is a leaf
+            out.append(Statement(tuple(id(f) for f in loops), extents, kinds, accesses,
                                  ops, allocs.get(s.buffer.name), auto_unroll.get(s.buffer.name, 0)))
         elif isinstance(s, For):
             visit(s.body, loops + (s,), conds, allocs)
@@ -66,6 +71,15 @@ def ir_statements(func: PrimFunc) -> list[Statement]:
 
     visit(func.body, (), (), {})
     return out
+
+
+def _lanes(index: Expr, env: dict | None) -> np.ndarray | None:
+    """The index at each lane of a warp (`env`: the loop variables' values there), None outside GPU kernels or where
+    it is not integer arithmetic."""
+    if env is None:
+        return None
+    values = index_values(index, env)
+    return None if values is None else np.broadcast_to(values, (next(iter(env.values())).shape)).astype(float)
 
 
 def count_ops(exprs: list[Expr]) -> tuple[np.ndarray, list[BufLoad | Load]]:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorgen.costmodel.psa import StaticAnalyzer
+from tensorgen.costmodel.analyzers import static_analyzer
 from tensorgen.errors import TuneError
 from tensorgen.features.extractor import FeatureExtractor
 from tensorgen.schedule.state import State
@@ -86,11 +86,12 @@ class PrunerPolicy(SketchPolicy):
                  **parts: Any) -> None:
         if extractor is None:
             dataflow = cost_model.dataflow if cost_model is not None else False
-            extractor = FeatureExtractor(task.hw, dataflow=dataflow,
-                                         estimate=StaticAnalyzer(task.hw).program_latencies)
+            analyzer = static_analyzer(task)
+            extractor = FeatureExtractor(task.hw, dataflow=dataflow, estimate=analyzer.program_latencies,
+                                         gpu=analyzer.gpu)
         elif extractor.estimate is None:
             raise TuneError("PrunerPolicy needs an extractor with the static analyzer's estimate "
-                            "(FeatureExtractor(..., estimate=StaticAnalyzer(hw).program_latencies)) or none")
+                            "(FeatureExtractor(..., estimate=static_analyzer(task).program_latencies)) or none")
         super().__init__(task, cost_model, seed, config or SketchConfig(eps_greedy=0.1), extractor=extractor,
                          **parts)
         self.draft = draft

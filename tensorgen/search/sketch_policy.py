@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorgen.costmodel.psa import StaticAnalyzer
+from tensorgen.costmodel.analyzers import ANALYZERS, static_analyzer
 from tensorgen.costmodel.xgb import XGBModel
 from tensorgen.errors import TuneError
 from tensorgen.features.extractor import FeatureExtractor
@@ -107,12 +107,12 @@ class SketchPolicy(SearchPolicy):
         self.rng = np.random.default_rng(seed)
         self.cost_model = cost_model if cost_model is not None else XGBModel(seed=seed)
         self.extractor = extractor if extractor is not None \
-            else FeatureExtractor(task.hw, dataflow=self.cost_model.dataflow)
+            else FeatureExtractor(task.hw, dataflow=self.cost_model.dataflow, gpu=ANALYZERS[task.target.kind].gpu)
         self.annotation = annotation or for_target(task).annotation()
         self.skips = skips if skips is not None else Skips()
         self.sketches = list(sketches) if sketches is not None \
             else SPACES.create(config.space, task, rules, skips=self.skips)
-        self.prefilter = StaticAnalyzer(task.hw) if config.prefilter == "psa" else None
+        self.prefilter = static_analyzer(task) if config.prefilter == "psa" else None
         workers = config.workers if config.workers is not None else min(task.hw.cores, os.cpu_count() or 1)
         self.evolution = EvolutionarySearch(
             task, self.cost_model, self.extractor, self.rng, config.evolution, sketches=self.sketches,
