@@ -48,6 +48,8 @@ class Target:
         cores = opts.get("cores")
         if cores is not None and (not cores.isdigit() or int(cores) < 1):
             raise TargetError(f"target {text!r}: -cores must be a positive integer, got {cores!r}")
+        if opts.get("emulate", "0") not in ("0", "1"):
+            raise TargetError(f"target {text!r}: -emulate takes 0 or 1, got {opts['emulate']!r}")
         return cls(kind, tuple(sorted(opts.items())))
 
     def get(self, key: str, default: str | None = None) -> str | None:

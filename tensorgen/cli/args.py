@@ -15,6 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, NoReturn
 
+from tensorgen.codegen.backend import backend_for
 from tensorgen.codegen.toolchain import preflight
 from tensorgen.errors import TensorgenError
 from tensorgen.hardware import hardware_for
@@ -88,8 +89,11 @@ def target_name(text: str) -> str:
 @cache
 def _check_local(target: str) -> None:
     parsed = Target.parse(target)
-    hardware_for(parsed)  # an unknown GPU
+    hw = hardware_for(parsed)  # an unknown GPU
     check_searchable(parsed)
+    if parsed.kind == "cuda":
+        backend_for(parsed, hw).preflight()  # nvcc (or the emulation's C++ compiler) builds a trivial kernel
+        return
     usable, cores = usable_cpus(), int(parsed.get("cores", "1"))
     if cores > usable:
         raise TensorgenError(f"target {target!r}: -cores={cores}, but this process may run on {usable} CPU(s); "

@@ -26,7 +26,7 @@ from tensorgen.errors import ToolchainError
 from tensorgen.gpus import DEFAULT_ARCH
 from tensorgen.loopir.nodes import PrimFunc
 from tensorgen.registry import Registry
-from tensorgen.target import HardwareParams, Target, TargetError
+from tensorgen.target import HardwareParams, Target
 
 
 class Backend(Protocol):
@@ -113,10 +113,7 @@ def _c_backend(target: Target, hw: HardwareParams) -> Backend:
 
 
 def _cuda_backend(target: Target, hw: HardwareParams) -> Backend:
-    emulate = target.get("emulate", "0")
-    if emulate not in ("0", "1"):
-        raise TargetError(f"target {target}: -emulate takes 0 or 1, got {emulate!r}")
-    return CudaBackend(hw.extra.get("arch", DEFAULT_ARCH), emulate == "1", hw.max_threads_per_block,
+    return CudaBackend(hw.extra.get("arch", DEFAULT_ARCH), target.get("emulate") == "1", hw.max_threads_per_block,
                        hw.shared_mem_per_block)
 
 

@@ -30,6 +30,7 @@ from tensorgen.measure.runner import Runner
 from tensorgen.measure.types import BuildResult, ErrorKind, MeasureInput, MeasureResult, measure_again
 from tensorgen.records.database import Database, SQLiteDatabase
 from tensorgen.records.record import Record, program_cost, steps_hash
+from tensorgen.runtime.cuda import cuda_available
 from tensorgen.schedule.state import State
 from tensorgen.search.policy import SearchPolicy
 from tensorgen.search.skips import Skips
@@ -112,11 +113,12 @@ def make_task(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], 
 
 
 def check_searchable(target: Target) -> None:
-    """TuneError unless tensorgen can search programs for `target` (a CUDA target has a code generator and a
-    runtime, tensorgen.build(state, target=...), but no search space yet)."""
-    if target.kind == "cuda":
-        raise TuneError(f"target {target}: tuning for CUDA is not supported yet (tensorgen builds CUDA kernels from "
-                        "schedules you write, tensorgen.build(state, target='cuda'), but has no GPU search space)")
+    """TuneError unless candidates for `target` can be measured here: a CUDA target needs a usable GPU, or
+    `-emulate=1` (programs run on this CPU under codegen.cuda_emu: right answers, times that say nothing of a
+    GPU's)."""
+    if target.kind == "cuda" and target.get("emulate", "0") != "1" and not cuda_available():
+        raise TuneError(f"target {target}: no CUDA GPU is usable on this machine; add -emulate=1 to search and check "
+                        "programs on this CPU (their times say nothing of a GPU's)")
 
 
 def make_policy(task: SearchTask, policy: str | SearchPolicy, cost_model: str | CostModel = "auto",
