@@ -14,12 +14,9 @@ random S the mean over `--draws` random subsets. `--dry-run` draws the space and
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,13 +25,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tensorgen.build import compile_state  # noqa: E402
+from tensorgen.codegen.backend import CudaBackend, backend_for  # noqa: E402
 from tensorgen.codegen.cuda import render_cuda  # noqa: E402
 from tensorgen.costmodel.psa_gpu import GpuStaticAnalyzer  # noqa: E402
 from tensorgen.errors import TensorgenError  # noqa: E402
 from tensorgen.examples import gpu_gmm_state  # noqa: E402
 from tensorgen.hardware import hardware_for  # noqa: E402
+from tensorgen.runtime.cuda import CudaLibrary  # noqa: E402
 from tensorgen.schedule.lower import lower  # noqa: E402
 from tensorgen.schedule.state import State  # noqa: E402
+from tensorgen.target import Target  # noqa: E402
 
 POW2 = (1, 2, 4, 8, 16, 32)
 
@@ -54,8 +55,8 @@ def draw_space(m: int, n: int, k: int, size: int, rng: np.random.Generator, hw) 
         key = json.dumps(knobs, sort_keys=True)
         if key in out:
             continue
-        state = gpu_gmm_state(m, n, k, **knobs)
         try:
+            state = gpu_gmm_state(m, n, k, **knobs)
             render_cuda(lower(state, "p", gpu=True), hw.max_threads_per_block, hw.shared_mem_per_block)
         except TensorgenError:
             continue
@@ -63,64 +64,30 @@ def draw_space(m: int, n: int, k: int, size: int, rng: np.random.Generator, hw) 
     return list(out.values())
 
 
-class Cuda:
-    """The CUDA runtime through ctypes: device buffers, synchronization."""
+def measure(states: list[State], backend: CudaBackend, repeat: int, jobs: int) -> np.ndarray:
+    """Median seconds per call of each program (CUDA events, after a warm-up call; inf: failed to build or run),
+    built by tensorgen's own pipeline in `jobs` threads (nvcc runs in its own processes)."""
+    def build(state: State) -> Path | None:
+        try:
+            return compile_state(state, backend, "program").path
+        except TensorgenError:
+            return None
 
-    def __init__(self) -> None:
-        self.rt = ctypes.CDLL("libcudart.so")
-
-    def check(self, code: int, what: str) -> None:
-        if code:
-            raise RuntimeError(f"{what}: CUDA error {code}")
-
-    def malloc(self, nbytes: int) -> ctypes.c_void_p:
-        ptr = ctypes.c_void_p()
-        self.check(self.rt.cudaMalloc(ctypes.byref(ptr), ctypes.c_size_t(nbytes)), "cudaMalloc")
-        return ptr
-
-    def upload(self, ptr: ctypes.c_void_p, array: np.ndarray) -> None:
-        self.check(self.rt.cudaMemcpy(ptr, array.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(array.nbytes), 1),
-                   "cudaMemcpy")
-
-    def sync(self) -> None:
-        self.check(self.rt.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
-
-
-def compile_one(state: State, index: int, directory: Path, arch: str) -> Path:
-    src = directory / f"p{index}.cu"
-    lib = directory / f"p{index}.so"
-    src.write_text(render_cuda(lower(state, f"p{index}", gpu=True)))
-    subprocess.run(["nvcc", "-O3", f"-arch={arch}", "-shared", "-Xcompiler", "-fPIC", "-o", str(lib), str(src)],
-                   check=True, capture_output=True)
-    return lib
-
-
-def measure(libs: list[Path | None], shapes: list[tuple[int, ...]], repeat: int) -> np.ndarray:
-    """Median seconds per launch of each library's entry point (inf: failed to build or run)."""
-    cuda = Cuda()
+    with ThreadPoolExecutor(jobs) as pool:
+        libs = list(pool.map(build, states))
+    out = np.full(len(states), np.inf)
     rng = np.random.default_rng(0)
-    buffers = []
-    for shape in shapes:
-        ptr = cuda.malloc(int(np.prod(shape)) * 4)
-        cuda.upload(ptr, rng.random(shape, dtype=np.float32))
-        buffers.append(ptr)
-    out = np.full(len(libs), np.inf)
-    for i, lib in enumerate(libs):
-        if lib is None:
+    arrays = [rng.random(t.shape, dtype=np.float32) for t in states[0].dag.args]
+    device = None
+    for i, path in enumerate(libs):
+        if path is None:
             continue
-        fn = getattr(ctypes.CDLL(str(lib)), f"p{i}")
-        fn.restype = ctypes.c_int
-        if fn(*buffers):
+        lib = CudaLibrary(path)
+        device = device or [lib.runtime.to_device(a) for a in arrays]
+        try:
+            out[i] = lib.entry("program").time(*device, runs=repeat)
+        except TensorgenError:
             continue
-        cuda.sync()
-        times = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            code = fn(*buffers)
-            cuda.sync()
-            times.append(time.perf_counter() - t0)
-        if not code:
-            out[i] = float(np.median(times))
     return out
 
 
@@ -159,17 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         for i in np.argsort(estimate)[:5]:
             print(f"  PSA {estimate[i] * 1e6:9.1f} us  {space[i][0]}")
         return 0
-    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:
-        def build(i: int) -> Path | None:
-            try:
-                return compile_one(states[i], i, Path(tmp), hw.extra["arch"])
-            except subprocess.CalledProcessError:
-                return None
-        libs = list(pool.map(build, range(len(states))))
-        t3 = time.perf_counter()
-        latency = measure(libs, [(m, k), (k, n), (m, n)], args.repeat)
+    latency = measure(states, backend_for(Target.parse(args.target), hw), args.repeat, args.jobs)
     t4 = time.perf_counter()
-    print(f"compiled in {t3 - t2:.0f} s, measured in {t4 - t3:.0f} s; best {latency.min() * 1e6:.1f} us "
+    print(f"compiled and measured in {t4 - t2:.0f} s; best {latency.min() * 1e6:.1f} us "
           f"({2 * m * n * k / latency.min() / 1e9:.0f} GFLOP/s); {int(np.isinf(latency).sum())} failed")
     order = np.argsort(estimate, kind="stable")
     ok = np.isfinite(latency) & np.isfinite(estimate)

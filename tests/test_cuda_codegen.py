@@ -17,6 +17,7 @@ from tensorgen.hardware import hardware_for
 from tensorgen.measure import ErrorKind, MeasureInput
 from tensorgen.measure.builder import LocalBuilder
 from tensorgen.measure.runner import LocalRunner
+from tensorgen.runtime.cuda import cuda_available
 from tensorgen.schedule.lower import lower
 from tensorgen.schedule.state import State
 from tensorgen.target import Target
@@ -81,10 +82,14 @@ def test_programs_no_gpu_runs_are_refused_in_one_line():
 EMULATED = "cuda -emulate=1"
 
 
+ON_GPU = pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason="no GPU")])
+
+
+@pytest.mark.parametrize("target", [EMULATED, ON_GPU])
 @pytest.mark.parametrize("seed", range(6))
-def test_random_tilings_of_the_gpu_matmul_equal_numpy(seed):
+def test_random_tilings_of_the_gpu_matmul_equal_numpy(seed, target):
     """Shapes that the tiles do not divide, random thread counts, tiles per thread, virtual threads, k steps
-    and fetching threads: every program computes A @ B."""
+    and fetching threads: every program computes A @ B (under the emulator, and on a GPU where there is one)."""
     rng = np.random.default_rng(seed)
     m, n, k = (int(v) for v in rng.integers(5, 70, 3))
     threads = tuple(int(rng.choice([t for t in (1, 2, 4, 8, 16) if t <= e])) for e in (m, n))
@@ -93,7 +98,7 @@ def test_random_tilings_of_the_gpu_matmul_equal_numpy(seed):
     k_tile = int(rng.integers(1, k + 1))
     fetch = int(rng.choice([32, threads[0] * threads[1]])) if threads[0] * threads[1] >= 32 else None
     state = gpu_gmm_state(m, n, k, threads, tile, vthreads, k_tile, fetch)
-    f = build(state, target=EMULATED)
+    f = build(state, target=target)
     a, b = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
     (c,) = f.run(*(a if t.name == "A" else b for t in f.dag.args[:2]))
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
