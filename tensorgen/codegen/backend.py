@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tensorgen.codegen.c import render_c, render_module
-from tensorgen.codegen.cuda import render_cuda
+from tensorgen.codegen.cuda import render_cuda, render_cuda_module
 from tensorgen.codegen.cuda_toolchain import (
     compile_cuda,
     compile_emulated,
@@ -22,7 +22,6 @@ from tensorgen.codegen.cuda_toolchain import (
     emulation_preflight,
 )
 from tensorgen.codegen.toolchain import compile_source, preflight
-from tensorgen.errors import ToolchainError
 from tensorgen.gpus import DEFAULT_ARCH
 from tensorgen.loopir.nodes import PrimFunc
 from tensorgen.registry import Registry
@@ -93,8 +92,7 @@ class CudaBackend:
         return render_cuda(func, self.max_threads, self.shared_bytes)
 
     def render_module(self, funcs: Sequence[PrimFunc], tail: str = "") -> str:
-        raise ToolchainError("building whole models for CUDA is not supported yet; tensorgen builds single "
-                             "CUDA programs (tensorgen.build(state, target='cuda'))")
+        return render_cuda_module(funcs, self.max_threads, self.shared_bytes, tail)
 
     def compile(self, source: str, timeout: float | None = None) -> Path:
         if self.emulate:

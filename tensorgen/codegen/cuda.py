@@ -14,6 +14,7 @@ The source compiles with nvcc, or with g++ on a machine without a GPU under the 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -93,11 +94,44 @@ def split_kernels(body: Stmt) -> tuple[list[Buffer], list[Stmt]]:
     return buffers, nests
 
 
+@dataclass(frozen=True)
+class RenderedCuda:
+    """One function rendered: the helpers its kernels call (by name), its kernels and host entry point, and the
+    bytes of the module's scratch its workspaces take (render_cuda_function(scratch=True))."""
+
+    helpers: dict[str, str]
+    text: str
+    scratch_bytes: int = 0
+
+
 def render_cuda(func: PrimFunc, max_threads: int = 1024, shared_bytes: int = 48 * 1024) -> str:
     """CUDA source of `func`: its kernels and the host entry point `func.name` (device pointers in, the CUDA
-    error code out). Raises LoweringError for programs no GPU can run as written: a block of more than
-    `max_threads` threads, more than `shared_bytes` of shared memory, a `__syncthreads()` under a condition
-    some threads of the block skip, a local array over LOCAL_LIMIT."""
+    error code out), its workspaces allocated on first use. Raises LoweringError for programs no GPU can run as
+    written: a block of more than `max_threads` threads, more than `shared_bytes` of shared memory, a
+    `__syncthreads()` under a condition some threads of the block skip, a local array over LOCAL_LIMIT."""
+    rendered = render_cuda_function(func, max_threads, shared_bytes)
+    return PRELUDE + "".join(rendered.helpers.values()) + "\n" + rendered.text
+
+
+def render_cuda_module(funcs: Sequence[PrimFunc], max_threads: int = 1024, shared_bytes: int = 48 * 1024,
+                       tail: str = "") -> str:
+    """One CUDA source of a model: the prelude, the helpers of all `funcs` once each, their kernels and host entry
+    points, then `tail` (the executor). The functions run one after another, so their workspaces share one device
+    scratch area: `tail` points `tensorgen_scratch` at TENSORGEN_SCRATCH_BYTES of device memory before calling
+    them."""
+    rendered = [render_cuda_function(f, max_threads, shared_bytes, scratch=True) for f in funcs]
+    helpers: dict[str, str] = {}
+    for r in rendered:
+        helpers.update(r.helpers)
+    scratch = (f"static char* tensorgen_scratch;\n"
+               f"#define TENSORGEN_SCRATCH_BYTES {max((r.scratch_bytes for r in rendered), default=0)}\n")
+    return PRELUDE + scratch + "".join(helpers.values()) + "\n" + "\n".join(r.text for r in rendered) + "\n" + tail
+
+
+def render_cuda_function(func: PrimFunc, max_threads: int = 1024, shared_bytes: int = 48 * 1024,
+                         scratch: bool = False) -> RenderedCuda:
+    """`func` as kernels and a host entry point (see render_cuda); with `scratch`, its workspaces lie in the
+    module's device scratch area (render_cuda_module) instead of buffers of their own."""
     globals_, nests = split_kernels(func.body)
     helpers: dict[str, str] = {}
     kernels, launches = [], []
@@ -114,18 +148,19 @@ def render_cuda(func: PrimFunc, max_threads: int = 1024, shared_bytes: int = 48 
         kernels.append(writer.render_kernel())
         helpers.update(writer.helpers)
         launches.append((kernel, launch))
-    workspaces = "".join(_workspace(func.name, b) for b in globals_)
-    return PRELUDE + "".join(helpers.values()) + "\n" + "\n".join(kernels) + "\n" + workspaces + \
-        _host_entry(func, globals_, launches)
-
-
-def _workspace(fname: str, buf: Buffer) -> str:
-    ctype = CTYPES[buf.dtype]
-    nbytes = math.ceil(buf.nbytes / 256) * 256
-    return (f"static {ctype}* {fname}_{buf.name}_workspace(void) {{\n"
-            f"  static {ctype}* buffer;\n"
-            f"  if (!buffer) cudaMalloc((void**)&buffer, {nbytes});\n"
-            f"  return buffer;\n}}\n")
+    workspaces, binds, offset = "", [], 0
+    for b in globals_:
+        ctype, nbytes = CTYPES[b.dtype], math.ceil(b.nbytes / 256) * 256
+        if scratch:
+            binds.append(f"  {ctype}* {b.name} = ({ctype}*)(tensorgen_scratch + {offset});")
+            offset += nbytes
+        else:
+            workspaces += (f"static {ctype}* {func.name}_{b.name}_workspace(void) {{\n"
+                           f"  static {ctype}* buffer;\n"
+                           f"  if (!buffer) cudaMalloc((void**)&buffer, {nbytes});\n"
+                           f"  return buffer;\n}}\n")
+            binds.append(f"  {ctype}* {b.name} = {func.name}_{b.name}_workspace();")
+    return RenderedCuda(helpers, "\n".join(kernels) + "\n" + workspaces + _host_entry(func, binds, launches), offset)
 
 
 def buffers_used(nest: Stmt) -> set[Buffer]:
@@ -139,12 +174,11 @@ def buffers_used(nest: Stmt) -> set[Buffer]:
     return used
 
 
-def _host_entry(func: PrimFunc, globals_: list[Buffer], launches: list[tuple[PrimFunc, Launch]]) -> str:
+def _host_entry(func: PrimFunc, binds: list[str], launches: list[tuple[PrimFunc, Launch]]) -> str:
+    """The host entry point: `binds` (the workspaces' pointers), then every kernel's launch, in order."""
     outs = {b.name for b in func.args[-func.attrs.get("n_outputs", 1):]}
     params = ", ".join(f"{'' if b.name in outs else 'const '}{CTYPES[b.dtype]}* {b.name}" for b in func.args)
-    lines = [f"extern \"C\" int {func.name}({params}) {{"]
-    for b in globals_:
-        lines.append(f"  {CTYPES[b.dtype]}* {b.name} = {func.name}_{b.name}_workspace();")
+    lines = [f"extern \"C\" int {func.name}({params}) {{", *binds]
     for kernel, launch in launches:
         grid, block = (", ".join(map(str, d)) for d in (launch.grid, launch.block))
         names = "".join(f", {b.name}" for b in kernel.args)
