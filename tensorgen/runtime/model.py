@@ -62,7 +62,8 @@ class CompiledModel:
         self._handle = lib.tensorgen_model_init(weights.ctypes.data)  # format 2 on: init copies the weights
         self._weights = weights if self.manifest.get("format", 1) < 2 else None  # format 1 keeps reading ours
         if not self._handle:
-            raise RuntimeCallError(f"{self.directory}: out of memory initializing the model")
+            gpu = " (or no usable GPU)" if self.manifest.get("target", "cpu").startswith("cuda") else ""
+            raise RuntimeCallError(f"{self.directory}: out of memory{gpu} initializing the model")
         if threads is not None:
             self.set_num_threads(threads)
 

@@ -2,9 +2,10 @@
 
 Every subgraph gets its best record from the database, replayed on its own DAG; one without a record
 gets the best program of the tuned subgraph of the same structure and the closest size, adapted to its
-shapes (tensorgen.search.transfer), else the default schedule. The output directory holds:
+shapes (tensorgen.search.transfer), else the default schedule. What differs per kind of target (CPU, CUDA) is
+declared in model_target. The output directory holds:
     model.so        kernels + executor, C ABI in tensorgen/graph/backend/executor.py
-    model.c         its source, for people to read
+    model.c         its source, for people to read (model.cu for CUDA)
     weights.bin     the constants, at the offsets the executor uses
     model.json      inputs, outputs, kernels and which of them were tuned
 """
@@ -28,6 +29,7 @@ from tensorgen.graph.backend.align import align_partitions
 from tensorgen.graph.backend.executor import executor_source, pack_weights, plan_memory
 from tensorgen.graph.backend.layout_choice import absorber, charged, plan_for
 from tensorgen.graph.backend.layouts import default_laid_out, laid_out_dag, laid_out_state
+from tensorgen.graph.backend.model_target import model_target, times_kernels
 from tensorgen.graph.backend.programs import Schedule, schedule_subgraphs
 from tensorgen.graph.backend.select import select_in_model
 from tensorgen.graph.ir import Graph, Value
@@ -60,7 +62,7 @@ class KernelInfo:
 
 def build_model(model: object, out_dir: str | os.PathLike[str], *, target: str | Target = "cpu",
                 db: Database | None = None, batch: int = 1, candidates: int = 1, ranks: Sequence[int] | None = None,
-                layouts: str = "propagate", progress: Callable[[str], None] | None = None) -> Path:
+                layouts: str | None = None, progress: Callable[[str], None] | None = None) -> Path:
     """Compile `model` (ONNX file, ModelProto, zoo name or Graph) into `out_dir`; returns that directory.
 
     Every kernel uses its task's fastest record, or its `ranks[i]`-th candidate (select.candidate_records);
@@ -68,19 +70,32 @@ def build_model(model: object, out_dir: str | os.PathLike[str], *, target: str |
     (tensorgen.graph.backend.select; the model is built and profiled candidates + 1 times more). A fastest
     record that lays out its kernel's arguments (ALT) is followed by the model (`layouts`, LAYOUT_MODES:
     "propagate": with conversion kernels, the layouts propagated along element-wise kernels (graph.backend.layouts);
-    "follow": conversion kernels only; "off": such records are passed over). A model that follows layouts is built
-    with every kernel's fastest record (no selection of ranks: that compares builds kernel by kernel)."""
+    "follow": conversion kernels only; "off": such records are passed over; None: "propagate" where the target
+    follows layouts, else "off"). A model that follows layouts is built with every kernel's fastest record (no
+    selection of ranks: that compares builds kernel by kernel).
+
+    For `cuda` targets the model's tensors live in device memory and its kernels are GPU programs
+    (model_target: no channels-last rewrite, no partition alignment, no layouts); `cuda -emulate=1` builds it to
+    run on this CPU under codegen.cuda_emu, with the same C ABI."""
+    target = Target.parse(target)
+    kind = model_target(target)
     if candidates < 1:
         raise TensorgenError(f"need at least 1 candidate record per kernel, got {candidates}")
+    if candidates > 1 and not times_kernels(target):
+        raise TensorgenError("in-model selection times the model built with each candidate; under -emulate=1 the "
+                             "kernels run on the CPU's emulation, whose times say nothing of a GPU: use 1 candidate")
+    layouts = layouts or ("propagate" if kind.follows_layouts else "off")
     if layouts not in LAYOUT_MODES:
         raise TensorgenError(f"layouts must be one of {', '.join(LAYOUT_MODES)}, got {layouts!r}")
-    target = Target.parse(target)
+    if layouts != "off" and not kind.follows_layouts:
+        raise TensorgenError(f"a {target.kind} model does not follow the layouts of records (layouts={layouts!r}); "
+                             "use layouts='off'")
     hw = hardware_for(target)
     graph = model if isinstance(model, Graph) else load_graph(model, batch=batch)
     backend_for(target, hw).preflight()
     pools: dict[str, tuple[int, list]] = {}  # the builds of one selection share their candidate records
     if candidates > 1 and db is not None and ranks is None:
-        subs = partition(graph).subgraphs
+        subs = partition(graph, kind.channels_last).subgraphs
         if layouts != "off" and _sets_layouts(db, subs, target):
             if progress:
                 progress("the fastest records lay out their kernels' arguments: built with them, no in-model "
@@ -105,10 +120,10 @@ def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, hw: Ha
     a bug the fuzzers have not found yet) gets the default schedule instead, with a warning: `failed` holds
     those kernels and why; a compile error names its kernels by compiling each alone, then the build restarts."""
     failed = {} if failed is None else failed
-    backend = backend_for(target, hw)
+    backend, kind = backend_for(target, hw), model_target(target)
     graph_in = graph
     graph = replace(graph, values=dict(graph.values), constants=dict(graph.constants))  # gains repacked weights
-    part = partition(graph)
+    part = partition(graph, kind.channels_last)
     follow = layouts != "off" and ranks is None
     schedules = schedule_subgraphs(part.subgraphs, target, db, hw.cores, ranks, pools, layouts=follow)
     if follow:
@@ -119,14 +134,14 @@ def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, hw: Ha
         name = f"k{i}_{sub.name.rsplit('_', 1)[0]}"
         if i not in failed:
             try:
-                funcs.append(_kernel(graph, sub, state, name, f"k{i}"))
+                funcs.append(_kernel(graph, sub, state, name, f"k{i}", backend))
             except Exception as err:  # noqa: BLE001 - any failure of one program costs that program only
                 failed[i] = f"{type(err).__name__}: {err}".splitlines()[0]
         if i in failed:
             LOGGER.warning("kernel %s: its %s program cannot be used (%s); it gets the default schedule", name,
                            how, failed[i])
-            state, cost, how = default_laid_out(sub, hw.cores), None, "default"
-            funcs.append(_kernel(graph, sub, state, name, f"k{i}"))
+            state, cost, how = default_laid_out(sub, hw.cores, kind.schedule), None, "default"
+            funcs.append(_kernel(graph, sub, state, name, f"k{i}", backend))
         kernels.append(KernelInfo(name, sub.workload_key, len(sub.nodes), how == "tuned", cost, how,
                                   ranks[i] if ranks and how == "tuned" else 0, failed.get(i, "")))
     if progress:
@@ -141,9 +156,10 @@ def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, hw: Ha
         args = funcs[k].args
         shared = (args[part.subgraphs[k].inputs.index(victim)].name, args[-1].name)
         funcs[k] = replace(funcs[k], attrs={**funcs[k].attrs, "shared_args": shared})
-    funcs = align_partitions(funcs, [[part.aliases.get(n, n) for n in sub.inputs + sub.outputs]
-                                     for sub in part.subgraphs], hw.cores)
-    executor = executor_source(part, [k.name for k in kernels], weight_offsets, len(blob), plan)
+    if kind.aligns_partitions:
+        funcs = align_partitions(funcs, [[part.aliases.get(n, n) for n in sub.inputs + sub.outputs]
+                                         for sub in part.subgraphs], hw.cores)
+    executor = executor_source(part, [k.name for k in kernels], weight_offsets, len(blob), plan, kind.memory)
     source = backend.render_module(funcs, executor)
     try:
         library = backend.compile(source)
@@ -157,7 +173,7 @@ def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, hw: Ha
     staged = out / "model.so.partial"  # replaced, not overwritten: a process running the old one keeps its file
     shutil.copyfile(library, staged)
     os.replace(staged, out / "model.so")
-    (out / "model.c").write_text(source)
+    (out / kind.source).write_text(source)
     (out / "weights.bin").write_bytes(blob)
     (out / MANIFEST).write_text(json.dumps(_manifest(graph, part, kernels, plan, target), indent=1))
     return out
@@ -196,9 +212,9 @@ def _follow_layouts(part: Partition, schedules: list[Schedule], target: Target, 
 
 
 
-def _kernel(graph: Graph, sub: Subgraph, state: State, name: str, tag: str) -> PrimFunc:
+def _kernel(graph: Graph, sub: Subgraph, state: State, name: str, tag: str, backend: Backend) -> PrimFunc:
     """Subgraph `sub` as function `name` under `state`, its constants repacked into the layouts it reads."""
-    return lower(_repack_weights(graph, sub, state, tag), name)
+    return lower(_repack_weights(graph, sub, state, tag), name, gpu=backend.binds_threads)
 
 
 def _compile_error(func: PrimFunc, backend: Backend) -> str:

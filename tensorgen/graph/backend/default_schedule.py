@@ -1,28 +1,48 @@
-"""The schedule a subgraph gets when the database has no record for it: correct and parallel, untuned.
+"""The schedule a subgraph gets when the database has no record for it: correct and parallel, untuned, one per
+kind of target (model_target.MODEL_TARGETS).
 
-Strictly inlinable stages are inlined (Ansor's Always Inline rule); every remaining stage fuses its
-outer spatial loops into one parallel loop with enough iterations for the cores, and vectorizes its
-innermost spatial loop (moved inside the reduction loops when there are any) when it is short.
+Strictly inlinable stages are inlined (Ansor's Always Inline rule). On a CPU every remaining stage fuses its
+outer spatial loops into one parallel loop with enough iterations for the cores, and vectorizes its innermost
+spatial loop (moved inside the reduction loops when there are any) when it is short. On a GPU every remaining
+stage's outer spatial loops are fused and spread over blocks of threads (schedule.gpu_bind): one thread per output
+element, its reduction a serial loop; no CPU annotation (a parallel or vectorized loop would run serially inside
+one thread).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tensorgen.dag import ComputeDAG
+from tensorgen.schedule.gpu_bind import bind_unbound
 from tensorgen.schedule.state import State
 
 MAX_VECTOR_EXTENT = 64
+DefaultSchedule = Callable[[ComputeDAG, int], State]  # (the subgraph's DAG, the target's cores) -> its program
 
 
-def default_schedule(dag: ComputeDAG, cores: int) -> State:
+def inlined(dag: ComputeDAG) -> State:
+    """The DAG's state with its strictly inlinable stages inlined."""
     state = State(dag)
     for t in dag.compute_tensors:
         if not dag.is_output(t.name) and dag.is_strict_inlinable(t.name):
             state = state.compute_inline(t.name)
+    return state
+
+
+def default_schedule(dag: ComputeDAG, cores: int) -> State:
+    """A CPU's default: every root stage parallel over its outer spatial loops, its inner one vectorized."""
+    state = inlined(dag)
     for stage in list(state.stages):
         if stage.tensor.is_placeholder or stage.location != "root":
             continue
         state = _parallelize(state, stage.name, cores)
     return state
+
+
+def gpu_default_schedule(dag: ComputeDAG, cores: int) -> State:
+    """A GPU's default: every root stage over blocks of threads (`cores` does not matter)."""
+    return bind_unbound(inlined(dag))
 
 
 def _parallelize(state: State, name: str, cores: int) -> State:

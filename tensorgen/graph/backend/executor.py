@@ -15,6 +15,10 @@ aligned, and every vector load of a weight then splits a cache line (tuned 3x3 c
 Intermediate values live in one arena allocated by init; values whose lifetimes do not overlap
 share memory. Reshape-like values alias their source, graph outputs are written in place.
 
+A CUDA model has the same ABI (inputs and outputs in host memory; executor_memory.DEVICE copies them to and from
+the device, init copies the weights there; a failing CUDA call fails the run with CUDA's reason), and its
+tensorgen_set_num_threads does nothing.
+
 A run returns nonzero, with the reason in tensorgen_model_error, where an input would make a kernel read
 outside a tensor: the indices of a Gather or GatherElements computed at run time are checked (in [-n, n), as
 ONNX Runtime does) before the kernel that gathers with them, since a kernel has no way to fail. Those of a
@@ -25,14 +29,14 @@ bounds, but an update that lands nowhere would be a silent wrong answer).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from tensorgen.codegen.c import CTYPES
+from tensorgen.graph.backend.executor_memory import ALIGN, HOST, Memory
 from tensorgen.graph.passes.fusion import GATHER_OPS, SCATTER_OPS, Partition, overwritable_input
-
-ALIGN = 64
 
 
 def _aligned(n: int) -> int:
@@ -121,76 +125,66 @@ def pack_weights(part: Partition) -> tuple[bytes, dict[str, int]]:
 
 
 def executor_source(part: Partition, kernel_names: list[str], weight_offsets: dict[str, int], weight_bytes: int,
-                    plan: MemoryPlan) -> str:
-    """C source of the model entry points (appended to the module holding the kernels, whose parallel loops run
-    on the module's thread pool, codegen.pool)."""
+                    plan: MemoryPlan, memory: Memory = HOST) -> str:
+    """Source of the model entry points, appended to the module holding the kernels: tensors in host memory (the
+    kernels' parallel loops on the module's thread pool, codegen.pool) or, with `memory` DEVICE, a GPU's (the
+    kernels CUDA host entry points; see executor_memory)."""
     graph = part.graph
     ident = _Identifiers()
     lines: list[str] = []
     where: dict[str, str] = {}  # root value -> C expression of its pointer
+    arena = plan.arena_bytes  # graph inputs and outputs a device model copies through get slots after the plan's
 
-    def declare(name: str, expr: str, const: bool) -> None:
+    def declare(name: str, expr: str, const: bool) -> str:
+        nonlocal arena
+        if not expr:
+            expr, arena = f"m->arena + {arena}", arena + _aligned(graph.value(name).nbytes)
         ctype = CTYPES[graph.value(name).dtype]
         var = ident(name)
         lines.append(f"  {'const ' if const else ''}{ctype}* {var} = ({'const ' if const else ''}{ctype}*)({expr});")
         where[name] = var
+        return var
 
     for i, name in enumerate(graph.inputs):
-        declare(name, f"inputs[{i}]", True)
-    copies: list[tuple[int, str]] = []  # graph outputs that are copies of an input, constant or other output
+        lines += memory.copy_in(declare(name, memory.input(i), memory.in_place), i, graph.value(name).nbytes)
+    copies: list[tuple[int, str]] = []  # graph outputs copied at the end (on the host: copies of other values)
     for i, name in enumerate(graph.outputs):
         root = part.aliases.get(name, name)
         if root in where or graph.is_constant(root) or root in graph.inputs:
             copies.append((i, root))
         else:
-            declare(root, f"outputs[{i}]", False)
+            declare(root, memory.output(i), False)
+            if not memory.in_place:
+                copies.append((i, root))
     for name, off in weight_offsets.items():
         declare(name, f"m->weights + {off}", True)
     for name, off in plan.offsets.items():
         declare(name, f"m->arena + {off}", False)
+    # where the host holds each value: everywhere in host memory, else the caller's inputs
+    host = dict(where) if memory.in_place else {
+        name: f"(const {CTYPES[graph.value(name).dtype]}*)inputs[{i}]" for i, name in enumerate(graph.inputs)}
     lines.append("")
+    staging = 0
+
+    def on_host(root: str, what: str) -> str:
+        """A host pointer to the value `root` (its copy in m->staging where the host does not hold it)."""
+        nonlocal staging
+        if root in host:
+            return host[root]
+        value = graph.value(root)
+        staging = max(staging, value.nbytes)
+        lines.extend(memory.fetch(where[root], value.nbytes, what))
+        return f"(const {CTYPES[value.dtype]}*)m->staging"
+
     for k, (sub, kernel) in enumerate(zip(part.subgraphs, kernel_names)):
-        lines += _index_checks(part, sub, where)
+        _index_checks(part, sub, on_host, lines)
         args = [where[part.aliases.get(n, n)] for n in sub.inputs + sub.outputs]
-        lines.append(f"  TIMED({k}, {kernel}({', '.join(args)}));")
-    lines += [f"  memcpy(outputs[{i}], {where[root]}, {graph.value(root).nbytes});" for i, root in copies]
+        lines.append(f"  TIMED({k}, {memory.call(kernel, ', '.join(args))});")
+    lines += [memory.copy_out(i, where[root], graph.value(root).nbytes) for i, root in copies]
     body = "\n".join(lines)
-    return f"""
-#include <stdio.h>
-#include <string.h>
-#include <time.h>
-#ifdef __linux__
-#include <sys/mman.h>
-#endif
-
+    return memory.wrap(f"""
 /* ---- executor: {graph.name}, {len(part.subgraphs)} kernels, arena {plan.arena_bytes} bytes ---- */
-typedef struct {{ char* arena; char* weights; char* scratch; char error[256]; }} tensorgen_model;
-
-/* weights and activations on huge pages where the kernel allows them (THP "madvise"): a layer streams megabytes
-   of weights, and 4 KB pages cost it a TLB miss every 64 cache lines */
-static void* tensorgen_big_alloc(size_t bytes) {{
-  size_t huge = (size_t)1 << 21, size = (bytes + huge - 1) / huge * huge;
-  void* p = aligned_alloc(huge, size);
-#ifdef MADV_HUGEPAGE
-  if (p) madvise(p, size, MADV_HUGEPAGE);
-#endif
-  return p;
-}}
-
-tensorgen_model* tensorgen_model_init(const void* weights) {{
-  tensorgen_model* m = (tensorgen_model*)malloc(sizeof(tensorgen_model));
-  if (!m) return NULL;
-  m->arena = (char*)tensorgen_big_alloc({max(plan.arena_bytes, 1)});
-  m->weights = (char*)tensorgen_big_alloc({max(weight_bytes, 1)});
-  m->scratch = (char*)aligned_alloc({ALIGN}, TENSORGEN_SCRATCH_BYTES + {ALIGN});
-  if (!m->arena || !m->weights || !m->scratch) {{
-    free(m->arena); free(m->weights); free(m->scratch); free(m); return NULL;
-  }}
-  memcpy(m->weights, weights, {weight_bytes});
-  m->error[0] = 0;
-  return m;
-}}
-
+{memory.runtime(weight_bytes, arena, staging)}
 const char* tensorgen_model_error(const tensorgen_model* m) {{ return m->error; }}
 
 /* every index of `ids` (n of them) in [-dim, dim), else the run fails naming the first one that is not */
@@ -222,10 +216,11 @@ static double tensorgen_now(void) {{
 
 /* seconds[k] += kernel k's time when `seconds` is given (a profile), else just the call */
 #define TIMED(k, call) do {{ double t0_ = seconds ? tensorgen_now() : 0.0; call; \
-                            if (seconds) seconds[k] += tensorgen_now() - t0_; }} while (0)
+                            if (seconds) {{ TENSORGEN_SYNC(k); seconds[k] += tensorgen_now() - t0_; }} }} while (0)
 
 int tensorgen_model_run_timed(tensorgen_model* m, const void* const* inputs, void* const* outputs,
                               double* seconds) {{
+  m->error[0] = 0;
   tensorgen_scratch = m->scratch;
 {body}
   return 0;
@@ -235,17 +230,13 @@ int tensorgen_model_run(tensorgen_model* m, const void* const* inputs, void* con
   return tensorgen_model_run_timed(m, inputs, outputs, NULL);
 }}
 
-void tensorgen_model_free(tensorgen_model* m) {{
-  if (m) {{ free(m->arena); free(m->weights); free(m->scratch); free(m); }}
-}}
-
 int tensorgen_model_num_inputs(void) {{ return {len(graph.inputs)}; }}
 int tensorgen_model_num_outputs(void) {{ return {len(graph.outputs)}; }}
 static const long input_bytes[] = {{{_sizes(graph, graph.inputs)}}};
 static const long output_bytes[] = {{{_sizes(graph, graph.outputs)}}};
 long tensorgen_model_input_bytes(int i) {{ return input_bytes[i]; }}
 long tensorgen_model_output_bytes(int i) {{ return output_bytes[i]; }}
-"""
+""")
 
 
 def _index_dims(node, graph) -> tuple[int, ...] | None:
@@ -258,12 +249,12 @@ def _index_dims(node, graph) -> tuple[int, ...] | None:
     return None
 
 
-def _index_checks(part: Partition, sub, where: dict[str, str]) -> list[str]:
-    """Checks of the run-time indices `sub`'s Gathers (GatherElements, ScatterElements, ScatterND) read from other
-    kernels or the model's inputs (fusion keeps their computation out of the node's kernel; constant ones were
-    checked at import)."""
+def _index_checks(part: Partition, sub, on_host: Callable[[str, str], str], lines: list[str]) -> None:
+    """Append to `lines` the checks of the run-time indices `sub`'s Gathers (GatherElements, ScatterElements,
+    ScatterND) read from other kernels or the model's inputs (fusion keeps their computation out of the node's
+    kernel; constant ones were checked at import). `on_host(value, what)`: a host pointer to the value (after the
+    lines that copy it there, if any)."""
     graph = part.graph
-    out = []
     for node in sub.nodes:
         dims = _index_dims(node, graph)
         indices = node.inputs[1] if dims is not None else None
@@ -272,13 +263,13 @@ def _index_checks(part: Partition, sub, where: dict[str, str]) -> list[str]:
         root = part.aliases.get(indices, indices)
         what = f"{'input' if root in graph.inputs else 'value'} '{root}' (indices of {node.op} '{node.name}')"
         what = re.sub(r"[^ -~]", "?", what).replace("\\", "\\\\").replace('"', '\\"')  # a C string literal
+        ids = on_host(root, what)
         size = graph.value(indices).size
         if node.op == "ScatterND":
             listed = ", ".join(f"{d}L" for d in dims)
-            out.append(f'  TENSORGEN_CHECK_ND_INDICES({where[root]}, {size}L, {len(dims)}, "{what}", {listed});')
+            lines.append(f'  TENSORGEN_CHECK_ND_INDICES({ids}, {size}L, {len(dims)}, "{what}", {listed});')
         else:
-            out.append(f'  TENSORGEN_CHECK_INDICES({where[root]}, {size}L, {dims[0]}L, "{what}");')
-    return out
+            lines.append(f'  TENSORGEN_CHECK_INDICES({ids}, {size}L, {dims[0]}L, "{what}");')
 
 
 def _sizes(graph, names: list[str]) -> str:

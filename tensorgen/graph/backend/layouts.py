@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from tensorgen.dag import ComputeDAG
-from tensorgen.graph.backend.default_schedule import default_schedule
+from tensorgen.graph.backend.default_schedule import DefaultSchedule
 from tensorgen.graph.ir import Value
 from tensorgen.graph.ops import op_kind
 from tensorgen.graph.ops.base import te_shape
@@ -60,9 +60,9 @@ def laid_out_state(sub: Subgraph, loops: State) -> State:
     return with_layouts(sub.dag, sub.layouts, loops) if sub.layouts else loops
 
 
-def default_laid_out(sub: Subgraph, cores: int) -> State:
-    """The default schedule of a subgraph in its layouts."""
-    return laid_out_state(sub, default_schedule(laid_out_dag(sub), cores))
+def default_laid_out(sub: Subgraph, cores: int, schedule: DefaultSchedule) -> State:
+    """The default schedule (of a kind of target) of a subgraph in its layouts."""
+    return laid_out_state(sub, schedule(laid_out_dag(sub), cores))
 
 
 @dataclass(frozen=True)

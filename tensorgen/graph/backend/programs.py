@@ -7,7 +7,7 @@ import logging
 from collections.abc import Sequence
 
 from tensorgen.errors import TensorgenError
-from tensorgen.graph.backend.default_schedule import default_schedule
+from tensorgen.graph.backend.model_target import model_target
 from tensorgen.graph.backend.select import CANDIDATE_POOL, candidate_records
 from tensorgen.graph.passes.fusion import Subgraph
 from tensorgen.records.database import Database
@@ -25,8 +25,8 @@ def schedule_subgraphs(subs: Sequence[Subgraph], target: Target, db: Database | 
     """(state, its recorded cost or None, how it was chosen) per subgraph: its best record on `target` (or
     its `ranks[i]`-th candidate, see select.candidate_records; `pools` caches each task's candidates with
     how many were asked for), else one adapted from the tuned subgraph of the same structure and closest
-    size, else the default schedule. Without `layouts`, records that lay out the kernel's arguments (ALT's)
-    are passed over."""
+    size, else the default schedule of the target's kind. Without `layouts`, records that lay out the kernel's
+    arguments (ALT's) are passed over."""
     pools = {} if pools is None else pools
 
     def record(sub: Subgraph, rank: int):
@@ -64,5 +64,5 @@ def schedule_subgraphs(subs: Sequence[Subgraph], target: Target, db: Database | 
         elif adapted := transfer_candidates(sub.dag, donors, limit=1):
             out.append((adapted[0], None, "transferred"))
         else:
-            out.append((default_schedule(sub.dag, cores), None, "default"))
+            out.append((model_target(target).schedule(sub.dag, cores), None, "default"))
     return out

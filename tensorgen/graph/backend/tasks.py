@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tensorgen.graph.backend.model_target import model_target
 from tensorgen.graph.ir import Graph
 from tensorgen.graph.passes.fusion import Partition, partition
 from tensorgen.hardware import hardware_for
@@ -20,9 +21,10 @@ class ModelTask:
 
 def extract_tasks(model: Graph | Partition, target: str | Target = "cpu",
                   hw: HardwareParams | None = None) -> list[ModelTask]:
-    """Distinct subgraphs of `model` as tasks, in order of first occurrence."""
-    part = model if isinstance(model, Partition) else partition(model)
+    """Distinct subgraphs of `model` as tasks, in order of first occurrence (a graph partitioned as a build for
+    `target` partitions it: model_target)."""
     target = Target.parse(target)
+    part = model if isinstance(model, Partition) else partition(model, model_target(target).channels_last)
     hw = hw if hw is not None else hardware_for(target)
     found: dict[str, list] = {}
     for sub in part.subgraphs:
