@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from tensorgen.codegen.backend import Backend, backend_for
-from tensorgen.errors import CompileError, TensorgenError
+from tensorgen.errors import CompileError, LoweringError, TensorgenError
 from tensorgen.graph.backend import LAYOUT_MODES
 from tensorgen.graph.backend.align import align_partitions
 from tensorgen.graph.backend.executor import executor_source, pack_weights, plan_memory
@@ -116,9 +116,10 @@ def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, hw: Ha
            ranks: Sequence[int] | None, pools: dict[str, tuple[int, list]],
            progress: Callable[[str], None] | None, failed: dict[int, str] | None = None,
            layouts: str = "off") -> Path:
-    """One build. A kernel whose program cannot be applied, lowered or compiled (a record of an older version,
-    a bug the fuzzers have not found yet) gets the default schedule instead, with a warning: `failed` holds
-    those kernels and why; a compile error names its kernels by compiling each alone, then the build restarts."""
+    """One build. A kernel whose program cannot be applied, lowered, rendered or compiled (a record of an older
+    version, a GPU program adapted past the block's limits, a bug the fuzzers have not found yet) gets the default
+    schedule instead, with a warning: `failed` holds those kernels and why; a render or compile error names its
+    kernels by building each alone, then the build restarts."""
     failed = {} if failed is None else failed
     backend, kind = backend_for(target, hw), model_target(target)
     graph_in = graph
@@ -160,10 +161,10 @@ def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, hw: Ha
         funcs = align_partitions(funcs, [[part.aliases.get(n, n) for n in sub.inputs + sub.outputs]
                                          for sub in part.subgraphs], hw.cores)
     executor = executor_source(part, [k.name for k in kernels], weight_offsets, len(blob), plan, kind.memory)
-    source = backend.render_module(funcs, executor)
     try:
+        source = backend.render_module(funcs, executor)  # a GPU program over the block's limits fails here
         library = backend.compile(source)
-    except CompileError:
+    except (CompileError, LoweringError):
         culprits = {i: err for i, f in enumerate(funcs) if i not in failed and (err := _compile_error(f, backend))}
         if not culprits:
             raise
@@ -218,9 +219,12 @@ def _kernel(graph: Graph, sub: Subgraph, state: State, name: str, tag: str, back
 
 
 def _compile_error(func: PrimFunc, backend: Backend) -> str:
-    """The compiler's first error line for `func` compiled alone ("" when it compiles)."""
+    """The renderer's error or the compiler's first error line for `func` rendered and compiled alone ("" when it
+    compiles)."""
     try:
         backend.compile(backend.render_module([func]))
+    except LoweringError as err:
+        return f"LoweringError: {err}"
     except CompileError as err:
         return "CompileError: " + err.first_error()
     return ""
