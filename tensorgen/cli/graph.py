@@ -9,9 +9,18 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 
-from tensorgen.cli.args import output_file, positive_int, thread_count, usable_cpus, write_json
+from tensorgen.cli.args import (
+    local_target,
+    output_file,
+    positive_int,
+    target_name,
+    thread_count,
+    usable_cpus,
+    write_json,
+)
 from tensorgen.cli.inputs import add_input_args, model_inputs, parse_input_shapes
 from tensorgen.cli.records import DEFAULT_DB, interrupted_line, open_existing, report_unreadable
 from tensorgen.cli.report import report_hint
@@ -23,24 +32,31 @@ from tensorgen.records.database import SQLiteDatabase
 def register(subparsers: argparse._SubParsersAction) -> None:
     subparsers.add_parser("models", help="list the built-in model zoo").set_defaults(fn=_models)
 
-    def model_args(p: argparse.ArgumentParser, inputs_required: bool = False,
-                   candidates: int = 4) -> argparse.ArgumentParser:
+    def model_args(p: argparse.ArgumentParser, inputs_required: bool = False, candidates: int = 4,
+                   target: Callable[[str], str] | None = None) -> argparse.ArgumentParser:
         p.add_argument("model", metavar="MODEL", help="a zoo name (see `tensorgen models`) or an .onnx file")
         p.add_argument("--db", help=f"tuning records to use, a file that must exist (default: {DEFAULT_DB} if it "
                                     "exists, else none); untuned subgraphs get a default schedule")
         p.add_argument("--batch", type=positive_int, default=1, help="batch size of a zoo model (default 1)")
-        p.add_argument("--candidates", type=positive_int, default=candidates, metavar="K",
+        p.add_argument("--candidates", type=positive_int, default=None, metavar="K",
                        help="pick each kernel's program among its task's K best records by timing the model built "
-                            f"with each (in-model selection: K + 1 more builds; default {candidates}; 1: the best "
-                            "alone)")
-        p.add_argument("--layouts", choices=LAYOUT_MODES, default="propagate",
+                            f"with each (in-model selection: K + 1 more builds; default {candidates}, 1 under "
+                            "-emulate=1; 1: the best alone)")
+        p.add_argument("--layouts", choices=LAYOUT_MODES, default=None,
                        help="records that store their kernel's arguments in layouts of their own (--policy alt): "
                             "propagate = follow them, with conversion kernels, and propagate the layouts along "
-                            "element-wise kernels (default); follow = conversion kernels only; off = pass them over")
+                            "element-wise kernels (default on a CPU); follow = conversion kernels only; off = pass "
+                            "them over (the only choice for cuda)")
+        p.set_defaults(default_candidates=candidates)
+        if target is not None:
+            p.add_argument("--target", type=target, default=None,
+                           help="what to build for (default cpu): 'cpu -mcpu=...', 'cuda -arch=sm_90', or "
+                                "'cuda -emulate=1' (CUDA kernels run on this CPU's emulation, to check them)")
         add_input_args(p, required=inputs_required)
         return p
 
-    build = model_args(subparsers.add_parser("build", help="compile a model into one shared library"))
+    build = model_args(subparsers.add_parser("build", help="compile a model into one shared library"),
+                       target=target_name)
     build.add_argument("-o", "--out", required=True, help="output directory (model.so, weights.bin, ...)")
     build.set_defaults(fn=_build)
     bench = model_args(subparsers.add_parser(
@@ -56,7 +72,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench.set_defaults(fn=_bench)
     run = model_args(subparsers.add_parser(
         "run", help="run a model once on your inputs (.npz in, .npz out); MODEL may also be a `tensorgen build` "
-                    "directory"), inputs_required=True, candidates=1)
+                    "directory"), inputs_required=True, candidates=1, target=local_target)
     run.add_argument("-o", "--out", required=True, type=output_file, metavar="FILE.npz",
                      help="where to write the outputs, by name")
     run.set_defaults(fn=_run)
@@ -170,15 +186,26 @@ def _records(path: str | None) -> SQLiteDatabase | None:
     return None
 
 
+def _build_options(args: argparse.Namespace) -> dict:
+    """build_model's keywords from the model arguments: the target, and as many candidates as it may time."""
+    from tensorgen.graph.backend.model_target import times_kernels
+
+    target = args.target or "cpu"
+    candidates = args.candidates or (args.default_candidates if times_kernels(target) else 1)
+    return {"target": target, "candidates": candidates, "layouts": args.layouts}
+
+
 def _build(args: argparse.Namespace) -> int:
     from tensorgen.graph.backend.build import build_model
+    from tensorgen.graph.backend.model_target import model_target
 
+    options = _build_options(args)
     graph = model_inputs(args.model, args.batch, args.shape, args.inputs).graph()
     db = _records(args.db)
-    out = build_model(graph, args.out, db=db, candidates=args.candidates, layouts=args.layouts, progress=print)
+    out = build_model(graph, args.out, db=db, progress=print, **options)
     if db is not None:
         report_unreadable(db)
-    print(f"wrote {out}/model.so, weights.bin, model.c, model.json")
+    print(f"wrote {out}/model.so, weights.bin, {model_target(options['target']).source}, model.json")
     return 0
 
 
@@ -195,7 +222,8 @@ def _bench(args: argparse.Namespace) -> int:
     rounds = max(2, args.blocks)
     result = compare(given.model, db=db, threads=args.threads, inputs=given.feed, input_shapes=given.shapes,
                      protocol=Protocol(rounds=rounds, max_rounds=max(rounds, Protocol.max_rounds)),
-                     profile=args.profile, candidates=args.candidates, layouts=args.layouts, with_torch=False)
+                     profile=args.profile, candidates=args.candidates or args.default_candidates,
+                     layouts=args.layouts, with_torch=False)
     if db is not None:
         report_unreadable(db)
     print(f"{result.model}: {result.tuned_tasks}/{result.total_tasks} tasks tuned, {args.threads} threads")
@@ -241,14 +269,13 @@ def _run(args: argparse.Namespace) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         if (Path(args.model) / MANIFEST).is_file():  # a `tensorgen build` directory: its shapes are fixed
-            if args.shape or args.batch != 1:
-                raise TensorgenError(f"{args.model} is a built model with fixed shapes; --shape and --batch apply "
-                                     "to zoo models and .onnx files")
+            if args.shape or args.batch != 1 or args.target:
+                raise TensorgenError(f"{args.model} is a built model with fixed shapes and target; --shape, --batch "
+                                     "and --target apply to zoo models and .onnx files")
             compiled, feed = CompiledModel(args.model), load_npz(args.inputs)
         else:
             given = model_inputs(args.model, args.batch, args.shape, args.inputs)
-            compiled = CompiledModel(build_model(given.graph(), tmp, db=_records(args.db), candidates=args.candidates,
-                                                 layouts=args.layouts))
+            compiled = CompiledModel(build_model(given.graph(), tmp, db=_records(args.db), **_build_options(args)))
             feed = given.feed
         outputs = compiled.run(feed)
     named = {name: array for (name, _, _), array in zip(compiled.outputs, outputs)}

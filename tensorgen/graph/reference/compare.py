@@ -130,7 +130,7 @@ def onnxruntime_engine(onnx_model: Any, feeds: dict, threads: int) -> tuple[Call
 def compare(model: object, db=None, threads: int = 2, batch: int = 1, protocol: Protocol = DEFAULT_PROTOCOL,
             out_dir: str | None = None, seed: int = 0, with_torch: bool = True, profile: bool = False,
             candidates: int = 1, inputs: Mapping[str, np.ndarray] | None = None,
-            input_shapes: Mapping[str, Sequence[int]] | None = None, layouts: str = "propagate") -> Comparison:
+            input_shapes: Mapping[str, Sequence[int]] | None = None, layouts: str | None = None) -> Comparison:
     """Build `model` (zoo name, .onnx path or ModelProto) with `db`'s records and time it next to its peers, every
     engine on `inputs` (arrays by input name; default: onnx_inputs.random_inputs drawn from `seed`, with
     `input_shapes` fixing symbolic dimensions) (`candidates`, `layouts`: see build_model)."""
