@@ -91,9 +91,10 @@ def compare(ours: Sequence[np.ndarray], ref: Sequence[np.ndarray], rtol: float =
 
 
 def check_model(model: onnx.ModelProto, seed: int, policy: str, trials: int, workdir: Path,
-                reference: list[np.ndarray] | None = None) -> Failure | None:
-    """Tune every task of `model` for `trials` with `policy` (a POLICIES key), build it with the database, run it
-    and compare with ONNX Runtime (`reference`: its outputs on `feeds(model)`, computed when not given)."""
+                reference: list[np.ndarray] | None = None, target: str = "cpu") -> Failure | None:
+    """Tune every task of `model` for `trials` with `policy` (a POLICIES key) on `target`, build it with the
+    database, run it and compare with ONNX Runtime (`reference`: its outputs on `feeds(model)`, computed when not
+    given)."""
     from tensorgen.graph.backend.build import build_model
     from tensorgen.graph.backend.tasks import extract_tasks
     from tensorgen.graph.load import load_graph
@@ -106,7 +107,7 @@ def check_model(model: onnx.ModelProto, seed: int, policy: str, trials: int, wor
     stage = "import"
     try:
         graph = load_graph(model)
-        tasks = extract_tasks(graph)
+        tasks = extract_tasks(graph, target)
         db = SQLiteDatabase(workdir / "tuning.db")
         try:
             stage = "tune"
@@ -121,7 +122,7 @@ def check_model(model: onnx.ModelProto, seed: int, policy: str, trials: int, wor
                 return Failure(seed, policy, "measure", "\n".join(
                     f"{r.result.error_kind.value}: {r.result.error_msg.strip()[-600:]}" for r in bad[:3]))
             stage = "build"
-            out = build_model(graph, workdir / "model", db=db)
+            out = build_model(graph, workdir / "model", target=target, db=db)
         finally:
             db.close()
         stage = "run"
