@@ -143,6 +143,7 @@ def test_select_cases():
         ops.select_cases(ops.parse_args(["--ops", "GMM", "--config", "1,2"]))
 
 
+@pytest.mark.slow  # a whole benchmark run, end to end (about 30 s on two busy cores)
 def test_ablation_smoke(tmp_path, capsys):
     ablation = load_bench("ablation")
     out = tmp_path / "ablation.json"

@@ -268,6 +268,7 @@ def _tiny_model(path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow  # a whole benchmark run, end to end (about 30 s on two busy cores)
 def test_pruner_networks_end_to_end(tmp_path):
     """The script on a one-layer model: two variants in their own processes, in turns, each with its database."""
     _tiny_model(tmp_path / "tiny.onnx")

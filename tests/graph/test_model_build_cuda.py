@@ -138,13 +138,13 @@ def _matmul_relu() -> onnx.ModelProto:
 
 
 def test_a_task_tuned_for_cuda_is_built_with_its_record(tmp_path):
-    """The task scheduler tunes the model's tasks for the emulated GPU (the same measure path as tune()); the build
-    uses the record."""
+    """The task scheduler tunes the model's tasks for the emulated GPU with Ansor's policy (GPU sketches, annotation,
+    evolution over GPU features; the same measure path as tune()); the build uses the record."""
     proto = _matmul_relu()
     tasks = extract_tasks(load_graph(proto), EMULATED)
     with SQLiteDatabase(tmp_path / "gpu.db") as db:
         TaskScheduler.from_models({"m": tasks}, seed=0, config=SchedulerConfig(round_trials=2)).tune(
-            2, db=db, policy="random")
+            2, db=db, policy="ansor")
         record = db.best(tasks[0].task.workload_key, EMULATED)
         assert record is not None and record.target == EMULATED
         directory = build_model(proto, tmp_path / "out", target=EMULATED, db=db)
