@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from tensorgen.errors import RuntimeCallError
+from tensorgen.runtime.cuda import cuda_available
 from tensorgen.runtime.module import aligned_empty
 
 #: each model library path this process has loaded, with the identity (inode, mtime, size) of the file it loaded
@@ -62,8 +63,11 @@ class CompiledModel:
         self._handle = lib.tensorgen_model_init(weights.ctypes.data)  # format 2 on: init copies the weights
         self._weights = weights if self.manifest.get("format", 1) < 2 else None  # format 1 keeps reading ours
         if not self._handle:
-            gpu = " (or no usable GPU)" if self.manifest.get("target", "cpu").startswith("cuda") else ""
-            raise RuntimeCallError(f"{self.directory}: out of memory{gpu} initializing the model")
+            target = self.manifest.get("target", "cpu")
+            if target.startswith("cuda") and "-emulate=1" not in target and not cuda_available():
+                raise RuntimeCallError(f"{self.directory}: built for {target}, and no CUDA GPU is usable on this "
+                                       "machine (a model built with -emulate=1 runs on this CPU)")
+            raise RuntimeCallError(f"{self.directory}: out of memory initializing the model")
         if threads is not None:
             self.set_num_threads(threads)
 

@@ -22,6 +22,7 @@ from tensorgen.graph.backend.build import build_model
 from tensorgen.graph.backend.tasks import extract_tasks
 from tensorgen.graph.load import load_graph
 from tensorgen.records.database import SQLiteDatabase
+from tensorgen.runtime.cuda import cuda_available
 from tensorgen.runtime.model import CompiledModel
 from tensorgen.schedule.gpu_bind import bind_unbound
 from tensorgen.schedule.state import State
@@ -200,3 +201,8 @@ def test_nvcc_compiles_a_built_model(tmp_path):
     """`cuda -arch=sm_90` compiles the same source with nvcc (a GPU runs it; none is needed to build it)."""
     directory = build_model(_matmul_relu(), tmp_path, target="cuda -arch=sm_90")
     assert (directory / "model.so").stat().st_size > 0 and "__global__" in (directory / "model.cu").read_text()
+    if cuda_available():
+        _check(_matmul_relu(), directory)
+    else:
+        with pytest.raises(RuntimeCallError, match="built for cuda -arch=sm_90, and no CUDA GPU is usable"):
+            CompiledModel(directory)
