@@ -34,6 +34,12 @@ OPSETS = (17, 18, 21)
 MAX_ELEMENTS = 4096  # per tensor: every kernel compiles and runs in well under a second
 
 
+# ops whose answer on NaN is ONNX Runtime's own: its max-like reductions and pools take a NaN or not by where it
+# lies, a NaN cast to an integer is undefined; NaN may reach none of them (see _Builder.nan)
+_NAN_UNDEFINED = frozenset({"ReduceMax", "ReduceMin", "MaxPool", "GlobalMaxPool", "ArgMax", "ArgMin", "TopK",
+                            "Hardmax"})
+
+
 class Rejected(Exception):
     """The drawn op does not fit the tensor it was drawn for; the generator draws another."""
 
@@ -49,6 +55,7 @@ class _Builder:
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     outputs: list[str] = field(default_factory=list)
     unsure: set[str] = field(default_factory=set)  # values whose inferred shape ONNX Runtime does not agree with
+    nan: set[str] = field(default_factory=set)  # values that may hold NaN (from nan_source)
     count: int = 0
     opset: int = OPSETS[-1]
     ops: Sequence[str] = ()  # the OPS the model draws from (all when empty)
@@ -86,6 +93,11 @@ class _Builder:
         """Add a node; its outputs get the shapes ONNX infers (`shape` where it infers none: ONNX does not infer
         through some function ops). Rejected if it is invalid or too large."""
         outs = [self.fresh(op.lower()) for _ in range(n_outputs)]
+        if self.nan.intersection(inputs):
+            if op in _NAN_UNDEFINED or attrs.get("reduction") in ("max", "min") or (
+                    op == "Cast" and attrs["to"] != TensorProto.FLOAT):
+                raise Rejected(f"{op} of a value that may be NaN")
+            self.nan.update(outs)
         self.nodes.append(helper.make_node(op, list(inputs), outs, name=self.fresh(f"{op}_"), **attrs))
         try:
             shapes = [shape if s is None else s for s in _inferred(self.model([]), outs)]
@@ -198,6 +210,7 @@ def swish_like(b: _Builder, x: str) -> str:
 def nan_source(b: _Builder, x: str) -> str:
     """Sqrt of a value that is negative in places, often into a max-like op: each engine must propagate NaN alike."""
     y = b.op("Sqrt", [x])
+    b.nan.add(y)
     then = _pick(b.rng, ["Relu", "Clip", "Max", "none"])
     if then == "Clip":
         return b.op("Clip", [y, b.scalar(0), b.scalar(1)])
@@ -756,7 +769,10 @@ def normalization(b: _Builder, x: str) -> str:
     if op == "LpNormalization":
         return b.op(op, [x], axis=_signed(b, int(b.rng.integers(rank)), rank), p=int(b.rng.integers(1, 3)))
     if op == "MeanVarianceNormalization":
-        return b.op(op, [x], axes=_some_axes(b, rank))
+        axes = _some_axes(b, rank)
+        if math.prod(shape[a] for a in axes) < 2:  # ONNX Runtime: NaN (0 / 0), its function body: 0 / 1e-9
+            raise Rejected("the variance of one element")
+        return b.op(op, [x], axes=axes)
     c, epsilon = shape[1], float(_pick(b.rng, [1e-5, 1e-3]))
     if op == "LRN":
         return b.op(op, [x], size=int(_pick(b.rng, [1, 3, 5])), alpha=float(b.rng.uniform(1e-4, 1e-2)),
