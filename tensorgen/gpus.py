@@ -23,20 +23,21 @@ class Gpu:
     shared_mem_per_sm: int = 228 * 1024
     max_blocks_per_sm: int = 32
     registers_per_sm: int = 64 * 1024
+    memory_gib: int = 80
 
 
 MIB = 1024 * 1024
 GPUS: dict[str, Gpu] = {g.name: g for g in (
-    Gpu("v100", "sm_70", 80, 15_700, 900, 6 * MIB, shared_mem_per_sm=96 * 1024),
+    Gpu("v100", "sm_70", 80, 15_700, 900, 6 * MIB, shared_mem_per_sm=96 * 1024, memory_gib=32),
     Gpu("t4", "sm_75", 40, 8_100, 320, 4 * MIB, max_threads_per_sm=1024, shared_mem_per_sm=64 * 1024,
-        max_blocks_per_sm=16),
+        max_blocks_per_sm=16, memory_gib=16),
     Gpu("a100", "sm_80", 108, 19_500, 2_039, 40 * MIB, shared_mem_per_sm=164 * 1024),
     Gpu("rtx3090", "sm_86", 82, 35_600, 936, 6 * MIB, max_threads_per_sm=1536, shared_mem_per_sm=100 * 1024,
-        max_blocks_per_sm=16),
+        max_blocks_per_sm=16, memory_gib=24),
     Gpu("l4", "sm_89", 58, 30_300, 300, 48 * MIB, max_threads_per_sm=1536, shared_mem_per_sm=100 * 1024,
-        max_blocks_per_sm=24),
+        max_blocks_per_sm=24, memory_gib=24),
     Gpu("h100", "sm_90", 132, 66_900, 3_350, 50 * MIB),
-    Gpu("h200", "sm_90", 132, 66_900, 4_800, 50 * MIB),
+    Gpu("h200", "sm_90", 132, 66_900, 4_800, 50 * MIB, memory_gib=141),
 )}
 #: the GPU a bare `-arch` stands for
 DEFAULT_FOR_ARCH = {"sm_70": "v100", "sm_75": "t4", "sm_80": "a100", "sm_86": "rtx3090", "sm_89": "l4",
@@ -68,3 +69,10 @@ def gpu_hardware(gpu: Gpu) -> HardwareParams:
                           bandwidth_gbs=gpu.bandwidth_gbs, sm_count=gpu.sm_count,
                           extra={"gpu": gpu.name, "arch": gpu.arch, "max_threads_per_sm": gpu.max_threads_per_sm,
                                  "max_blocks_per_sm": gpu.max_blocks_per_sm, "registers_per_sm": gpu.registers_per_sm})
+
+
+def closest_gpu(arch: str, sm_count: int, memory_gib: float) -> Gpu | None:
+    """The GPU of the table a detected one is: same architecture and SMs, the nearest in memory (an H100 and an H200
+    differ in memory alone); None if the table has no GPU of that architecture and SM count."""
+    same = [g for g in GPUS.values() if g.arch == arch and g.sm_count == sm_count]
+    return min(same, key=lambda g: abs(g.memory_gib - memory_gib)) if same else None

@@ -21,7 +21,8 @@ from typing import Any
 
 from tensorgen.codegen.toolchain import compile_source
 from tensorgen.errors import MemoryBudgetError, TensorgenError
-from tensorgen.gpus import gpu_hardware, gpu_of
+from tensorgen.gpus import closest_gpu, gpu_hardware, gpu_of
+from tensorgen.runtime.cuda import cuda_available, cudart
 from tensorgen.target import HardwareParams, Target
 
 SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
@@ -337,13 +338,34 @@ def march_simd_bytes(march: str) -> int | None:
     return 64 if "__AVX512F__" in macros else 32 if "__AVX__" in macros else 16
 
 
+#: HardwareParams field -> the cudaDeviceAttr that gives it on the device at hand
+DEVICE_ATTRIBUTES = {"sm_count": 16, "max_threads_per_block": 1, "shared_mem_per_block": 8, "warp_size": 10,
+                     "l2_bytes": 38}
+_CC_MAJOR, _CC_MINOR = 75, 76
+
+
+def cuda_hardware(target: Target) -> HardwareParams:
+    """Params of a cuda target: the GPU its -device names, else the GPU at hand when one is usable and of the
+    target's -arch (its limits read from the device, its peaks from the table's entry for it), else the usual part of
+    the -arch (tensorgen.gpus)."""
+    if target.get("device") is not None or target.get("emulate") == "1" or not cuda_available():
+        return gpu_hardware(gpu_of(target))
+    runtime = cudart()
+    arch = f"sm_{runtime.attribute(_CC_MAJOR)}{runtime.attribute(_CC_MINOR)}"
+    read = {field: runtime.attribute(attr) for field, attr in DEVICE_ATTRIBUTES.items()}
+    gpu = closest_gpu(arch, read["sm_count"], runtime.memory_bytes() / 2**30)
+    if target.get("arch") not in (None, arch) or gpu is None:
+        return gpu_hardware(gpu_of(target))  # compiling for another GPU than this one, or one the table lacks
+    return gpu_hardware(gpu).replace(**read)
+
+
 def hardware_for(target: Target | str) -> HardwareParams:
     """Params for compiling to `target`: the local CPU, with `-cores=N` limiting threads (and peak with it) and
     `-mcpu=NAME` the vector width gcc may use for NAME (narrower than the machine's: `cpu -mcpu=haswell` makes AVX2
     programs on an AVX-512 machine; peak scales with it)."""
     target = Target.parse(target)
     if target.kind == "cuda":
-        return gpu_hardware(gpu_of(target))
+        return cuda_hardware(target)
     hw = local_hardware()
     simd = march_simd_bytes(target.march) if target.get("mcpu") else None
     if simd is not None and simd < hw.simd_bytes:

@@ -246,3 +246,30 @@ def test_cli_table_and_errors(capsys):
     args = _parser().parse_args(["hw", "--set", "bogus=1"])
     with pytest.raises(TensorgenError, match="valid keys"):
         args.fn(args)
+
+
+class FakeDevice:
+    """What the CUDA runtime says of an H200 (cudaDeviceGetAttribute, cudaMemGetInfo)."""
+
+    ATTRIBUTES = {75: 9, 76: 0, 16: 132, 1: 1024, 8: 48 * 1024, 10: 32, 38: 60 * 2**20}
+
+    def attribute(self, attr: int, device: int = 0) -> int:
+        return self.ATTRIBUTES[attr]
+
+    def memory_bytes(self) -> int:
+        return 143_771 * 2**20
+
+
+def test_a_cuda_target_without_a_device_is_the_gpu_at_hand(monkeypatch):
+    """The GPU at hand is told by its architecture, SMs and memory (an H100 and an H200 differ in memory alone); its
+    limits are read from it. An explicit -device, another -arch or emulation keep the table's GPU."""
+    from tensorgen import hardware
+
+    monkeypatch.setattr(hardware, "cuda_available", lambda: True)
+    monkeypatch.setattr(hardware, "cudart", FakeDevice)
+    here = hardware_for("cuda")
+    assert (here.extra["gpu"], here.bandwidth_gbs, here.sm_count, here.l2_bytes) == ("h200", 4800, 132, 60 * 2**20)
+    assert hardware_for("cuda -arch=sm_90").extra["gpu"] == "h200"
+    assert hardware_for("cuda -device=a100").extra["gpu"] == "a100"
+    assert hardware_for("cuda -arch=sm_80").extra["gpu"] == "a100"
+    assert hardware_for("cuda -emulate=1").extra["gpu"] == "h100"

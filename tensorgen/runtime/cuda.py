@@ -81,6 +81,26 @@ class CudaRuntime:
             raise DeviceError(f"no CUDA GPU is usable: {reason} ({self.name})")
         return n.value
 
+    def attribute(self, attr: int, device: int = 0) -> int:
+        """cudaDeviceGetAttribute(attr) of `device` (attr: a cudaDeviceAttr value, e.g. 16 for the SM count)."""
+        fn = self._lib["cudaDeviceGetAttribute"]
+        fn.argtypes, fn.restype = [ctypes.POINTER(_INT), _INT, _INT], _INT
+        value = ctypes.c_int(0)
+        code = fn(ctypes.byref(value), attr, device)
+        if code:
+            raise DeviceError(f"cudaDeviceGetAttribute({attr}) failed: CUDA error {code} ({self.error_string(code)})")
+        return value.value
+
+    def memory_bytes(self) -> int:
+        """The current device's memory (cudaMemGetInfo's total)."""
+        fn = self._lib["cudaMemGetInfo"]
+        fn.argtypes, fn.restype = [ctypes.POINTER(ctypes.c_size_t)] * 2, _INT
+        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        code = fn(ctypes.byref(free), ctypes.byref(total))
+        if code:
+            raise DeviceError(f"cudaMemGetInfo failed: CUDA error {code} ({self.error_string(code)})")
+        return total.value
+
     def synchronize(self) -> None:
         """Wait for all work on the device; DeviceError if a kernel failed."""
         self._call("cudaDeviceSynchronize")
