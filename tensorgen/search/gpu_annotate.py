@@ -62,7 +62,7 @@ class Block:
     threads: int
     vthreads: int
     local: int  # elements of a thread's tile
-    shared_bytes: int  # the shared tiles fetched per step of the outer reduction tile
+    shared_bytes: int  # the shared tiles a virtual thread fetches per step of the outer reduction tile
 
     def fits(self, hw: HardwareParams, policy: GpuAnnotationPolicy) -> bool:
         return (self.threads <= hw.max_threads_per_block and self.vthreads <= policy.max_vthread
