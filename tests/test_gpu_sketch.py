@@ -121,6 +121,17 @@ def test_gpu_sketches_inline_fuse_and_factor_reductions():
         assert len(sketches) == n and sum("rfactor" not in str(s) for s in sketches) == 1, make.__name__
 
 
+def test_an_operand_read_at_two_indices_is_not_copied_to_shared_memory():
+    """A @ A reads A at [i, k] and at [k, j]: one shared copy of it would hold the tiles of both, i.e. all of A (64
+    KiB here, more than a block may have), so that no tile sizes fit and the task had no valid program."""
+    a = te.placeholder((128, 128), name="A")
+    task = cuda_task([a, ops.matmul(a, a, name="C")])
+    (sketch,) = generate_sketches(task)
+    assert "cache_read" not in str(sketch) and "s.cache_write('C', 'local')" in str(sketch)
+    state = for_target(task).sample(task, sketch, np.random.default_rng(0), None)
+    assert is_valid_gpu(state, HW)
+
+
 def shared_bytes(func) -> list[int]:
     """Per kernel, the bytes of shared memory its tiles take."""
     _, nests = split_kernels(func.body)
