@@ -121,6 +121,17 @@ def test_gpu_sketches_inline_fuse_and_factor_reductions():
         assert len(sketches) == n and sum("rfactor" not in str(s) for s in sketches) == 1, make.__name__
 
 
+def test_an_operand_read_at_two_indices_is_not_copied_to_shared_memory():
+    """A @ A reads A at [i, k] and at [k, j]: one shared copy of it would hold the tiles of both, i.e. all of A (64
+    KiB here, more than a block may have), so that no tile sizes fit and the task had no valid program."""
+    a = te.placeholder((128, 128), name="A")
+    task = cuda_task([a, ops.matmul(a, a, name="C")])
+    (sketch,) = generate_sketches(task)
+    assert "cache_read" not in str(sketch) and "s.cache_write('C', 'local')" in str(sketch)
+    state = for_target(task).sample(task, sketch, np.random.default_rng(0), None)
+    assert is_valid_gpu(state, HW)
+
+
 def shared_bytes(func) -> list[int]:
     """Per kernel, the bytes of shared memory its tiles take."""
     _, nests = split_kernels(func.body)
@@ -146,6 +157,25 @@ def test_random_gpu_programs_lower_and_render_within_the_limits(name):
                 if (block := block_of(state, i)) is not None:
                     assert block.vthreads <= policy.max_vthread and block.local <= policy.max_local_tile
                     assert block.fits(HW, policy)
+
+
+def grouped_conv2d():  # 128 output channels a group: a block of 32 of them straddles two groups' inputs
+    ins, outs = suite.make_grp(7, 7, 512, 512, 3, 1, 1, 4)
+    return [*ins, *outs]
+
+
+@pytest.mark.parametrize("make", [grouped_conv2d, conv2d, gmm])
+def test_the_shared_memory_a_tiling_asks_for_is_what_lowering_allocates(make):
+    """block_of's shared bytes, which the sampler keeps within the GPU's, are those of the lowered program: a
+    virtual thread's tiles (the tiles of all of a block's virtual threads were counted), from a block anywhere
+    (one at the start of each axis was assumed: a grouped conv's block of output channels that straddles two
+    groups fetches both groups' inputs)."""
+    task = cuda_task(make())
+    (sketch,) = generate_sketches(task)
+    for j in range(12):
+        state = for_target(task).sample(task, sketch, np.random.default_rng(j), None)
+        blocks = [b for i in range(len(state.stages)) if (b := block_of(state, i)) is not None]
+        assert sum(b.shared_bytes for b in blocks) == sum(shared_bytes(lower(state, gpu=True))), str(state)
 
 
 def test_threads_fetch_shared_tiles_together_and_blocks_are_whole_warps_where_they_can_be():

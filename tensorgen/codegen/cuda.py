@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from tensorgen.codegen.c import CTYPES, CWriter
+from tensorgen.codegen.c import CTYPES, RESERVED, CWriter
 from tensorgen.errors import LoweringError
 from tensorgen.loopir.nodes import (
     Allocate,
@@ -41,6 +41,25 @@ _DIM = {"blockIdx": "gridDim", "threadIdx": "blockDim"}
 #: the most bytes one thread's local array may take (more spills to local memory, and is never the program
 #: the search is after)
 LOCAL_LIMIT = 16 * 1024
+
+#: identifiers a buffer may not have in CUDA source, on top of C's: C++'s keywords and alternative tokens (ONNX's
+#: And made a stage `and`, and `and[i] = ...` does not compile), CUDA's built-in variables and types, and the
+#: device functions the emulation header and the CUDA headers define
+CUDA_RESERVED = RESERVED | frozenset({
+    "alignas", "alignof", "and", "and_eq", "asm", "bitand", "bitor", "catch", "char8_t", "char16_t", "char32_t",
+    "class", "compl", "concept", "consteval", "constexpr", "constinit", "const_cast", "co_await", "co_return",
+    "co_yield", "decltype", "delete", "dynamic_cast", "explicit", "export", "friend", "mutable", "namespace", "new",
+    "noexcept", "not", "not_eq", "nullptr", "operator", "or", "or_eq", "private", "protected", "public",
+    "reinterpret_cast", "requires", "static_assert", "static_cast", "template", "this", "thread_local", "throw",
+    "try", "typeid", "typename", "using", "virtual", "wchar_t", "xor", "xor_eq",
+    "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "dim3", "uint3", "float2", "float4", "make_float2",
+    "make_float4", "min", "max", "atomicAdd"})
+
+
+def cuda_name(name: str) -> str:
+    """The name in CUDA source of a buffer named `name`: its own, with a `_` after it where C++ or CUDA uses it."""
+    return f"{name}_" if name in CUDA_RESERVED else name
+
 
 PRELUDE = """\
 #ifndef TENSORGEN_CUDA_EMULATION
@@ -152,14 +171,14 @@ def render_cuda_function(func: PrimFunc, max_threads: int = 1024, shared_bytes: 
     for b in globals_:
         ctype, nbytes = CTYPES[b.dtype], math.ceil(b.nbytes / 256) * 256
         if scratch:
-            binds.append(f"  {ctype}* {b.name} = ({ctype}*)(tensorgen_scratch + {offset});")
+            binds.append(f"  {ctype}* {cuda_name(b.name)} = ({ctype}*)(tensorgen_scratch + {offset});")
             offset += nbytes
         else:
             workspaces += (f"static {ctype}* {func.name}_{b.name}_workspace(void) {{\n"
                            f"  static {ctype}* buffer;\n"
                            f"  if (!buffer) cudaMalloc((void**)&buffer, {nbytes});\n"
                            f"  return buffer;\n}}\n")
-            binds.append(f"  {ctype}* {b.name} = {func.name}_{b.name}_workspace();")
+            binds.append(f"  {ctype}* {cuda_name(b.name)} = {func.name}_{b.name}_workspace();")
     return RenderedCuda(helpers, "\n".join(kernels) + "\n" + workspaces + _host_entry(func, binds, launches), offset)
 
 
@@ -177,11 +196,12 @@ def buffers_used(nest: Stmt) -> set[Buffer]:
 def _host_entry(func: PrimFunc, binds: list[str], launches: list[tuple[PrimFunc, Launch]]) -> str:
     """The host entry point: `binds` (the workspaces' pointers), then every kernel's launch, in order."""
     outs = {b.name for b in func.args[-func.attrs.get("n_outputs", 1):]}
-    params = ", ".join(f"{'' if b.name in outs else 'const '}{CTYPES[b.dtype]}* {b.name}" for b in func.args)
+    params = ", ".join(f"{'' if b.name in outs else 'const '}{CTYPES[b.dtype]}* {cuda_name(b.name)}"
+                       for b in func.args)
     lines = [f"extern \"C\" int {func.name}({params}) {{", *binds]
     for kernel, launch in launches:
         grid, block = (", ".join(map(str, d)) for d in (launch.grid, launch.block))
-        names = "".join(f", {b.name}" for b in kernel.args)
+        names = "".join(f", {cuda_name(b.name)}" for b in kernel.args)
         lines.append(f"  TG_LAUNCH({kernel.name}, dim3({grid}), dim3({block}){names});")
     lines.append("  return (int)cudaGetLastError();\n}\n")
     return "\n".join(lines)
@@ -197,8 +217,11 @@ class CudaWriter(CWriter):
     shared_used: int = 0
     uniform: list[bool] = field(default_factory=list)  # per enclosing loop or condition: do all threads take it?
 
+    def cname(self, buf: Buffer) -> str:
+        return cuda_name(buf.name)
+
     def render_kernel(self) -> str:
-        self.taken.update({"threadIdx", "blockIdx", "blockDim", "gridDim"})
+        self.taken.update(CUDA_RESERVED)
         params = []
         for buf in self.func.args:
             name = self.cname(buf)

@@ -4,7 +4,7 @@ a GPU sketch (`gpu_rules`) into a program a GPU can run.
 * Tile sizes are drawn as on CPUs (uniform perfect tilings), again until the block each tiled stage asks for
   fits the GPU: at most `max_threads_per_block` threads (whole warps preferred: a draw that is not is kept only
   when half the tries found none that is), at most `max_vthread` virtual threads, a thread's tile of at most
-  `max_local_tile` elements, and shared tiles (estimated by bound inference over the block's tile) within
+  `max_local_tile` elements, and shared tiles (bound inference over a virtual thread's tile, as lowering does) within
   `shared_mem_per_block`.
 * Thread binding: a tiled stage's root fuses each of its first three space levels and binds them to blockIdx.x,
   vthread and threadIdx.x; a shared tile is fetched by the block's threads together (its loops fused, split by
@@ -26,6 +26,7 @@ import numpy as np
 
 from tensorgen.codegen.cuda import render_cuda
 from tensorgen.errors import LoweringError, ScheduleError
+from tensorgen.loopir.simplify import Ranges
 from tensorgen.schedule.bound import interval, union
 from tensorgen.schedule.gpu_bind import bind_flat
 from tensorgen.schedule.lower import lower
@@ -37,7 +38,7 @@ from tensorgen.search.gpu_rules import GPU_LEVELS, GPU_STRUCTURE
 from tensorgen.search.mutations import final_stage_id
 from tensorgen.target import HardwareParams
 from tensorgen.task import SearchTask
-from tensorgen.te.expr import Load, Reduce, walk
+from tensorgen.te.expr import Expr, Load, Reduce, Var, substitute, walk
 
 #: lengths of a GPU-tiled stage's space split (its levels but the outermost): vthread, thread, two inner tiles
 SPACE_LENGTHS = GPU_STRUCTURE.count("S") - 1
@@ -61,7 +62,7 @@ class Block:
     threads: int
     vthreads: int
     local: int  # elements of a thread's tile
-    shared_bytes: int  # the shared tiles fetched per step of the outer reduction tile
+    shared_bytes: int  # the shared tiles a virtual thread fetches per step of the outer reduction tile
 
     def fits(self, hw: HardwareParams, policy: GpuAnnotationPolicy) -> bool:
         return (self.threads <= hw.max_threads_per_block and self.vthreads <= policy.max_vthread
@@ -141,8 +142,8 @@ def block_of(state: State, i: int) -> Block | None:
     spatial = space_splits(st)
     if not spatial or None in (x for lengths in spatial.values() for x in lengths):
         return None
-    tile = {name: math.prod(lengths) for name, lengths in spatial.items()}
-    tile |= {r.parent: math.prod(r.lengths) for r in st.relations  # type: ignore[misc]
+    tile = {name: (lengths[VTHREAD], math.prod(lengths[THREAD:])) for name, lengths in spatial.items()}
+    tile |= {r.parent: (1, math.prod(r.lengths)) for r in st.relations  # type: ignore[misc]
              if isinstance(r, Split) and r.parent in st.root_names[st.tensor.ndim:]}
     shared = sum(shared_bytes(st, p, tile) for p in state.stages
                  if p.attach and p.attach[0] == st.name and p.tensor.attrs.get("scope") == "shared")
@@ -152,16 +153,28 @@ def block_of(state: State, i: int) -> Block | None:
                  shared_bytes=shared)
 
 
-def shared_bytes(reader: Stage, tile_stage: Stage, tile: dict[str, int]) -> int:
-    """Bytes of `tile_stage` that `reader` reads while its root axes sweep `tile` (a block's tile; reduce axes:
-    one step of the outer reduction tile); a dimension whose range is not affine counts whole."""
+def shared_bytes(reader: Stage, tile_stage: Stage, tile: dict[str, tuple[int, int]]) -> int:
+    """Bytes of `tile_stage` that `reader` reads in one virtual thread of a block whose tile is, per root axis of
+    `reader`, `tile`'s (virtual threads, elements of each; reduce axes: one step of the outer reduction tile):
+    the block's threads fetch it together. Its region is what lowering infers, from a block anywhere along each
+    axis (a tile that a division does not divide evenly spans one row more); a dimension whose range is not
+    affine counts whole."""
     t = reader.tensor
     axes = (*t.axes, *(t.body.axes if isinstance(t.body, Reduce) else ()))
-    free = {v: tile.get(name, 1) for name, v in zip(reader.root_names, axes)}
+    free: dict[Var, int] = {}
+    ranges: Ranges = {}
+    at: dict[Var, Expr] = {}
+    for name, v in zip(reader.root_names, axes):
+        vthreads, n = tile.get(name, (1, 1))
+        blocks = -(-(v.extent or 1) // (vthreads * n))
+        block, vthread, inner = (Var(f"{name}.{part}", "int32") for part in ("block", "vthread", "inner"))
+        free[inner] = n
+        ranges |= {block: (0, blocks - 1), vthread: (0, vthreads - 1), inner: (0, n - 1)}
+        at[v] = (block * vthreads + vthread) * n + inner
     reads = [n for n in walk(t.body) if isinstance(n, Load) and n.tensor.name == tile_stage.name]
     elements = 1
     for d, full in enumerate(tile_stage.tensor.shape):
-        parts = [interval(r.indices[d], free, {}) for r in reads]
+        parts = [interval(substitute(r.indices[d], at), free, ranges) for r in reads]
         merged = union(parts) if parts and None not in parts else None  # type: ignore[arg-type]
         elements *= full if merged is None else min(merged[1], full)
     return elements * np.dtype(tile_stage.tensor.dtype).itemsize

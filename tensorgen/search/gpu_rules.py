@@ -7,8 +7,8 @@ is always fused into its element-wise consumer (at the third level: the thread's
 local cache stage, never left alone; every non-output stage without a reduction is inlined. Three rules are the
 GPU's own:
 
-* AddSharedCacheRead: an operand of a tiled stage is copied into shared memory at the outermost reduction tile
-  (annotation makes the block's threads fetch it together);
+* AddSharedCacheRead: an operand of a tiled stage (read at one index) is copied into shared memory at the
+  outermost reduction tile (annotation makes the block's threads fetch it together);
 * CrossThreadReduction: a reduction with little space parallelism (a tiled stage with fewer outputs than
   reduction steps, any other reduction longer than a warp) is split by rfactor into partial sums over a new
   space axis, which annotation binds to threads like any space loop: the partial sums run in parallel in one
@@ -40,7 +40,7 @@ from tensorgen.search.rules import (
     is_tiled,
     split_reduction,
 )
-from tensorgen.te.expr import Reduce
+from tensorgen.te.expr import Load, Reduce, walk
 
 if TYPE_CHECKING:
     from tensorgen.task import SearchTask
@@ -60,9 +60,10 @@ def outer_reduce_iter(state: State, i: int) -> str | None:
 
 
 class AddSharedCacheRead(SketchRule):
-    """A stage read (directly) by a single tiled stage only is copied into shared memory, computed at the
-    tiled stage's outermost reduction tile; the derivation stays at the stage (now read by the copy only, so
-    the next rule may inline it into the copy)."""
+    """A stage read (directly) by a single tiled stage only, at one index, is copied into shared memory, computed
+    at the tiled stage's outermost reduction tile; the derivation stays at the stage (now read by the copy only,
+    so the next rule may inline it into the copy). A stage read at two indices (A @ A) is not: the copy would
+    hold the block's tiles of both reads, the whole tensor."""
 
     name = "add_shared_cache_read"
 
@@ -74,7 +75,10 @@ class AddSharedCacheRead(SketchRule):
         if len(consumers) != 1 or consumers[0] not in state.consumers(st.name):
             return Cond.SKIP
         r = state.stage_id(consumers[0])
-        ok = is_tiled(state, r) and has_data_reuse(state, r) and outer_reduce_iter(state, r) is not None
+        body = state.stages[r].tensor.body
+        reads = {n.indices for n in walk(body) if isinstance(n, Load) and n.tensor.name == st.name}
+        ok = len(reads) == 1 and is_tiled(state, r) and has_data_reuse(state, r) and \
+            outer_reduce_iter(state, r) is not None
         return Cond.APPLY_AND_SKIP_REST if ok else Cond.SKIP
 
     def apply(self, task: SearchTask, state: State, i: int) -> list[Derivation]:
