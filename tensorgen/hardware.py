@@ -348,7 +348,7 @@ def cuda_hardware(target: Target) -> HardwareParams:
     """Params of a cuda target: the GPU its -device names, else the GPU at hand when one is usable and of the
     target's -arch (its limits read from the device, its peaks from the table's entry for it), else the usual part of
     the -arch (tensorgen.gpus)."""
-    if target.get("device") is not None or target.get("emulate") == "1" or not cuda_available():
+    if target.get("device") is not None or target.emulated or not cuda_available():
         return gpu_hardware(gpu_of(target))
     runtime = cudart()
     arch = f"sm_{runtime.attribute(_CC_MAJOR)}{runtime.attribute(_CC_MINOR)}"

@@ -56,6 +56,12 @@ class Target:
         return dict(self.options).get(key, default)
 
     @property
+    def emulated(self) -> bool:
+        """A CUDA target whose programs run on this CPU under the emulation (`cuda -emulate=1`): right answers,
+        times that say nothing of a GPU's."""
+        return self.get("emulate") == "1"
+
+    @property
     def march(self) -> str:
         """The value for gcc's -march: the target's -mcpu, or `native`."""
         return self.get("mcpu", "native")

@@ -145,3 +145,14 @@ def test_the_runner_times_and_checks_an_emulated_cuda_candidate():
     ok, bad = LocalRunner(check_correctness=True, number=1, repeat=2).run(inputs, built)
     assert ok.error_kind == ErrorKind.NONE and len(ok.costs) == 2, ok.error_msg
     assert bad.error_kind == ErrorKind.RUNTIME_ERROR and "CUDA error 9" in bad.error_msg, bad.error_msg
+
+
+def test_emulated_candidates_are_never_killed_or_given_up_for_slowness():
+    """Emulated times count the emulator's thread switches, not a GPU's speed: the runner's limits relative to the
+    fastest candidate (timeout_factor, give_up_factor) do not apply to them."""
+    state = gpu_gmm_state(40, 24, 16)
+    runner = LocalRunner(timeout=10.0, timeout_factor=20.0, give_up_factor=8.0)
+    for target, limited in ((EMULATED, False), ("cpu", True)):
+        task = SearchTask(state.dag, Target.parse(target), hardware_for(target))
+        runner.note_fastest(task, 1e-4)
+        assert (runner.timeout_for(task) < 10.0) == limited and (runner.give_up_after(task) > 0) == limited

@@ -82,3 +82,21 @@ def test_a_model_rebuilt_into_the_same_folder_runs_next_to_the_old_one(tmp_path)
     y = np.arange(20, dtype=np.float32).reshape(4, 5)
     np.testing.assert_array_equal(second.run([y])[0], -y)
     np.testing.assert_array_equal(first.run([x])[0], np.maximum(x, 0))
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda -emulate=1"])
+def test_integer_division_by_zero_is_zero_not_a_trap(target):
+    """ONNX leaves integer Mod (and Div) by 0 undefined; generated code gives 0 (a SIGFPE ended the program, and every
+    candidate of a task with an int64 divisor crashed in the harness, which fills integer inputs with 0)."""
+    a = te.placeholder((6,), "int64", name="a")
+    b = te.placeholder((6,), "int64", name="b")
+    f = te.compute((6,), lambda i: a[i] // b[i], name="f")
+    m = te.compute((6,), lambda i: a[i] % b[i], name="m")
+    fn = build([a, b, f, m], target=target)
+    x = np.array([7, -7, 7, -7, 5, 9], np.int64)
+    y = np.array([2, 2, -2, 0, 0, 3], np.int64)
+    got_f, got_m = fn.run(x, y)
+    nonzero = y != 0
+    np.testing.assert_array_equal(got_f[nonzero], x[nonzero] // y[nonzero])
+    np.testing.assert_array_equal(got_m[nonzero], x[nonzero] % y[nonzero])
+    assert not got_f[~nonzero].any() and not got_m[~nonzero].any()

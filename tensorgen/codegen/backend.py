@@ -111,7 +111,7 @@ def _c_backend(target: Target, hw: HardwareParams) -> Backend:
 
 
 def _cuda_backend(target: Target, hw: HardwareParams) -> Backend:
-    return CudaBackend(hw.extra.get("arch", DEFAULT_ARCH), target.get("emulate") == "1", hw.max_threads_per_block,
+    return CudaBackend(hw.extra.get("arch", DEFAULT_ARCH), target.emulated, hw.max_threads_per_block,
                        hw.shared_mem_per_block)
 
 

@@ -319,7 +319,7 @@ class CWriter:
                 a, b = b, a  # the constant first: the helper's NaN test on it folds away (see helper_call)
             if e.op in _INFIX:
                 return infix(e, a, b, _INFIX[e.op])
-            if e.op in ("floordiv", "floormod") and self.nonneg(e.a) and self.nonneg(e.b):
+            if e.op in ("floordiv", "floormod") and self.nonneg(e.a) and self.positive(e.b):
                 return infix(e, a, b, "/" if e.op == "floordiv" else "%")
             return self.helper_call(e.op, e.dtype, a, b)
         if isinstance(e, Cmp):
@@ -348,6 +348,10 @@ class CWriter:
         b = bound(e, self.ranges)
         return b is not None and b[0] >= 0
 
+    def positive(self, e: Expr) -> bool:
+        b = bound(e, self.ranges)
+        return b is not None and b[0] >= 1
+
     def call(self, e: Call) -> str:
         args = [self.expr(a) for a in e.args]
         suffix = "f" if e.dtype == "float32" else ""
@@ -374,7 +378,9 @@ class CWriter:
         """Float max and min return NaN when either operand is NaN, as ONNX Runtime's Relu, Max, Min and Clip
         do (reductions too, so that their result does not depend on the schedule's order): `a` when it is
         NaN, else `a > b ? a : b`, which yields `b` when `b` is. With a constant `a` (Relu's 0) the NaN
-        test folds away, leaving the compare-and-select the vectorizer makes one or two instructions."""
+        test folds away, leaving the compare-and-select the vectorizer makes one or two instructions. Integer
+        floor division and modulo by 0 give 0 (ONNX leaves it undefined; a trap would end the whole program, and the
+        measurement harness fills integer inputs with 0)."""
         ctype = CTYPES[dtype]
         name = f"{op}_{dtype}"
         if name not in self.helpers:
@@ -382,8 +388,8 @@ class CWriter:
             body = {
                 "min": f"return a < b{nan} ? a : b;",
                 "max": f"return a > b{nan} ? a : b;",
-                "floordiv": "return (a >= 0) == (b >= 0) || a % b == 0 ? a / b : a / b - 1;",
-                "floormod": "return (a % b + b) % b;",
+                "floordiv": "return b == 0 ? 0 : (a >= 0) == (b >= 0) || a % b == 0 ? a / b : a / b - 1;",
+                "floormod": "return b == 0 ? 0 : (a % b + b) % b;",
             }[op]
             self.helpers[name] = f"{self.INLINE} {ctype} {name}({ctype} a, {ctype} b) {{ {body} }}\n"
         return f"{name}({a}, {b})"

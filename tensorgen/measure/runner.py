@@ -207,7 +207,7 @@ class LocalRunner(Runner):
     def give_up_after(self, task: SearchTask) -> float:
         """Seconds of a first call after which a candidate of `task` is timed by that call (0: never)."""
         limits = [self.give_up_seconds] if self.give_up_seconds > 0 else []
-        if self.give_up_factor > 0 and task.key in self._fastest:
+        if self.give_up_factor > 0 and task.key in self._fastest and not task.target.emulated:
             limits.append(self.give_up_factor * self._fastest[task.key])
         return min(limits, default=0.0)
 
@@ -215,9 +215,10 @@ class LocalRunner(Runner):
         """The run timeout of a candidate of `task`: `timeout`, but at least what its calls take at
         SLOWEST_FLOPS (a C3D of batch 16 is 200 GFLOP per call: at a flat 10 s, all 64 candidates of a
         run timed out), or less once a fast candidate is known (bad random samples must not eat the
-        tuning time; one second covers process start-up)."""
+        tuning time; one second covers process start-up). An emulated GPU's times rank nothing (they count the
+        emulator's thread switches), so its candidates are never given up or killed for being slow."""
         base = max(self.timeout, (1 + self.number * self.repeat) * task.dag.flop_count / SLOWEST_FLOPS)
-        if self.timeout_factor <= 0 or task.key not in self._fastest:
+        if self.timeout_factor <= 0 or task.key not in self._fastest or task.target.emulated:
             return base
         calls = 1 if self.give_up_factor > 0 else 1 + self.number * self.repeat
         return min(base, max(1.0, self.timeout_factor * self._fastest[task.key] * calls))

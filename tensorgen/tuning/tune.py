@@ -116,7 +116,7 @@ def check_searchable(target: Target) -> None:
     """TuneError unless candidates for `target` can be measured here: a CUDA target needs a usable GPU, or
     `-emulate=1` (programs run on this CPU under codegen.cuda_emu: right answers, times that say nothing of a
     GPU's)."""
-    if target.kind == "cuda" and target.get("emulate", "0") != "1" and not cuda_available():
+    if target.kind == "cuda" and not target.emulated and not cuda_available():
         raise TuneError(f"target {target}: no CUDA GPU is usable on this machine; add -emulate=1 to search and check "
                         "programs on this CPU (their times say nothing of a GPU's)")
 

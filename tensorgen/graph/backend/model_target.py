@@ -49,4 +49,4 @@ def model_target(target: str | Target) -> ModelTarget:
 def times_kernels(target: str | Target) -> bool:
     """Whether a model built for `target` runs at its hardware's speed, so that in-model selection (select.py) may
     time it: not under -emulate=1 (CUDA kernels on the CPU's emulation)."""
-    return Target.parse(target).get("emulate") != "1"
+    return not Target.parse(target).emulated
