@@ -170,3 +170,9 @@ def test_a_template_that_fails_is_skipped_not_a_traceback():
     dag = ComputeDAG([x, ops.relu(x, name="autotvm_broken")])
     result = tensorgen.tune(dag, 4, policy="autotvm")
     assert result.trials == 0 and result.best_state is None and result.skipped == {"autotvm template": 2}
+
+
+def test_max_factor_bounds_the_inner_loops():
+    knob = SplitKnob("t", 4096, 3, max_factor=64)
+    assert knob.options and all(max(f[1:]) <= 64 and math.prod(f) == 4096 for f in knob.options)
+    assert len(knob.options) < len(SplitKnob("t", 4096, 3).options)

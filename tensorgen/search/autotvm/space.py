@@ -48,11 +48,13 @@ class Knob(Protocol):
 
 @dataclass(frozen=True)
 class SplitKnob:
-    """The factorizations of a loop of `extent` into `parts` loops, outermost first."""
+    """The factorizations of a loop of `extent` into `parts` loops, outermost first; with `max_factor`, only those
+    whose inner loops are no longer than it (AutoTVM's `define_split(..., max_factor=)`)."""
 
     name: str
     extent: int
     parts: int = 2
+    max_factor: int | None = None
 
     def __post_init__(self) -> None:
         if self.extent < 1 or self.parts < 1:
@@ -61,7 +63,8 @@ class SplitKnob:
 
     @cached_property
     def options(self) -> tuple[tuple[int, ...], ...]:
-        return factorizations(self.extent, self.parts)
+        limit = self.max_factor if self.max_factor is not None else self.extent
+        return tuple(f for f in factorizations(self.extent, self.parts) if max(f[1:], default=1) <= limit)
 
     def features(self, option: tuple[int, ...]) -> tuple[float, ...]:
         return tuple(math.log2(f) for f in option)
@@ -169,8 +172,8 @@ class SpaceBuilder:
     def __init__(self) -> None:
         self._knobs: list[Knob] = []
 
-    def split(self, name: str, extent: int, parts: int = 2) -> None:
-        self._knobs.append(SplitKnob(name, extent, parts))
+    def split(self, name: str, extent: int, parts: int = 2, max_factor: int | None = None) -> None:
+        self._knobs.append(SplitKnob(name, extent, parts, max_factor))
 
     def option(self, name: str, choices: Sequence[Any]) -> None:
         self._knobs.append(OtherOptionKnob(name, tuple(choices)))

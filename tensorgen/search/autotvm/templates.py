@@ -11,9 +11,9 @@ condition holds, in registration order: the specific ones first, `generic` last 
 * `conv2d`: an NHWC conv2d (te.ops.conv2d, groups 1), with or without its pad stage — examples.conv2d_state's
   recipe: tiles of h, w and co, the outer loops fused and parallel in one of two orders, the accumulator's reduction
   loops outside its tile, co vectorized; pad inlined or its own parallel stage.
-* `generic`: any DAG: each stage's spatial loops fused, split in two, the outer parallel; the inner vectorized,
-  unrolled or left alone (stages with a reduction: the reduction inside or outside it); element-wise stages
-  inlined or not.
+* `generic`: any DAG: each stage's spatial loops fused, split in two (the inner at most 64 long), the outer
+  parallel; the inner vectorized, unrolled or left alone (stages with a reduction: the reduction inside or outside
+  it); element-wise stages inlined or not.
 
 Users add their own: `TEMPLATES.register("mine", MyTemplate)` (a class with the three methods, made without
 arguments); it is tried before `generic`, which is always last.
@@ -32,6 +32,7 @@ from tensorgen.search.autotvm.space import Config, SpaceBuilder
 from tensorgen.te.ops.common import CONV2D
 
 AUTO_UNROLL = (0, 16, 64, 512)  # auto_unroll_max_step options, as AutoTVM's x86 templates
+INNER_MAX = 64  # generic: the longest inner loop (it may be unrolled, and a long unrolled loop is a slow compile)
 
 
 class Template(Protocol):
@@ -184,7 +185,7 @@ class GenericTemplate:
                 extent = 1
                 for it in stage.iters:
                     extent *= int(it.extent) if it.kind == "spatial" else 1
-                space.split(f"tile_{t.name}", extent, 2)
+                space.split(f"tile_{t.name}", extent, 2, max_factor=INNER_MAX)
                 space.option(f"inner_{t.name}", self.INNER_REDUCE if reduction(stage) else self.INNER)
         if any(reduction(state.stage(t.name)) for t in dag.compute_tensors):
             space.option("auto_unroll", AUTO_UNROLL)
