@@ -26,7 +26,7 @@ import numpy as np
 import xgboost as xgb
 
 from tensorgen.costmodel.base import CostModel, normalize_throughput
-from tensorgen.errors import LoweringError, ScheduleError, TuneError
+from tensorgen.errors import TuneError
 from tensorgen.measure.types import MeasureInput, MeasureResult
 from tensorgen.schedule.state import State
 from tensorgen.search.autotvm.anneal import AnnealConfig, Point, SimulatedAnnealing
@@ -140,13 +140,12 @@ class AutoTVMPolicy(SearchPolicy):
         return out
 
     def apply(self, point: Point) -> State | None:
-        """The template's program of config `point`; None (counted in skips) if the template fails on it."""
-        config = self.space.config(self.space.index(point))
-        try:
-            return self.template.apply(self.task.dag, config)
-        except (ScheduleError, LoweringError) as err:
-            self.skips.note("autotvm template", f"{self.template_name} config {config.index}", err)
-            return None
+        """The template's program of config `point`; None if the template fails on it (counted in skips, the first
+        failure logged)."""
+        state = None
+        with self.skips.guard("autotvm template", f"template {self.template_name}"):
+            state = self.template.apply(self.task.dag, self.space.config(self.space.index(point)))
+        return state
 
     # ---- learning ---------------------------------------------------------------------------
 
