@@ -9,16 +9,19 @@ import pytest
 
 import tensorgen
 from tensorgen import te
+from tensorgen.costmodel.base import RandomModel
 from tensorgen.dag import ComputeDAG
 from tensorgen.errors import ScheduleError, TuneError
 from tensorgen.examples import conv2d_nhwc_reference
+from tensorgen.features.extractor import FeatureExtractor
 from tensorgen.schedule.state import State
 from tensorgen.search.autotvm.anneal import AnnealConfig, SimulatedAnnealing
 from tensorgen.search.autotvm.space import ConfigSpace, OtherOptionKnob, SpaceBuilder, SplitKnob, factorizations
 from tensorgen.search.autotvm.templates import TEMPLATES, template_for
+from tensorgen.search.autotvm.tuner import AutoTVMConfig, AutoTVMPolicy
 from tensorgen.te import ops
 from tensorgen.te.ops.suite import make_c2d, make_gmm
-from tensorgen.tuning.tune import MeasureConfig
+from tensorgen.tuning.tune import MeasureConfig, make_task
 
 
 def gmm(n: int, m: int, k: int) -> ComputeDAG:
@@ -176,3 +179,26 @@ def test_max_factor_bounds_the_inner_loops():
     knob = SplitKnob("t", 4096, 3, max_factor=64)
     assert knob.options and all(max(f[1:]) <= 64 and math.prod(f) == 4096 for f in knob.options)
     assert len(knob.options) < len(SplitKnob("t", 4096, 3).options)
+
+
+class GlobalModel(RandomModel):
+    """A 'trained' model of other tasks that scores a program by the sum of its features (and keeps the scores)."""
+
+    trained = True
+    scored: list[float] = []
+
+    def predict(self, features):
+        self.scored = [float(f.sum()) for f in features]
+        return np.array(self.scored)
+
+
+def test_a_trained_session_model_ranks_the_first_batch():
+    """Transfer: the session's trained model (the global model) picks the first batch: the best 8 of its pool."""
+    task = make_task(gmm(32, 32, 32))
+    config = AutoTVMConfig(eps_greedy=0.0, plan_size=8, transfer_pool=4)
+    model = GlobalModel()
+    batch = AutoTVMPolicy(task, config=config, global_model=model).next_batch(8)
+    chosen = sorted(float(f.sum()) for f in FeatureExtractor(task.hw).extract(batch))
+    assert len(model.scored) == 32 and chosen == pytest.approx(sorted(model.scored)[-8:])
+    untrained = AutoTVMPolicy(task, config=config, global_model=RandomModel())
+    assert untrained.global_model is None and not untrained.plan

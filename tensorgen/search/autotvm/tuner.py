@@ -9,11 +9,14 @@ The loop (Algorithm 1, as TVM's ModelBasedTuner runs it):
 3. a batch takes the plan in order, each slot with probability `eps_greedy` a random config instead.
 
 The model reads the configs, not the programs: AutoTVM's "knob" features (space.ConfigSpace.features), so the
-annealing scores thousands of configs without lowering one; the session's cost model (`cost_model`, Ansor's
-features of lowered programs) is not used. For the same reason there is no transfer across tasks: the knob
-features of one task's space mean nothing in another's (the paper's §4 needs its loop-context features for that),
-and records hold programs, not the configs that made them. Records of this task replayed from a database are
-never proposed again, but teach the model nothing.
+annealing scores thousands of configs without lowering one. Knob features mean nothing across tasks, so transfer
+(§4) goes through the session's cost model instead, when it arrives trained — a model of other tasks' records over
+Ansor's features of the lowered programs, which are the same for any task (`tune(cost_model="xgb:FILE")`, or an
+XGBModel trained on `tuning.training.load_training_set(dbs).arrays()`): it is the paper's global model. Then each
+plan is `transfer_pool` times as large, and its configs are ranked by the global model's score plus the local
+one's (each standardized); before the first measurement, a pool of random configs ranked by the global model alone
+makes the first batch. An untrained session model (the default) is not used. Records of this task replayed from a
+database are never proposed again, but teach the local model nothing: they hold programs, not configs.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import xgboost as xgb
 
 from tensorgen.costmodel.base import CostModel, normalize_throughput
 from tensorgen.errors import TuneError
+from tensorgen.features.extractor import FeatureExtractor
 from tensorgen.measure.types import MeasureInput, MeasureResult
 from tensorgen.schedule.state import State
 from tensorgen.search.autotvm.anneal import AnnealConfig, Point, SimulatedAnnealing
@@ -35,6 +39,12 @@ from tensorgen.search.autotvm.templates import template_for
 from tensorgen.search.policy import SearchPolicy, state_key
 from tensorgen.search.skips import Skips
 from tensorgen.task import SearchTask
+
+
+def standardized(scores: np.ndarray) -> np.ndarray:
+    """Scores as z-scores (the scales of two models' outputs differ)."""
+    std = float(scores.std())
+    return (scores - scores.mean()) / (std if std > 0 else 1.0)
 
 
 class RankModel:
@@ -61,18 +71,21 @@ class RankModel:
 @dataclass(frozen=True)
 class AutoTVMConfig:
     """The tuner's knobs (AutoTVM's defaults): the template (a name of templates.TEMPLATES, or "auto"), how many
-    configs each annealing plans, the eps-greedy share of random ones and the boosting rounds of the model;
+    configs each annealing plans, the eps-greedy share of random ones, the boosting rounds of the model and, with a
+    global model, how many times the plan it reranks;
     `anneal` holds the annealing's (`AutoTVMConfig.of(chains=64, plan_size=32)` takes both in one flat set)."""
 
     template: str = "auto"
     plan_size: int = 64
     eps_greedy: float = 0.05
     num_rounds: int = 100
+    transfer_pool: int = 4
     anneal: AnnealConfig = AnnealConfig()
 
     def __post_init__(self) -> None:
-        if self.plan_size < 1 or not 0 <= self.eps_greedy <= 1 or self.num_rounds < 1:
-            raise TuneError(f"need plan_size >= 1, 0 <= eps_greedy <= 1 and num_rounds >= 1; got {self}")
+        if self.plan_size < 1 or not 0 <= self.eps_greedy <= 1 or self.num_rounds < 1 or self.transfer_pool < 1:
+            raise TuneError(f"need plan_size >= 1, 0 <= eps_greedy <= 1, num_rounds >= 1 and transfer_pool >= 1; "
+                            f"got {self}")
 
     @classmethod
     def of(cls, **knobs: Any) -> AutoTVMConfig:
@@ -90,7 +103,7 @@ class AutoTVMPolicy(SearchPolicy):
     """AutoTVM's tuner for `task` on a CPU target (seeded: same seed and measurements, same batches)."""
 
     def __init__(self, task: SearchTask, seed: int = 0, config: AutoTVMConfig = AutoTVMConfig(),
-                 skips: Skips | None = None) -> None:
+                 skips: Skips | None = None, global_model: CostModel | None = None) -> None:
         if task.target.kind != "cpu":
             raise TuneError(f"the autotvm templates are CPU schedules; target {task.target} is not a CPU")
         self.task, self.seed, self.config = task, seed, config
@@ -108,13 +121,17 @@ class AutoTVMPolicy(SearchPolicy):
         self.xs: list[Point] = []  # measured configs and their throughputs (0: failed)
         self.ys: list[float] = []
         self.plan: list[Point] = []
+        self.global_model = global_model if global_model is not None and global_model.trained else None
+        if self.global_model is not None:
+            self.extractor = FeatureExtractor(task.hw, dataflow=self.global_model.dataflow)
+            self.replan()
 
     @classmethod
     def from_options(cls, task: SearchTask, cost_model: CostModel | None = None, seed: int = 0,
                      skips: Skips | None = None, **knobs: Any) -> AutoTVMPolicy:
         """The policy with its knobs given flat (AutoTVMConfig.of), as `tune(policy_options=...)` passes them;
-        `cost_model` is not used (the module docstring says why)."""
-        return cls(task, seed, AutoTVMConfig.of(**knobs), skips)
+        `cost_model`, if trained, is the global model of transfer (the module docstring says how)."""
+        return cls(task, seed, AutoTVMConfig.of(**knobs), skips, cost_model)
 
     # ---- proposing --------------------------------------------------------------------------
 
@@ -167,8 +184,29 @@ class AutoTVMPolicy(SearchPolicy):
             return
         with self.skips.guard("autotvm model update", str(self.task)):
             self.model.fit(self.space.features(np.array(self.xs)), normalize_throughput(np.array(self.ys)))
-            self.plan = self.anneal.search(lambda p: self.model.predict(self.space.features(p)),
-                                           self.config.plan_size, self.visited)
+            self.replan()
+
+    def replan(self) -> None:
+        """The next configs to measure: the annealing's best by the local model; with a global model, a pool of
+        `transfer_pool` times as many (random configs while the local model has learned nothing) reranked by the
+        sum of both models' standardized scores."""
+        trained = self.model.booster is not None
+        size = self.config.plan_size * (self.config.transfer_pool if self.global_model is not None else 1)
+        if trained:
+            pool = self.anneal.search(lambda p: self.model.predict(self.space.features(p)), size, self.visited)
+        else:
+            pool = list(dict.fromkeys(p for p in map(tuple, self.space.random(self.rng, size).tolist())
+                                      if p not in self.visited))
+        if self.global_model is not None:
+            made = [(p, s) for p in pool if (s := self.apply(p)) is not None]
+            if not made:
+                self.plan = []
+                return
+            score = standardized(self.global_model.predict(self.extractor.extract([s for _, s in made])))
+            if trained:
+                score += standardized(self.model.predict(self.space.features(np.array([p for p, _ in made]))))
+            pool = [made[int(i)][0] for i in np.argsort(-score, kind="stable")]
+        self.plan = pool[: self.config.plan_size]
 
     def __repr__(self) -> str:
         return (f"AutoTVMPolicy({self.task}, template {self.template_name}, space {self.space.size}, "
