@@ -26,7 +26,7 @@ from typing import Protocol
 from tensorgen.dag import ComputeDAG
 from tensorgen.errors import TuneError
 from tensorgen.registry import Registry
-from tensorgen.schedule.stage import Split, Stage
+from tensorgen.schedule.stage import Fuse, Split, Stage
 from tensorgen.schedule.state import State
 from tensorgen.search.autotvm.space import Config, SpaceBuilder
 from tensorgen.te.ops.common import CONV2D
@@ -55,10 +55,18 @@ def split(s: State, stage: str, it: str, factors: tuple[int, ...]) -> list[str]:
 
 def fuse(s: State, stage: str, iters: list[str]) -> str:
     """Fuse `iters` (one is left as it is); the fused loop's name."""
-    if len(iters) > 1:
-        s.fuse(stage, iters)
-        return s.stage(stage).relations[-1].child  # type: ignore[union-attr]
-    return iters[0]
+    if len(iters) == 1:
+        return iters[0]
+    s.fuse(stage, iters)
+    relation = s.stage(stage).relations[-1]
+    assert isinstance(relation, Fuse)
+    return relation.child
+
+
+def cache_write(s: State, stage: str) -> str:
+    """A local accumulator of `stage` (inserted just before it); its name."""
+    s.cache_write(stage, "local")
+    return s.stages[s.stage_id(stage) - 1].name
 
 
 def spatial(stage: Stage) -> list[str]:
@@ -95,7 +103,7 @@ class DenseTemplate:
         out = dag.compute_tensors[0].name
         *batch, y, x = spatial(s.stage(out))
         (k,) = reduction(s.stage(out))
-        local = s.cache_write(out, "local").stages[s.stage_id(out) - 1].name
+        local = cache_write(s, out)
         ys, xs = split(s, out, y, config["tile_y"]), split(s, out, x, config["tile_x"])
         s.reorder(out, [*batch, ys[0], xs[0], ys[1], xs[1], ys[2], xs[2]])
         s.parallel(out, fuse(s, out, [*batch, ys[0], xs[0]]))
@@ -145,7 +153,7 @@ class Conv2dTemplate:
         assert found is not None
         stage, pad = found
         s, out = State(dag), stage.name
-        local = s.cache_write(out, "local").stages[s.stage_id(out) - 1].name
+        local = cache_write(s, out)
         hs, ws, cs = (split(s, out, axis, config[f"tile_{axis}"]) for axis in ("h", "w", "co"))
         outer = ["n", cs[0], hs[0], ws[0]] if config["co_outer"] else ["n", hs[0], ws[0], cs[0]]
         s.reorder(out, [*outer, hs[1], ws[1], cs[1]])
