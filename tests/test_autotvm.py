@@ -168,6 +168,12 @@ def test_a_bad_template_or_knob_is_one_line(options, message):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
+def test_a_gpu_target_is_one_line():
+    with pytest.raises(TuneError, match="^the autotvm templates are CPU schedules; target cuda -emulate=1 is not a "
+                                        "CPU$"):
+        tensorgen.tune(gmm(8, 8, 8), 4, policy="autotvm", target="cuda -emulate=1")
+
+
 def test_a_template_that_fails_is_skipped_not_a_traceback():
     x = te.placeholder((8,), name="X")
     dag = ComputeDAG([x, ops.relu(x, name="autotvm_broken")])
