@@ -26,6 +26,7 @@ from tensorgen.measure.ray import RayBuilder, RayRunner
 from tensorgen.measure.runner import LocalRunner, Runner
 from tensorgen.registry import Registry
 from tensorgen.search.alt_policy import AltPolicy
+from tensorgen.search.autotvm.tuner import AutoTVMPolicy
 from tensorgen.search.policy import SearchPolicy
 from tensorgen.search.pruner_policy import PrunerPolicy
 from tensorgen.search.random_policy import RandomPolicy
@@ -36,6 +37,7 @@ POLICIES.register("ansor", SketchPolicy.from_options)
 POLICIES.register("random", RandomPolicy)
 POLICIES.register("alt", AltPolicy)  # ALT's joint layout + loop search (search.alt_policy)
 POLICIES.register("pruner", PrunerPolicy.from_options)  # Pruner's draft-then-verify (search.pruner_policy)
+POLICIES.register("autotvm", AutoTVMPolicy.from_options)  # AutoTVM's templates + annealing (search.autotvm)
 
 COST_MODELS: Registry[CostModel] = Registry("cost model", TuneError)
 COST_MODELS.register("xgb", XGBModel)
