@@ -1,4 +1,4 @@
-"""tensorgen: generate high-performance tensor programs by search (Ansor, ALT, Pruner) for CPUs and NVIDIA GPUs.
+"""tensorgen: generate high-performance tensor programs by search (Ansor, AutoTVM, ALT, Pruner) for CPUs and GPUs.
 
 The compiler core: tensor expressions (`tensorgen.te`), ComputeDAG, schedule States made of
 replayable Steps, lowering to loop IR, C code generation and a ctypes runtime.
