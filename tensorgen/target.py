@@ -91,6 +91,11 @@ class HardwareParams:
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
+    def is_gpu(self) -> bool:
+        """Parameters of a GPU (tensorgen.gpus: its SMs counted), whose programs bind loops to blocks and threads."""
+        return self.sm_count > 0
+
+    @property
     def float_lanes(self) -> int:
         """float32 elements in one vector register."""
         return max(self.simd_bytes // 4, 1)

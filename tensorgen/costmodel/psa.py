@@ -33,7 +33,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 
@@ -53,10 +52,9 @@ _FLOAT_OPS = len(OP_CATEGORIES)
 @dataclass(frozen=True)
 class Analyzer:
     """A static analyzer of programs on `hw`: estimated latency (seconds), lower is better, only the order is used.
-    `gpu`: it reads GPU kernels (bound loops, shared and local buffers: `program_statements(..., gpu=True)`)."""
+    On a GPU's `hw` (HardwareParams.is_gpu) it reads GPU kernels (bound loops, shared and local buffers)."""
 
     hw: HardwareParams
-    gpu: ClassVar[bool] = False
 
     def latency(self, state: State) -> float:
         """The latency of one program; inf for a state that is not a complete program."""
@@ -67,7 +65,7 @@ class Analyzer:
         programs: list[Sequence[Statement] | None] = []
         for state in states:
             try:
-                programs.append(program_statements(state, gpu=self.gpu))
+                programs.append(program_statements(state, gpu=self.hw.is_gpu))
             except TensorgenError:
                 programs.append(None)
         return self.program_latencies(programs)

@@ -43,7 +43,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 
@@ -84,7 +83,6 @@ class GpuStaticAnalyzer(Analyzer):
     `sector_bytes`: a global-memory transaction; `shared_bytes_per_flop`: shared memory's bandwidth against the FP32
     peak (128 bytes per clock per SM, 2 x 128 flops on sm_80+ parts)."""
 
-    gpu: ClassVar[bool] = True
     busy_warps: int = 16
     unroll: int = 128
     base_registers: int = 16

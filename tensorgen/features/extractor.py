@@ -41,7 +41,8 @@ class FeatureExtractor:
     `dataflow`, one more row last: the program's data-flow row (features.dataflow, for PaCM). With `estimate`
     (ProgramEstimate), every program's estimate is computed from the same statements and cached alongside its
     features (`estimates(states)`): a search that drafts with a static analyzer lowers each program once, in
-    whichever process made it. `gpu`: the programs are a CUDA target's (GPU bindings, shared and local buffers).
+    whichever process made it. On a GPU's `hw` (HardwareParams.is_gpu) the programs are a CUDA target's (GPU
+    bindings, shared and local buffers).
 
     Returned arrays are read-only and shared with the cache, so repeated calls return identical
     objects; copy before modifying. `stats` counts hits/misses/failures and seconds spent lowering
@@ -49,8 +50,8 @@ class FeatureExtractor:
     """
 
     def __init__(self, hw: HardwareParams, capacity: int = 200_000, dataflow: bool = False,
-                 estimate: ProgramEstimate | None = None, gpu: bool = False):
-        self.hw, self.dataflow, self.estimate, self.gpu = hw, dataflow, estimate, gpu
+                 estimate: ProgramEstimate | None = None):
+        self.hw, self.dataflow, self.estimate = hw, dataflow, estimate
         self.capacity = capacity
         self._cache: OrderedDict[tuple, np.ndarray] = OrderedDict()
         self._estimates: OrderedDict[tuple, float] = OrderedDict()  # with `estimate`: its value per program
@@ -140,7 +141,7 @@ class FeatureExtractor:
 
     def _statements(self, state: State) -> Sequence[Statement] | None:
         try:
-            return program_statements(state, gpu=self.gpu)
+            return program_statements(state, gpu=self.hw.is_gpu)
         except TensorgenError:
             self.stats["failures"] += 1
             return None

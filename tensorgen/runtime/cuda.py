@@ -291,8 +291,10 @@ def cudart() -> CudaRuntime:
     return runtime
 
 
+@cache
 def cuda_available() -> bool:
-    """Whether a CUDA GPU is usable here (a driver, a device and the runtime library); never raises."""
+    """Whether a CUDA GPU is usable here (a driver, a device and the runtime library); never raises. Asked once
+    per process (`cudart` keeps no failure, and a GPU does not come or go while a process runs)."""
     try:
         cudart()
     except DeviceError:

@@ -87,8 +87,7 @@ class PrunerPolicy(SketchPolicy):
         if extractor is None:
             dataflow = cost_model.dataflow if cost_model is not None else False
             analyzer = static_analyzer(task)
-            extractor = FeatureExtractor(task.hw, dataflow=dataflow, estimate=analyzer.program_latencies,
-                                         gpu=analyzer.gpu)
+            extractor = FeatureExtractor(task.hw, dataflow=dataflow, estimate=analyzer.program_latencies)
         elif extractor.estimate is None:
             raise TuneError("PrunerPolicy needs an extractor with the static analyzer's estimate "
                             "(FeatureExtractor(..., estimate=static_analyzer(task).program_latencies)) or none")

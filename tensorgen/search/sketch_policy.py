@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorgen.costmodel.analyzers import ANALYZERS, static_analyzer
+from tensorgen.costmodel.analyzers import static_analyzer
 from tensorgen.costmodel.xgb import XGBModel
 from tensorgen.errors import TuneError
 from tensorgen.features.extractor import FeatureExtractor
@@ -107,7 +107,7 @@ class SketchPolicy(SearchPolicy):
         self.rng = np.random.default_rng(seed)
         self.cost_model = cost_model if cost_model is not None else XGBModel(seed=seed)
         self.extractor = extractor if extractor is not None \
-            else FeatureExtractor(task.hw, dataflow=self.cost_model.dataflow, gpu=ANALYZERS[task.target.kind].gpu)
+            else FeatureExtractor(task.hw, dataflow=self.cost_model.dataflow)
         self.annotation = annotation or for_target(task).annotation()
         self.skips = skips if skips is not None else Skips()
         self.sketches = list(sketches) if sketches is not None \
