@@ -192,6 +192,8 @@ class CWriter:
         self.ranges[s.var] = (0, s.extent - 1)
         if s.kind == "vectorize" and self.vec.try_emit(s, depth):
             return
+        if s.kind != "parallel" and not self.in_simd and self.vec.try_emit_reduction(s, depth):
+            return
         bases = invariant_bases(s) if encloses_micro_kernel(s) and not self.rebased else {}
         for buf, base in bases.items():
             ptr = self.declare(f"{buf.name}_at")

@@ -6,6 +6,11 @@ over loads that are contiguous (stride 1) or invariant (stride 0) in the loop va
 over whole vectors, then narrower vectors for the rest (24 lanes: 16 + 8), then scalars. Anything else
 falls back to a scalar loop under `#pragma omp simd`, which the compiler vectorizes itself when it can
 (it never vectorizes expf without -ffast-math: softmax spent most of its time in scalar expf).
+
+An innermost serial loop that reduces into one element (`acc = acc + f(k)`, or max, min) over loads contiguous in
+its variable becomes a vector of partial results, combined at the end: without -ffast-math gcc keeps a float sum's
+order and so never vectorizes it, and a softmax's row max and sum, a norm's mean or a pool ran one element a cycle
+at best. The sum's order changes (as rfactor's does); max and min are exact.
 """
 
 from __future__ import annotations
@@ -16,10 +21,12 @@ from typing import Protocol
 from tensorgen.codegen.toolchain import has_vector_math
 from tensorgen.loopir.nodes import Buffer, BufLoad, For, Seq, Stmt, Store
 from tensorgen.loopir.simplify import Ranges, linear, simplify
-from tensorgen.te.expr import DTYPE_BYTES, BinOp, Call, Const, Expr, Select, Var, free_vars, substitute
+from tensorgen.te.expr import DTYPE_BYTES, BinOp, Call, Const, Expr, Select, Var, free_vars, substitute, walk
 
 VECTOR_DTYPES = {"float32": "float", "float64": "double"}
 _OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+_REDUCERS = ("add", "max", "min")  # what an innermost reduction loop may combine with (reductions of te: sum, max, min)
+_MASKS = {"float": "int32_t", "double": "int64_t"}  # the integer lanes of a float vector's comparisons
 _VECTOR_MATH = ("exp", "log", "erf", "tanh")  # libmvec's: exp, log from glibc 2.22, erf, tanh from 2.35
 _ISA = {16: "b", 32: "d", 64: "e"}  # x86-64 vector-function ABI letter by vector width
 
@@ -32,6 +39,7 @@ class LoopWriter(Protocol):
     ranges: Ranges
 
     def line(self, depth: int, text: str) -> None: ...
+    def helper_call(self, op: str, dtype: str, a: str, b: str) -> str: ...
     def emit(self, s: Stmt, depth: int) -> None: ...
     def var_name(self, v: Var) -> str: ...
     def expr(self, e: Expr) -> str: ...
@@ -46,15 +54,97 @@ class VectorEmitter:
         self.math: set[tuple[str, str]] = set()  # (libmvec function, vector type) called
         self._lanes = 0  # of the vectors being emitted
         self._lane: int | None = None  # their first lane, when fixed
+        self.combiners: dict[str, str] = {}  # lane-wise max/min of vectors, by name
 
     def typedefs(self) -> str:
         out = []
         for ctype, lanes in sorted(self.used):
             name = f"{ctype}{lanes}"
-            size = lanes * (4 if ctype == "float" else 8)
+            size = lanes * (4 if ctype in ("float", "int32_t") else 8)
             out.append(f"typedef {ctype} {name} __attribute__((vector_size({size}), aligned({size // lanes})));\n")
         out += [f"{vtype} {fn}({vtype});  /* libmvec */\n" for fn, vtype in sorted(self.math)]
-        return "".join(out)
+        return "".join(out) + "".join(self.combiners.values())  # in the order made: each after what it calls
+
+    def try_emit_reduction(self, loop: For, depth: int) -> bool:
+        """`loop` as a reduction over vectors (module docstring) if its body is one store `acc = acc OP f(var)`
+        into an element that does not move with the loop, f vectorizable and reading something contiguous."""
+        store = loop.body.stmts[0] if isinstance(loop.body, Seq) and len(loop.body.stmts) == 1 else loop.body
+        if not isinstance(store, Store) or store.buffer.dtype not in VECTOR_DTYPES:
+            return False
+        value, var = store.value, loop.var
+        if not (isinstance(value, BinOp) and value.op in _REDUCERS and value.a == BufLoad(store.buffer, store.index,
+                                                                                          store.buffer.dtype)):
+            return False
+        term = value.b
+        loads = [n for n in walk(term) if isinstance(n, BufLoad)]
+        if _stride(store.index, var) != 0 or any(ld.buffer is store.buffer for ld in loads) \
+                or not any(_stride(ld.index, var) == 1 for ld in loads):
+            return False
+        lanes = min(self.simd_bytes // DTYPE_BYTES[store.buffer.dtype], _pow2_floor(loop.extent))
+        self._lanes = lanes
+        if lanes < 4 or not self._ok(term, var):
+            return False
+        w, ctype, dtype = self.w, VECTOR_DTYPES[store.buffer.dtype], store.buffer.dtype
+        vtype = f"{ctype}{lanes}"
+        self.used.add((ctype, lanes))
+        name = w.var_name(var)
+        acc, part = f"{name}_{value.op}", f"{name}_{value.op}s"
+        w.line(depth, "{")
+        self._lane = 0
+        w.names[var] = "0"
+        w.line(depth + 1, f"{vtype} {acc} = {_as_vector(*self._vexpr(term, var, vtype), vtype)};")
+        self._lane = None
+        full = loop.extent - loop.extent % lanes
+        if full > lanes:
+            w.names[var] = name
+            w.line(depth + 1, f"for (int32_t {name} = {lanes}; {name} < {full}; {name} += {lanes}) {{")
+            vec = _as_vector(*self._vexpr(term, var, vtype), vtype)
+            w.line(depth + 2, f"{acc} = {self._combine(value.op, vtype, ctype, lanes, acc, vec)};")
+            w.line(depth + 1, "}")
+        w.line(depth + 1, f"{ctype} {part} = {self._lanes_of(value.op, ctype, lanes)}({acc});")
+        w.names[var] = name
+        if full < loop.extent:
+            w.line(depth + 1, f"for (int32_t {name} = {full}; {name} < {loop.extent}; ++{name}) "
+                              f"{part} = {self._scalar(value.op, dtype, part, w.expr(term))};")
+        target = w.ref(store.buffer, store.index)
+        w.line(depth + 1, f"{target} = {self._scalar(value.op, dtype, target, part)};")
+        w.line(depth, "}")
+        w.taken.discard(name)
+        return True
+
+    def _lanes_of(self, op: str, ctype: str, lanes: int) -> str:
+        """The helper that combines the lanes of a vector of `lanes` by `op`, halving it down to 4 lanes."""
+        vtype = f"{ctype}{lanes}"
+        fn = f"{op}_lanes_{vtype}"
+        if fn not in self.combiners:
+            if lanes == 4:
+                both = "r + v[i]" if op == "add" else f"r {'>' if op == 'max' else '<'} v[i] || r != r ? r : v[i]"
+                body = f"{ctype} r = v[0]; for (int i = 1; i < 4; ++i) r = {both}; return r;"
+            else:
+                half, size = f"{ctype}{lanes // 2}", lanes // 2 * (4 if ctype == "float" else 8)
+                self.used.add((ctype, lanes // 2))
+                inner = self._lanes_of(op, ctype, lanes // 2)
+                body = (f"{half} lo, hi; __builtin_memcpy(&lo, &v, {size}); "
+                        f"__builtin_memcpy(&hi, (char*)&v + {size}, {size}); "
+                        f"return {inner}({self._combine(op, half, ctype, lanes // 2, 'lo', 'hi')});")
+            self.combiners[fn] = f"static inline {ctype} {fn}({vtype} v) {{ {body} }}\n"
+        return fn
+
+    def _scalar(self, op: str, dtype: str, a: str, b: str) -> str:
+        return f"{a} + {b}" if op == "add" else self.w.helper_call(op, dtype, a, b)
+
+    def _combine(self, op: str, vtype: str, ctype: str, lanes: int, a: str, b: str) -> str:
+        """Lane-wise `a op b` of two vectors; max and min as the scalar helpers (codegen.c): NaN wins."""
+        if op == "add":
+            return f"{a} + {b}"
+        mtype = f"{_MASKS[ctype]}{lanes}"
+        self.used.add((_MASKS[ctype], lanes))
+        fn = f"{op}_{vtype}"
+        cmp = ">" if op == "max" else "<"
+        self.combiners.setdefault(fn, f"static inline {vtype} {fn}({vtype} a, {vtype} b) {{ "
+                                      f"{mtype} m = (a {cmp} b) | (a != a); "
+                                      f"return ({vtype})(((({mtype})a) & m) | ((({mtype})b) & ~m)); }}\n")
+        return f"{fn}({a}, {b})"
 
     def try_emit(self, loop: For, depth: int) -> bool:
         stores = loop.body.stmts if isinstance(loop.body, Seq) else (loop.body,)
