@@ -197,3 +197,13 @@ def test_lazy_state_pickles_as_the_plain_program_without_its_replayer():
     back = pickle.loads(pickle.dumps(lazy))
     assert type(back) is State and back.steps == done[0].steps and str(back) == str(done[0])
     assert len(pickle.dumps(lazy)) <= len(pickle.dumps(back)) + 64  # no replayer inside
+
+
+def test_an_innermost_reduction_over_contiguous_reads_is_estimated_as_vectors():
+    """codegen.vector sums a row over vectors of partial sums; a column (stride N) stays scalar, and so one lane per
+    instruction in the estimate."""
+    x = te.placeholder((N, N), name="x")
+    k = te.reduce_axis(N, "k")
+    rows = te.compute((N,), lambda i: te.sum(x[i, k], axis=k), name="rows")
+    cols = te.compute((N,), lambda i: te.sum(x[k, i], axis=k), name="cols")
+    assert latency(State([x, cols])) > 0.8 * HW.float_lanes * latency(State([x, rows]))

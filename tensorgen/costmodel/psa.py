@@ -112,8 +112,12 @@ class StaticAnalyzer(Analyzer):
         n, L, lanes, ext = len(s.ext), s.ext.shape[1], self.lanes, s.ext
         rows = np.arange(n)
         vec = _last(s.kinds == "vectorize")
-        if L:  # gcc -O3 vectorizes a unit-stride innermost loop by itself
-            vec = np.where((vec < 0) & (ext[:, -1] > 1) & (s.coef[:, 0, -1] == 1), L - 1, vec)
+        if L:  # gcc -O3 vectorizes a unit-stride innermost loop by itself, and codegen.vector an innermost reduction
+            # into one element over reads contiguous or invariant in it (at least 4 lanes, one read contiguous)
+            inner_reads = s.coef[:, 1:, -1][:, ~s.same_as_store[1:]]
+            reduction = (s.coef[:, 0, -1] == 0) & (ext[:, -1] >= 4) & bool(s.same_as_store[1:].any()) \
+                & np.all((inner_reads == 0) | (inner_reads == 1), axis=1) & np.any(inner_reads == 1, axis=1)
+            vec = np.where((vec < 0) & (((ext[:, -1] > 1) & (s.coef[:, 0, -1] == 1)) | reduction), L - 1, vec)
         vec_ext = ext[rows, np.maximum(vec, 0)] if L else np.ones(n)
         fill = np.where(vec >= 0, vec_ext / np.ceil(vec_ext / lanes), 1.0)  # lanes used per instruction
         p = np.prod(np.where(s.kinds == "parallel", ext, 1.0), axis=1)
