@@ -39,6 +39,10 @@ def reference_latency(psa: StaticAnalyzer, st: Statement, start: int) -> float:
     vec = max((k for k in range(n) if kinds[k] == "vectorize"), default=None)
     if vec is None and n and ext[-1] > 1 and st.accesses[0].coef[-1] == 1:
         vec = n - 1
+    inner_reads = [a.coef[-1] for a in st.accesses[1:] if n and a.buffer.name != st.accesses[0].buffer.name]
+    if vec is None and n and ext[-1] >= 4 and st.accesses[0].coef[-1] == 0 and len(inner_reads) < len(st.accesses) - 1 \
+            and set(inner_reads) <= {0, 1} and 1 in inner_reads:  # a reduction over vectors (codegen.vector)
+        vec = n - 1
     fill = ext[vec] / math.ceil(ext[vec] / lanes) if vec is not None else 1.0
     p = float(np.prod([ext[k] for k in range(n) if kinds[k] == "parallel"] or [1.0]))
     busy = p / math.ceil(p / hw.cores)
