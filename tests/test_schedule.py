@@ -769,3 +769,20 @@ def test_rfactor_after_spatial_split():
     s.split("C", "k", [4])
     s.split("C", "i", [4])
     _builds_or_rejects(s, lambda st: st.rfactor("C", "k_1", 0), w.check)
+
+
+def test_a_split_inside_a_non_divisible_split_adds_no_term_twice():
+    """s (6) split by 3 into s_0 (2) x s_1 (3), then s_1 split inner-to-outer by [1, 2] into 2 x 1 x 2 loops that reach
+    s_1 = 3: the root value s_0 * 3 + s_1 stays below 6 there, so only a guard on s_1 itself keeps X[3] from being added
+    twice (graph fuzzer, schedule seed 640); a spatial axis split the same way, its duplicated rows after their init."""
+    x = te.placeholder((6, 6), name="X")
+    s_ax = te.reduce_axis(6, "s")
+    total = te.compute((6,), lambda i: te.sum(x[i, s_ax], axis=s_ax), name="T")
+    for axis, order in (("s", None), ("i", ["i_0", "s", "i_1_0", "i_1_1", "i_1_2"])):
+        st = State([x, total])
+        st.split("T", axis, [3])
+        st.split("T", f"{axis}_1", [1, 2], inner_to_outer=True)
+        if order:
+            st.reorder("T", order)
+        a = np.random.default_rng(3).uniform(-1, 1, (6, 6)).astype("float32")
+        run_and_check(st, [a], a.sum(1))

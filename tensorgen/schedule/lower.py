@@ -11,7 +11,7 @@ from tensorgen.loopir.nodes import Allocate, Buffer, BufLoad, For, If, PrimFunc,
 from tensorgen.loopir.simplify import Ranges, SimplifyCache, bound, prove, simplify
 from tensorgen.schedule.bound import Interval, interval, union
 from tensorgen.schedule.relations import derive
-from tensorgen.schedule.stage import GPU_ANNOTATIONS, Stage
+from tensorgen.schedule.stage import GPU_ANNOTATIONS, Split, Stage
 from tensorgen.te.expr import Expr, Load, Reduce, Var, all_of, binop, const, substitute, transform, walk
 from tensorgen.te.tensor import identity_element
 
@@ -144,6 +144,12 @@ class _Lowerer:
         spatial_guards = self._guards(s, local, values, d, root_ext)
         red_guards = [v < a.extent for n, v, a in zip(s.root_names[t.ndim:], red_values, red_axes)
                       if d.covered[n] > a.extent]
+        # a split loop nested in another non-divisible split reaches past its own extent while the root value may
+        # still be in range: the update would add some terms twice (a reduction axis) or into a second copy of an
+        # output element initialized once (a spatial one)
+        red_guards += [simplify(d.values[n], self.ranges, self.cache) < d.extents[n]
+                       for n in dict.fromkeys(rel.parent for rel in s.relations if isinstance(rel, Split))
+                       if n not in s.root_names and d.extents[n] is not None and d.covered[n] > d.extents[n]]
         expanded = expand_inlined(body, self.stages)
         self._place_attached(s, leaf, substitute(expanded, mapping))
         buf = self.placed[s.name].buffer
