@@ -27,6 +27,7 @@ VECTOR_DTYPES = {"float32": "float", "float64": "double"}
 _OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _REDUCERS = ("add", "max", "min")  # what an innermost reduction loop may combine with (reductions of te: sum, max, min)
 _MASKS = {"float": "int32_t", "double": "int64_t"}  # the integer lanes of a float vector's comparisons
+_LANE_BYTES = {"float": 4, "int32_t": 4, "double": 8, "int64_t": 8}
 _VECTOR_MATH = ("exp", "log", "erf", "tanh")  # libmvec's: exp, log from glibc 2.22, erf, tanh from 2.35
 _ISA = {16: "b", 32: "d", 64: "e"}  # x86-64 vector-function ABI letter by vector width
 
@@ -60,7 +61,7 @@ class VectorEmitter:
         out = []
         for ctype, lanes in sorted(self.used):
             name = f"{ctype}{lanes}"
-            size = lanes * (4 if ctype in ("float", "int32_t") else 8)
+            size = lanes * _LANE_BYTES[ctype]
             out.append(f"typedef {ctype} {name} __attribute__((vector_size({size}), aligned({size // lanes})));\n")
         out += [f"{vtype} {fn}({vtype});  /* libmvec */\n" for fn, vtype in sorted(self.math)]
         return "".join(out) + "".join(self.combiners.values())  # in the order made: each after what it calls
@@ -121,7 +122,7 @@ class VectorEmitter:
                 both = "r + v[i]" if op == "add" else f"r {'>' if op == 'max' else '<'} v[i] || r != r ? r : v[i]"
                 body = f"{ctype} r = v[0]; for (int i = 1; i < 4; ++i) r = {both}; return r;"
             else:
-                half, size = f"{ctype}{lanes // 2}", lanes // 2 * (4 if ctype == "float" else 8)
+                half, size = f"{ctype}{lanes // 2}", lanes // 2 * _LANE_BYTES[ctype]
                 self.used.add((ctype, lanes // 2))
                 inner = self._lanes_of(op, ctype, lanes // 2)
                 body = (f"{half} lo, hi; __builtin_memcpy(&lo, &v, {size}); "

@@ -112,10 +112,12 @@ class StaticAnalyzer(Analyzer):
         n, L, lanes, ext = len(s.ext), s.ext.shape[1], self.lanes, s.ext
         rows = np.arange(n)
         vec = _last(s.kinds == "vectorize")
+        reads = ~s.same_as_store[1:]  # accesses after the store to other buffers
+        updates = bool(s.same_as_store[1:].any())
         if L:  # gcc -O3 vectorizes a unit-stride innermost loop by itself, and codegen.vector an innermost reduction
             # into one element over reads contiguous or invariant in it (at least 4 lanes, one read contiguous)
-            inner_reads = s.coef[:, 1:, -1][:, ~s.same_as_store[1:]]
-            reduction = (s.coef[:, 0, -1] == 0) & (ext[:, -1] >= 4) & bool(s.same_as_store[1:].any()) \
+            inner_reads = s.coef[:, 1:, -1][:, reads]
+            reduction = (s.coef[:, 0, -1] == 0) & (ext[:, -1] >= 4) & updates \
                 & np.all((inner_reads == 0) | (inner_reads == 1), axis=1) & np.any(inner_reads == 1, axis=1)
             vec = np.where((vec < 0) & (((ext[:, -1] > 1) & (s.coef[:, 0, -1] == 1)) | reduction), L - 1, vec)
         vec_ext = ext[rows, np.maximum(vec, 0)] if L else np.ones(n)
@@ -123,8 +125,6 @@ class StaticAnalyzer(Analyzer):
         p = np.prod(np.where(s.kinds == "parallel", ext, 1.0), axis=1)
         busy = p / np.ceil(p / self.hw.cores)  # cores kept busy on average
         work = np.maximum(s.ops[:, :_FLOAT_OPS].sum(1), 1.0) * ext.prod(1)  # a copy still costs a store each
-        reads = ~s.same_as_store[1:]  # accesses after the store to other buffers
-        updates = bool(s.same_as_store[1:].any())
         loop = np.arange(L)
         # the loops of the accumulator's chains: those its index ignores, inside the loops it is initialized in
         reduce = updates & (s.coef[:, 0, :] == 0) & (ext > 1) & (loop >= s.chain_start[:, None])
