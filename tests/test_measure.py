@@ -298,16 +298,23 @@ def test_timing_noise(builder):
     """The runner's costs are the program's time, not noise or overhead: ten measurements of one program agree
     (interquartile range within 25% of the median; a runner that timed one cold call, or let the flush or the
     process start leak into its samples, spreads far wider), and 8x the work takes 4-32x as long (more than 8x: the
-    512 matrix's columns thrash the cache; a runner timing call overhead or a constant would give ~1x)."""
+    512 matrix's columns thrash the cache; a runner timing call overhead or a constant would give ~1x).
+    A shared machine can take a core away for a while (CI saw a quarter of the ten at 1.7x the rest), so a set
+    whose measurements disagree is measured again, up to three sets in all; a runner's own spread shows in every set."""
     small, large = tiled(task(256)), tiled(task(512))
     builds = builder.build([small, large])
     assert all(b.error_kind == ErrorKind.NONE for b in builds), [b.error_msg for b in builds]
-    results = LocalRunner().run([large] * 10 + [small] * 5, [builds[1]] * 10 + [builds[0]] * 5)
-    costs = [r.median_cost for r in results]
-    q1, median, q3 = np.percentile(costs[:10], [25, 50, 75])
-    print(f"\nmatmul 512 tiled, 10 measurements: IQR/median = {(q3 - q1) / median:.4f}, median {median * 1e3:.3f} ms "
-          f"({2 * 512**3 / median / 1e9:.1f} GFLOP/s); 256: {statistics.median(costs[10:]) * 1e3:.3f} ms")
-    assert (q3 - q1) / median < 0.25
+    spreads = []
+    for _ in range(3):
+        results = LocalRunner().run([large] * 10 + [small] * 5, [builds[1]] * 10 + [builds[0]] * 5)
+        costs = [r.median_cost for r in results]
+        q1, median, q3 = np.percentile(costs[:10], [25, 50, 75])
+        spreads.append((q3 - q1) / median)
+        print(f"\nmatmul 512 tiled, 10 measurements: IQR/median = {spreads[-1]:.4f}, median {median * 1e3:.3f} ms "
+              f"({2 * 512**3 / median / 1e9:.1f} GFLOP/s); 256: {statistics.median(costs[10:]) * 1e3:.3f} ms")
+        if spreads[-1] < 0.25:
+            break
+    assert spreads[-1] < 0.25, spreads
     assert 4 < median / statistics.median(costs[10:]) < 32
 
 
