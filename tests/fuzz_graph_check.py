@@ -146,8 +146,10 @@ def _check_bounds(model: onnx.ModelProto, names: Sequence[str], inputs: dict[str
     if not ids:
         return None
     tables = {t.name: t.dims[0] for t in model.graph.initializer if t.dims}
-    vocab = next(tables[node.input[0]] for node in model.graph.node
-                 if node.op_type == "Gather" and node.input[1] == ids[0])
+    vocab = next((tables[node.input[0]] for node in model.graph.node
+                  if node.op_type == "Gather" and node.input[1] == ids[0] and node.input[0] in tables), None)
+    if vocab is None:  # the ids reach their table through other nodes (GPT-2 reshapes them first)
+        return None
     bad = dict(inputs)
     bad[ids[0]] = inputs[ids[0]].copy()
     bad[ids[0]].flat[-1] = vocab

@@ -249,3 +249,31 @@ def test_resize_whose_scaled_length_is_fractional(mode, coordinates, scale, tmp_
     proto = _model([node], [_vi("x", [1, 2, 5, 5])], [_vi("y", [1, 2, *out])], [numpy_helper.from_array(scales, "s")],
                    opset=18)
     _check(proto, tmp_path)
+
+
+def _i64(name: str, *values: int) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.array(values, np.int64), name)
+
+
+def test_an_empty_slice_concatenated_back_and_returned(tmp_path):
+    """GPT-J's rotary embedding with rotary_dim equal to the head size: the pass-through part is x[..., 8:] of an
+    axis of 8, empty, computed on (Neg) and concatenated back; an empty value is also a graph output."""
+    nodes = [helper.make_node("Slice", ["x", "s0", "s8", "ax"], ["rot"]),
+             helper.make_node("Slice", ["x", "s8", "end", "ax"], ["rest"]),
+             helper.make_node("Neg", ["rest"], ["e"]),
+             helper.make_node("Relu", ["rot"], ["r"]),
+             helper.make_node("Concat", ["r", "e"], ["y"], axis=-1)]
+    inits = [_i64("s0", 0), _i64("s8", 8), _i64("end", 100), _i64("ax", 3)]
+    _check(_model(nodes, [_vi("x", [1, 8, 4, 8])], [_vi("y", [1, 8, 4, 8]), _vi("e", [1, 8, 4, 0])], inits), tmp_path)
+
+
+def test_gather_elements_along_an_axis_of_64_or_more_folds(tmp_path):
+    """BERT's token type ids as the TorchScript exporter writes them: a (1, 64) buffer of zeros, GatherElements of
+    its first 8 positions folded at import (onnx.reference's own fails from 64 choices on)."""
+    buffer = numpy_helper.from_array(np.arange(128, dtype=np.int64).reshape(1, 128) % 3, "buffer")
+    nodes = [helper.make_node("GatherElements", ["buffer", "positions"], ["ids"], axis=1),
+             helper.make_node("Gather", ["table", "ids"], ["rows"]),
+             helper.make_node("Add", ["x", "rows"], ["y"])]
+    positions = numpy_helper.from_array(np.array([[5, 70, 127, -1, 0, 64, 100, 2]], np.int64), "positions")
+    table = _const("table", np.random.default_rng(2).standard_normal((3, 4)))
+    _check(_model(nodes, [_vi("x", [1, 8, 4])], [_vi("y", [1, 8, 4])], [buffer, positions, table]), tmp_path)

@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
+from onnx.reference.op_run import OpRun
 
 from tensorgen.graph.ir import GraphError, Value
 
@@ -75,13 +76,25 @@ def infer_outputs(node: onnx.NodeProto, label: str, opset: int, values: Mapping[
     return result
 
 
+class GatherElements(OpRun):
+    """onnx.reference's own goes through np.choose, which takes at most 64 choices: an axis of 64 or more failed
+    (BERT's token type ids, exported as a 64-position buffer gathered along its positions)."""
+
+    def _run(self, data, indices, axis=None):
+        axis = (axis or 0) % data.ndim
+        return (np.take_along_axis(data, np.where(indices < 0, indices + data.shape[axis], indices), axis=axis),)
+
+
+_FIXED_OPS = [GatherElements]  # replace onnx.reference's implementations (the class name is the op type)
+
+
 def evaluate(node: onnx.NodeProto, label: str, opset: int, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Evaluate `node` on constant inputs with onnx.reference; outputs by name (omitted ones skipped)."""
     used = [i for i in dict.fromkeys(node.input) if i]
     model = _model(node, opset, [], [numpy_helper.from_array(np.asarray(inputs[i]), i) for i in used])
     names = [o for o in node.output if o]
     try:
-        results = ReferenceEvaluator(model).run(names, {})
+        results = ReferenceEvaluator(model, new_ops=_FIXED_OPS).run(names, {})
     except Exception as e:  # the reference runtime raises whatever numpy raises
         raise GraphError(f"{label}: constant folding failed: {type(e).__name__}: {e}") from None
     return {name: np.asarray(r) for name, r in zip(names, results)}

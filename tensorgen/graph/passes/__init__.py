@@ -23,6 +23,24 @@ IDENTITY_OPS = frozenset({"Identity", "Dropout"})
 RESHAPE_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
 
 
+def remove_empty_tensors(graph: Graph) -> Graph:
+    """A value with no elements is known without running anything: the outputs of a node that are all empty
+    become constants, and a Concat drops its empty inputs (GPT-J's rotary embedding with rotary_dim equal to the
+    head size slices off an empty pass-through part and concatenates it back)."""
+    g = graph.copy()
+    kept = []
+    for node in g.nodes:
+        outputs = [g.value(x) for x in node.outputs if x]
+        if outputs and all(v.size == 0 for v in outputs):
+            g.constants.update((v.name, np.zeros(v.shape, v.dtype)) for v in outputs)
+            continue
+        if node.op == "Concat":
+            node = replace(node, inputs=[x for x in node.inputs if g.value(x).size > 0])
+        kept.append(node)
+    g.nodes = kept
+    return g.prune()
+
+
 def fold_constants(graph: Graph) -> Graph:
     """Evaluate (with onnx.reference) every node whose inputs are all constants; its outputs become constants."""
     g = graph.copy()
@@ -239,8 +257,8 @@ def simplify_reshapes(graph: Graph) -> Graph:
 
 
 PASSES: tuple[Callable[[Graph], Graph], ...] = (
-    fold_constants, remove_identities, fold_batch_norm, simplify_reshapes, remove_noops, canonicalize,
-    simplify_reshapes, remove_noops, eliminate_dead_code)
+    remove_empty_tensors, fold_constants, remove_identities, fold_batch_norm, simplify_reshapes, remove_noops,
+    canonicalize, simplify_reshapes, remove_noops, eliminate_dead_code)
 
 
 def optimize(graph: Graph, passes: Sequence[Callable[[Graph], Graph]] = PASSES) -> Graph:
