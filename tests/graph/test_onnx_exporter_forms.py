@@ -3,6 +3,8 @@ and compared with ONNX Runtime on the same inputs."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -277,3 +279,21 @@ def test_gather_elements_along_an_axis_of_64_or_more_folds(tmp_path):
     positions = numpy_helper.from_array(np.array([[5, 70, 127, -1, 0, 64, 100, 2]], np.int64), "positions")
     table = _const("table", np.random.default_rng(2).standard_normal((3, 4)))
     _check(_model(nodes, [_vi("x", [1, 8, 4])], [_vi("y", [1, 8, 4])], [buffer, positions, table]), tmp_path)
+
+
+@pytest.mark.parametrize("op, attrs", [
+    ("AveragePool", {"ceil_mode": 1, "count_include_pad": 1}), ("AveragePool", {"ceil_mode": 1, "pads": [1, 0, 1, 0]}),
+    ("MaxPool", {"ceil_mode": 1}), ("MaxPool", {"ceil_mode": 1, "pads": [1, 1, 1, 1]}),
+    ("MaxPool", {"ceil_mode": 1, "dilations": [2, 1], "strides": [5120, 2560]}),
+])
+def test_a_pool_window_far_wider_than_its_input(op, attrs, tmp_path):
+    """EfficientNet's pooler as HuggingFace writes it, AvgPool2d(hidden_dim, ceil_mode=True) over the last feature
+    map: a 2560 x 2560 window over 3 x 2 pixels. Only the window offsets that meet the input are read: padded to the
+    whole window, EfficientNet's input took 67 GB."""
+    from tensorgen.graph.backend.tasks import extract_tasks
+
+    node = helper.make_node(op, ["x"], ["y"], kernel_shape=[2560, 2560], **{"strides": [2560, 2560], **attrs})
+    proto = _model([node], [_vi("x", [1, 4, 3, 2])], [_vi("y", [1, 4, 1, 1])])
+    (task,) = extract_tasks(load_graph(proto))
+    assert max(math.prod(t.shape) for t in task.task.dag.compute_tensors) <= 4 * 5 * 4
+    _check(proto, tmp_path)

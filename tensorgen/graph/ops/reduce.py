@@ -59,9 +59,14 @@ class _Window:
         if not len(self.kernel) == len(self.strides) == len(self.dilations) == len(self.out) == self.nd:
             raise args.error(f"kernel_shape, strides, dilations and the output disagree on the {self.nd} "
                              "spatial dims")
+        # the window offsets that ever meet the input: the others read only padding, which neither a sum nor a
+        # max notices (EfficientNet's pooler is a 2560 x 2560 window, ceil_mode, over a 1 x 1 image: padded to
+        # the whole window, its input took 67 GB)
+        self.taps = tuple(min(k, (n - 1 + b) // d + 1) for k, d, n, b in zip(
+            self.kernel, self.dilations, self.size, self.before))
         # ceil_mode lets the last window reach past the end padding: pad (virtually) up to where it ends
         self.reach = tuple(max(0, (o - 1) * s + (k - 1) * d + 1 - n - b) for o, s, k, d, n, b in zip(
-            self.out, self.strides, self.kernel, self.dilations, self.size, self.before))
+            self.out, self.strides, self.taps, self.dilations, self.size, self.before))
 
     def padded(self, x: Tensor, value: float, name: str) -> Tensor:
         if not any(self.before) and not any(self.reach):
@@ -69,7 +74,7 @@ class _Window:
         return pad(x, self.layout.join(0, 0, self.before), self.layout.join(0, 0, self.reach), value, name)
 
     def reduction(self, src: Tensor, combiner, name: str) -> Tensor:
-        raxes = [reduce_axis(k, f"r{d}") for d, k in enumerate(self.kernel)]
+        raxes = [reduce_axis(k, f"r{d}") for d, k in enumerate(self.taps)]
 
         def body(*idx):
             n, c, sp = self.layout.split(idx)
@@ -77,7 +82,7 @@ class _Window:
             return combiner(src[self.layout.join(n, c, pos)], axis=raxes)
 
         n, c, _ = self.layout.split(src.shape)
-        attrs = {"kernel": self.kernel, "stride": self.strides, "dilation": self.dilations,
+        attrs = {"kernel": self.taps, "stride": self.strides, "dilation": self.dilations,
                  "padding": (self.before, self.after)}
         return compute(self.layout.join(n, c, self.out), named(body, self.layout.names), name=name, tag=POOL,
                        attrs=attrs)
