@@ -52,6 +52,10 @@ CASES = {
     "clamp_by_tensors": lambda x: torch.clamp(x, min=x.mean(-1, keepdim=True), max=x.amax(-1, keepdim=True) * 0.5) +
     torch.clamp_min(x, x[:, :1]) + torch.clamp(x, max=x.flip(0)),
     "arithmetic_on_masks": lambda x: ((x > 0) * (x < 1) + (x < -1)).float() + torch.logaddexp(x, x * 2),
+    # FocalNet's pooler: a mean keeping its axes, restrided with size-1 axes' strides arbitrary (a Reshape)
+    "as_strided_restride": lambda x: torch.as_strided(x.mean(-1, keepdim=True), (2, 3, 1), (3, 1, 7)),
+    "as_strided_windows": lambda x: torch.as_strided(x * 2, (5, 4), (4, 1), 2) +
+    torch.as_strided(x + 1, (4, 5), (1, 3)).T,
 }
 
 
@@ -64,6 +68,12 @@ def test_indexing_and_writes_equal_eager(name):
     got = compile_graph(tensorgen.from_torch(module, (x,))).run([x.numpy()])[0]
     assert got.shape == tuple(want.shape)
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_as_strided_on_a_view_into_another_storage_is_one_line():
+    with pytest.raises(GraphError, match=r"aten\.as_strided .*a view into another tensor's storage"):
+        tensorgen.from_torch(Fn(lambda x: torch.as_strided(x.transpose(0, 2), (4, 3), (1, 4))).eval(),
+                             (torch.randn(2, 3, 4),))
 
 
 def test_a_constant_index_out_of_range_is_one_line():

@@ -107,6 +107,15 @@ def import_exported(exported: Any, name: str = "model", traces: Mapping[str, str
     return TorchImport(exported, name, dict(traces or {})).run()
 
 
+def _owns_storage(meta: Any) -> bool:
+    """Whether a fake tensor is row-major from the start of a storage of its own (not a view into a bigger one)."""
+    try:
+        return bool(meta.is_contiguous() and meta.storage_offset() == 0
+                    and meta.untyped_storage().nbytes() == meta.numel() * meta.element_size())
+    except Exception:  # noqa: BLE001 - not a tensor, or a storage fake tensors cannot tell
+        return False
+
+
 @dataclass
 class _Runtime:
     """A value computed at run time: the name of its graph Value."""
@@ -126,6 +135,7 @@ class TorchImport:
     env: dict[Any, Any] = field(default_factory=dict)  # fx node -> _Runtime | torch.Tensor | python value | tuple
     taken: set[str] = field(default_factory=set)
     returned: set[str] = field(default_factory=set)  # values already made graph outputs
+    own_storage: set[str] = field(default_factory=set)  # see owns_storage
 
     def run(self) -> Graph:
         signature = self.exported.graph_signature
@@ -145,6 +155,7 @@ class TorchImport:
                 elif isinstance(node.meta.get("val"), torch.Tensor):
                     value = self._declare(node.name, node.meta["val"])
                     inputs.append(value)
+                    self.own_storage.add(value)  # the compiled model reads its inputs row-major
                     self.env[node] = _Runtime(value)
                 else:
                     raise GraphError(f"input {node.name!r} is not a tensor ({type(node.meta.get('val')).__name__}); "
@@ -191,6 +202,11 @@ class TorchImport:
 
     def is_runtime(self, x: Any) -> bool:
         return isinstance(x, _Runtime)
+
+    def owns_storage(self, name: str) -> bool:
+        """Whether eager PyTorch lays run-time value `name` out row-major from the start of a storage of its own
+        (so a view that restrides it, as_strided, reads its elements in row-major order)."""
+        return name in self.own_storage
 
     # ---- emitting nodes -------------------------------------------------------------------------
 
@@ -245,6 +261,8 @@ class TorchImport:
             raise GraphError(f"{key}{self.where(node)}: {e}") from None
         except Exception as e:  # noqa: BLE001 - a call the converter did not expect: one line, not a traceback
             raise GraphError(f"{key}{self.where(node)}: cannot be converted: {type(e).__name__}: {e}") from None
+        results = result if isinstance(result, (list, tuple)) else [result]
+        self.own_storage.update(r for r, m in zip(results, metas) if isinstance(r, str) and _owns_storage(m))
         if isinstance(result, (list, tuple)):
             return tuple(_Runtime(r) if isinstance(r, str) else r for r in result)
         return _Runtime(result) if isinstance(result, str) else result

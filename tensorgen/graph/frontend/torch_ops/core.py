@@ -39,6 +39,8 @@ class Emitter(Protocol):
 
     def is_runtime(self, x: Any) -> bool: ...
 
+    def owns_storage(self, name: str) -> bool: ...
+
 
 Converter = Callable[[Emitter, tuple, dict, list[Shape]], Any]
 CONVERTERS: dict[str, Converter] = {}

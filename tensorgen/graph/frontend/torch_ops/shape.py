@@ -23,6 +23,29 @@ def _view(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
     return cx.emit("Reshape", [operand(cx, args[0], dtype)], shapes=[(shape, dtype)])[0]
 
 
+@converts("aten.as_strided")
+def _as_strided(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
+    """A view reading its input's storage at offset + sum(index * stride): a Reshape where that is row-major order
+    (torch.export writes one after a mean that keeps its axes: FocalNet's pooler), else a Gather of the flattened
+    input. Only an input that owns its storage is read so; a view into another value's storage is refused."""
+    shape, dtype = single(shapes)
+    x = operand(cx, args[0], dtype)
+    if not cx.owns_storage(x):
+        raise ConvertError("its input is a view into another tensor's storage; call .contiguous() before it")
+    stride = [int(s) for s in arg(args, kwargs, 2, "stride")]
+    offset = int(arg(args, kwargs, 3, "storage_offset", 0) or 0)
+    index = offset + sum(np.arange(n).reshape([-1 if a == d else 1 for a in range(len(shape))]) * s
+                         for d, (n, s) in enumerate(zip(shape, stride)))
+    index = np.broadcast_to(np.asarray(index, np.int64), shape)
+    numel = int(np.prod(cx.value(x).shape))
+    if index.size and (index.min() < 0 or index.max() >= numel):
+        raise ConvertError(f"reads storage position {int(index.max())} of a tensor of {numel} elements")
+    if index.size == numel and (index.ravel() == np.arange(numel)).all():
+        return cx.emit("Reshape", [x], shapes=[(shape, dtype)])[0]
+    (flat,) = cx.emit("Reshape", [x], shapes=[((numel,), dtype)])
+    return cx.emit("Gather", [flat, cx.constant(index)], {"axis": 0}, shapes=[(shape, dtype)])[0]
+
+
 @converts("aten.expand")
 def _expand(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
     shape, dtype = single(shapes)
