@@ -66,6 +66,22 @@ def test_adaptive_max_pool1d_and_unbatched_match_torch():
     _torch_matches(lambda t: F.adaptive_max_pool2d(t, (2, 3)), torch.randn(3, 5, 7))
 
 
+@pytest.mark.parametrize(("size", "out"), [((1, 1), (2, 3)), ((1, 1), (6, 6)), ((7, 9), (3, 4)), ((5, 5), (5, 2)),
+                                           ((8, 12), (4, 3)), ((6, 7), (1, 1))])
+def test_adaptive_avg_pool2d_matches_torch(size, out):
+    """Any output size, larger than the input's too (UperNet's pyramid pools a 1 x 1 map to 2 x 2, 3 x 3, 6 x 6);
+    an infinity or NaN reaches only the windows holding it."""
+    x = torch.randn(2, 3, *size)
+    x[1, 2, -1, -1] = float("inf")
+    x[0, 1, 0, 0] = float("nan")
+    _torch_matches(lambda t: F.adaptive_avg_pool2d(t, out), x)
+
+
+def test_adaptive_avg_pool3d_and_unbatched_match_torch():
+    _torch_matches(lambda t: F.adaptive_avg_pool3d(t, (2, 3, 2)), torch.randn(1, 2, 5, 4, 3))
+    _torch_matches(lambda t: F.adaptive_avg_pool2d(t, (2, 3)), torch.randn(3, 5, 7))
+
+
 def test_adaptive_max_pool_indices_used_is_refused():
     module = Fn(lambda t: F.adaptive_max_pool2d(t, (2, 2), return_indices=True)[1].float() + t[..., :2, :2])
     with pytest.raises(GraphError) as err:  # the indices are not computed: reading them fails in one line

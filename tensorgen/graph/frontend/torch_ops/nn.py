@@ -256,22 +256,6 @@ def _avg_pool(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> st
     return cx.emit("AveragePool", [operand(cx, args[0], dtype)], attrs, shapes=[(shape, dtype)])[0]
 
 
-@converts("aten._adaptive_avg_pool2d", "aten.adaptive_avg_pool2d", "aten._adaptive_avg_pool3d")
-def _adaptive_avg_pool(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
-    """Global pooling, or windows of in / out when the output size divides the input's."""
-    shape, dtype = single(shapes)
-    x = operand(cx, args[0], dtype)
-    spatial, out = cx.value(x).shape[2:], shape[2:]
-    if all(o == 1 for o in out):
-        return cx.emit("GlobalAveragePool", [x], shapes=[(shape, dtype)])[0]
-    if any(i % o for i, o in zip(spatial, out)):
-        raise ConvertError(f"output size {list(out)} does not divide the input size {list(spatial)}")
-    kernel = tuple(i // o for i, o in zip(spatial, out))
-    attrs = {"kernel_shape": kernel, "strides": kernel, "pads": (0,) * (2 * len(kernel)), "auto_pad": "NOTSET",
-             "ceil_mode": 0, "count_include_pad": 0}
-    return cx.emit("AveragePool", [x], attrs, shapes=[(shape, dtype)])[0]
-
-
 def _scale_factors(args: tuple, at: int, count: int) -> list[float | None]:
     """An upsampling call's scale factors (None: none given) for its `count` resized axes: a list at `at` (the .vec
     overloads) or one argument per axis from `at` on (.default)."""

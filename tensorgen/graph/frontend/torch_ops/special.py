@@ -1,7 +1,7 @@
 """Converters of less common ATen functions, each a short formula of IR ops: hypot, copysign, signbit, erfinv
 (Giles' single-precision approximation), addmv, bucketize and searchsorted (a count of boundaries), cdist,
-adaptive max pooling (MaxPool, or a Gather of each output cell's window and a ReduceMax), and median and kthvalue
-(a TopK ascending sort, then one position of it)."""
+adaptive pooling (MaxPool / AveragePool, or a Gather of each output cell's window and a ReduceMax / ReduceSum),
+and median and kthvalue (a TopK ascending sort, then one position of it)."""
 
 from __future__ import annotations
 
@@ -200,13 +200,54 @@ def _cdist(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
     return f("Pow", total, f.const(1 / p))
 
 
-def _adaptive_windows(n: int, m: int) -> np.ndarray:
+def _adaptive_windows(n: int, m: int, pad: int | None = None) -> np.ndarray:
     """(m, K) indices of each output cell's window [floor(i n / m), ceil((i + 1) n / m)) along an axis of n, the
-    shorter windows padded with their last index (max is unchanged by a repeat)."""
+    shorter windows padded with index `pad`, or with their last index (max is unchanged by a repeat)."""
     starts = [i * n // m for i in range(m)]
     ends = [-(-(i + 1) * n // m) for i in range(m)]
     width = max(e - s for s, e in zip(starts, ends))
-    return np.array([[min(s + t, e - 1) for t in range(width)] for s, e in zip(starts, ends)], dtype=np.int64)
+    return np.array([[s + t if s + t < e else e - 1 if pad is None else pad for t in range(width)]
+                     for s, e in zip(starts, ends)], dtype=np.int64)
+
+
+def _pooled_axes(cx: Emitter, args: tuple, shape: tuple[int, ...], op: str, dtype: str) -> tuple[str, int, bool]:
+    """An adaptive pool's input, its first pooled axis, and whether the output size divides the input's there."""
+    x = operand(cx, args[0], dtype)
+    size = cx.value(x).shape
+    first = len(size) - len(args[1])
+    if first not in (1, 2):
+        raise ConvertError(f"{op} of a {len(size)}-d input to {len(args[1])} pooled axes")
+    return x, first, first == 2 and not any(i % o for i, o in zip(size[first:], shape[first:]))
+
+
+@converts("aten._adaptive_avg_pool2d", "aten.adaptive_avg_pool2d", "aten._adaptive_avg_pool3d")
+def _adaptive_avg_pool(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shape]) -> str:
+    """GlobalAveragePool, or AveragePool with windows of in / out where the output size divides the input's; else
+    per pooled axis a Gather of every cell's window from the axis with a zero appended (the shorter windows' slots
+    read it), a ReduceSum and a division by each window's length (UperNet's pyramid pools 1 x 1 to 2 x 2 and 6 x 6)."""
+    shape, dtype = single(shapes)
+    f = Formula(cx, dtype)
+    x, first, divides = _pooled_axes(cx, args, shape, "adaptive average pooling", dtype)
+    size = cx.value(x).shape
+    k = len(size) - first
+    if divides and all(o == 1 for o in shape[first:]):
+        return f("GlobalAveragePool", x, shape=shape)
+    if divides:
+        kernel = tuple(i // o for i, o in zip(size[first:], shape[first:]))
+        return f("AveragePool", x, shape=shape, kernel_shape=kernel, strides=kernel, pads=(0,) * (2 * k),
+                 auto_pad="NOTSET", ceil_mode=0, count_include_pad=0)
+    for axis in range(first, len(size)):
+        current, n, m = cx.value(x).shape, size[axis], shape[axis]
+        pads = np.zeros(2 * len(current), np.int64)
+        pads[len(current) + axis] = 1
+        padded = f("Pad", x, cx.constant(pads, "pads"), cx.constant(np.zeros((), dtype)), mode="constant",
+                   shape=tuple(d + (a == axis) for a, d in enumerate(current)))
+        table = _adaptive_windows(n, m, pad=n)
+        gathered = f("Gather", padded, cx.constant(table, "windows"), axis=axis,
+                     shape=(*current[:axis], *table.shape, *current[axis + 1:]))
+        lengths = (table < n).sum(axis=1).astype(dtype).reshape([m] + [1] * (len(current) - axis - 1))
+        x = f("Div", f.reduce("ReduceSum", gathered, axis + 1), cx.constant(lengths, "lengths"))
+    return x
 
 
 @converts("aten.adaptive_max_pool2d", "aten.adaptive_max_pool3d")
@@ -215,13 +256,11 @@ def _adaptive_max_pool(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shap
     cell's window and a ReduceMax per pooled axis (max is separable). The indices output must be unused."""
     shape, dtype = shapes[0]
     f = Formula(cx, dtype)
-    x = operand(cx, args[0], dtype)
+    x, first, divides = _pooled_axes(cx, args, shape, "adaptive max pooling", dtype)
     size = cx.value(x).shape
-    k = len(args[1])
-    first = len(size) - k
-    spatial, out = size[first:], shape[first:]
-    if first == 2 and not any(i % o for i, o in zip(spatial, out)):
-        kernel = tuple(i // o for i, o in zip(spatial, out))
+    k = len(size) - first
+    if divides:
+        kernel = tuple(i // o for i, o in zip(size[first:], shape[first:]))
         x = f("MaxPool", x, shape=shape, kernel_shape=kernel, strides=kernel, pads=(0,) * (2 * k), auto_pad="NOTSET",
               dilations=(1,) * k, ceil_mode=0, storage_order=0)
     else:
