@@ -1,8 +1,8 @@
 """Normalizers that write smaller ONNX ops as a few IR nodes of ops tensorgen already has: OneHot (a comparison of
 the indices with the positions), Trilu at run time (a Where with a constant mask), Hardmax (ArgMax, then a
 comparison), GlobalLpPool (a ReduceSum of |x|^p over the spatial axes, its p-th root) and LpPool (an
-AveragePool of |x|^p times the window's size, its p-th root). EyeLike needs only its input's shape and is
-folded by the importer."""
+AveragePool of |x|^p times the window's size, its p-th root), DFT (the real and imaginary parts, each multiplied by
+constant cosine and sine matrices). EyeLike needs only its input's shape and is folded by the importer."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tensorgen.graph.frontend.normalize import CONST_INPUTS, NORMALIZERS, OnnxNo
 from tensorgen.graph.frontend.onnx_eval import np_dtype
 from tensorgen.graph.ir import Node, Value
 
-CONST_INPUTS.update({"OneHot": {1: "depth", 2: "values"}, "Trilu": {1: "k"}})
+CONST_INPUTS.update({"OneHot": {1: "depth", 2: "values"}, "Trilu": {1: "k"}, "DFT": {1: "dft_length", 2: "axis"}})
 
 
 def _positions(n: OnnxNode, count: int, axis: int, rank: int, dtype: str = "int64") -> str:
@@ -132,3 +132,50 @@ def eye_like(value: Value, attrs: dict) -> np.ndarray:
         raise ValueError(f"EyeLike of a {len(value.shape)}-d input (2-d only)")
     dtype = np_dtype(attrs["dtype"]) if attrs.get("dtype") else value.dtype
     return np.eye(*value.shape, k=int(attrs.get("k", 0)), dtype=dtype)
+
+
+@normalizer("DFT")
+def _dft(n: OnnxNode) -> list[Node]:
+    """Y[k] = scale * sum_n X[n] e^(sign 2 pi i k n / L) along `axis` as matrix products: with C = scale cos and
+    S = sign scale sin, re(Y) = re(X) C - im(X) S and im(Y) = im(X) C + re(X) S (the transformed axis moved last
+    and back). L is dft_length (the signal cut or padded with zeros to it); onesided keeps k <= L / 2 (FNet mixes
+    its tokens with one)."""
+    shape, out = n.shape(), n.out().shape
+    rank, dtype = len(shape), n.out().dtype
+    if rank < 2 or shape[-1] not in (1, 2):
+        raise n.error(f"input {list(shape)} must end in a dim of 1 (real) or 2 (complex)")
+    axis = n.attrs["axis"] if "axis" in n.attrs else int(n.const(2).reshape(-1)[0]) if n.input(2) else -2
+    axis = n.axis(axis, rank)
+    if axis == rank - 1:
+        raise n.error("the transformed axis is the last one, which holds the real and imaginary parts")
+    length = int(n.const(1).reshape(-1)[0]) if n.input(1) else shape[axis]
+    inverse, onesided = bool(n.attrs.get("inverse", 0)), bool(n.attrs.get("onesided", 0))
+    if onesided and (inverse or shape[-1] == 2):
+        raise n.error("onesided applies to a forward transform of a real signal")
+    bins = out[axis]
+    angle = 2 * np.pi * np.outer(np.arange(min(shape[axis], length)), np.arange(bins)) / length
+    scale = 1.0 / length if inverse else 1.0
+    weights = np.zeros((2, shape[axis], bins))
+    weights[0, :angle.shape[0]], weights[1, :angle.shape[0]] = scale * np.cos(angle), scale * np.sin(angle)
+    weights[1] *= 1.0 if inverse else -1.0
+    cos, sin = (n.constant(name, w.astype(dtype)) for name, w in zip(("cos", "sin"), weights))
+    step = Steps(n)
+    perm = list(range(rank))
+    perm[axis], perm[-1] = rank - 1, axis
+    part_shape = (*shape[:-1], 1)
+    moved = tuple(part_shape[p] for p in perm)  # the transformed axis last, the part's unit dim in its place
+    product = (*moved[:-1], bins)
+    parts = []
+    for k in range(shape[-1]):
+        part = step(f"part{k}", "Slice", [n.inputs[0]], part_shape, starts=(k,), ends=(k + 1,), axes=(rank - 1,),
+                    steps=(1,))
+        parts.append(step(f"moved{k}", "Transpose", [part], moved, perm=tuple(perm)))
+    real = step("real_cos", "MatMul", [parts[0], cos], product)
+    imag = step("real_sin", "MatMul", [parts[0], sin], product)
+    if len(parts) == 2:
+        real = step("real", "Sub", [real, step("imag_sin", "MatMul", [parts[1], sin], product)], product)
+        imag = step("imag", "Add", [step("imag_cos", "MatMul", [parts[1], cos], product), imag], product)
+    back = tuple(product[p] for p in perm)
+    halves = [step(f"{name}_back", "Transpose", [x], back, perm=tuple(perm))
+              for name, x in (("re", real), ("im", imag))]
+    return step.last("Concat", halves, axis=rank - 1)
