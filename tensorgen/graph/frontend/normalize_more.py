@@ -136,10 +136,11 @@ def eye_like(value: Value, attrs: dict) -> np.ndarray:
 
 @normalizer("DFT")
 def _dft(n: OnnxNode) -> list[Node]:
-    """Y[k] = scale * sum_n X[n] e^(sign 2 pi i k n / L) along `axis` as matrix products: with C = scale cos and
-    S = sign scale sin, re(Y) = re(X) C - im(X) S and im(Y) = im(X) C + re(X) S (the transformed axis moved last
-    and back). L is dft_length (the signal cut or padded with zeros to it); onesided keeps k <= L / 2 (FNet mixes
-    its tokens with one)."""
+    """Y[k] = scale * sum_n X[n] e^(sign 2 pi i k n / L) along `axis` as matrix products: each part of Y (real,
+    imaginary) is a sum of each part of X times a constant matrix (cosines or sines), the transformed axis moved last
+    and back. L is dft_length (the signal cut or padded with zeros to it); onesided keeps k <= L / 2 of a forward
+    transform (FNet mixes its tokens with one), and of an inverse reads that half spectrum and gives the real signal
+    (numpy's irfft: the other half is its mirror image)."""
     shape, out = n.shape(), n.out().shape
     rank, dtype = len(shape), n.out().dtype
     if rank < 2 or shape[-1] not in (1, 2):
@@ -148,34 +149,43 @@ def _dft(n: OnnxNode) -> list[Node]:
     axis = n.axis(axis, rank)
     if axis == rank - 1:
         raise n.error("the transformed axis is the last one, which holds the real and imaginary parts")
-    length = int(n.const(1).reshape(-1)[0]) if n.input(1) else shape[axis]
     inverse, onesided = bool(n.attrs.get("inverse", 0)), bool(n.attrs.get("onesided", 0))
-    if onesided and (inverse or shape[-1] == 2):
-        raise n.error("onesided applies to a forward transform of a real signal")
-    bins = out[axis]
-    angle = 2 * np.pi * np.outer(np.arange(min(shape[axis], length)), np.arange(bins)) / length
-    scale = 1.0 / length if inverse else 1.0
-    weights = np.zeros((2, shape[axis], bins))
-    weights[0, :angle.shape[0]], weights[1, :angle.shape[0]] = scale * np.cos(angle), scale * np.sin(angle)
-    weights[1] *= 1.0 if inverse else -1.0
-    cos, sin = (n.constant(name, w.astype(dtype)) for name, w in zip(("cos", "sin"), weights))
+    matrices = _dft_matrices(shape[axis], out[axis], int(n.const(1).reshape(-1)[0]) if n.input(1) else None,
+                             inverse, onesided)
     step = Steps(n)
     perm = list(range(rank))
     perm[axis], perm[-1] = rank - 1, axis
     part_shape = (*shape[:-1], 1)
     moved = tuple(part_shape[p] for p in perm)  # the transformed axis last, the part's unit dim in its place
-    product = (*moved[:-1], bins)
+    product = (*moved[:-1], out[axis])
     parts = []
     for k in range(shape[-1]):
         part = step(f"part{k}", "Slice", [n.inputs[0]], part_shape, starts=(k,), ends=(k + 1,), axes=(rank - 1,),
                     steps=(1,))
         parts.append(step(f"moved{k}", "Transpose", [part], moved, perm=tuple(perm)))
-    real = step("real_cos", "MatMul", [parts[0], cos], product)
-    imag = step("real_sin", "MatMul", [parts[0], sin], product)
-    if len(parts) == 2:
-        real = step("real", "Sub", [real, step("imag_sin", "MatMul", [parts[1], sin], product)], product)
-        imag = step("imag", "Add", [step("imag_cos", "MatMul", [parts[1], cos], product), imag], product)
-    back = tuple(product[p] for p in perm)
-    halves = [step(f"{name}_back", "Transpose", [x], back, perm=tuple(perm))
-              for name, x in (("re", real), ("im", imag))]
-    return step.last("Concat", halves, axis=rank - 1)
+    results = []
+    for q, name in zip(range(out[-1]), ("re", "im")):
+        total = ""
+        for k, x in enumerate(parts):
+            term = step(f"{name}{k}", "MatMul", [x, n.constant(f"{name}{k}", matrices[k][q].astype(dtype))], product)
+            total = step(f"{name}_sum", "Add", [total, term], product) if total else term
+        results.append(step(f"{name}_back", "Transpose", [total], tuple(product[p] for p in perm), perm=tuple(perm)))
+    return step.last("Concat", results, axis=rank - 1) if len(results) == 2 else step.last("Identity", results)
+
+
+def _dft_matrices(n: int, bins: int, length: int | None, inverse: bool, onesided: bool) -> list[list[np.ndarray]]:
+    """[input part][output part] matrices (n, bins) of a DFT along an axis of n (see _dft)."""
+    if inverse and onesided:  # irfft: n entries of a half spectrum in, `bins` real samples out
+        length = length or 2 * (n - 1)
+        k = np.arange(min(n, length // 2 + 1))
+        weight = np.where((k == 0) | (2 * k == length), 1.0, 2.0)[:, None] / length
+        angle = 2 * np.pi * np.outer(k, np.arange(bins)) / length
+        re, im = np.zeros((2, n, bins))
+        re[:len(k)], im[:len(k)] = weight * np.cos(angle), -weight * np.sin(angle)
+        return [[re], [im]]
+    length = length or n
+    angle = 2 * np.pi * np.outer(np.arange(min(n, length)), np.arange(bins)) / length
+    scale, sign = (1.0 / length, 1.0) if inverse else (1.0, -1.0)
+    cos, sin = np.zeros((2, n, bins))
+    cos[:angle.shape[0]], sin[:angle.shape[0]] = scale * np.cos(angle), scale * sign * np.sin(angle)
+    return [[cos, sin], [-sin, cos]]
