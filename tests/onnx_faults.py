@@ -87,10 +87,6 @@ def negative_dim(path: Path) -> Path:
     return _save(_relu([-3, 4]), path)
 
 
-def zero_dim(path: Path) -> Path:
-    return _save(_relu([0, 4]), path)
-
-
 def _external(location: str) -> onnx.ModelProto:
     w = TensorProto(name="w", data_type=F, dims=[4])
     w.data_location = TensorProto.EXTERNAL
@@ -164,7 +160,6 @@ FAULTS: dict[str, tuple[Callable[[Path], Path], str]] = {
     "cycle": (cycle, "cycle"),
     "mismatched_matmul": (mismatched_matmul, "shape inference failed"),
     "negative_dim": (negative_dim, "dimension"),
-    "zero_dim": (zero_dim, "empty tensors are not supported"),
     "external_outside": (external_outside, "outside"),
     "external_absolute": (external_absolute, "outside"),
     "external_missing": (external_missing, "weights.bin"),

@@ -66,6 +66,35 @@ def test_partition_fuses_like_relay():
         made |= set(sub.outputs)
 
 
+def test_an_elementwise_producer_fuses_into_the_reduction_it_feeds(tmp_path):
+    """RMSNorm as HuggingFace's Llama writes it, x * (mean(x^2) + eps)^-0.5 * w: the square joins the mean's kernel
+    (one kernel, not a pass writing x^2 out and another reading it back). A LayerNorm written out: the centred
+    values are read twice, so the square starts the variance's kernel; a reduction never joins a group that starts
+    with one (the first mean and its Sub). Both compared with ONNX Runtime."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])
+    inits = [helper.make_tensor("two", TensorProto.FLOAT, [], [2.0]), helper.make_tensor("eps", TensorProto.FLOAT, [],
+             [1e-6]), helper.make_tensor("w", TensorProto.FLOAT, [16], np.linspace(0.5, 1.5, 16))]
+    nodes = [helper.make_node("Relu", ["x"], ["h"]),  # read twice: the square starts a group of its own
+             helper.make_node("Pow", ["h", "two"], ["sq"]), helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1]),
+             helper.make_node("Add", ["ms", "eps"], ["v"]), helper.make_node("Sqrt", ["v"], ["r"]),
+             helper.make_node("Div", ["h", "r"], ["n"]), helper.make_node("Mul", ["n", "w"], ["y"])]
+    proto = helper.make_model(helper.make_graph(nodes, "rms", [x], [y], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    kinds = [[n.op for n in s.nodes] for s in partition(load_graph(proto)).subgraphs]
+    assert kinds == [["Relu"], ["Pow", "ReduceMean", "Add", "Sqrt", "Div", "Mul"]]
+    _check_against_ort(proto, build_model(proto, tmp_path / "rms"), rtol=1e-5)
+    nodes = [helper.make_node("Relu", ["x"], ["h"]), helper.make_node("ReduceMean", ["h"], ["m"], axes=[-1]),
+             helper.make_node("Sub", ["h", "m"], ["d"]), helper.make_node("Pow", ["d", "two"], ["sq"]),
+             helper.make_node("ReduceMean", ["sq"], ["var"], axes=[-1]), helper.make_node("Add", ["var", "eps"], ["v"]),
+             helper.make_node("Sqrt", ["v"], ["r"]), helper.make_node("Div", ["d", "r"], ["y"])]
+    proto = helper.make_model(helper.make_graph(nodes, "ln", [x], [y], inits[:2]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    kinds = [[n.op for n in s.nodes] for s in partition(load_graph(proto)).subgraphs]
+    assert kinds == [["Relu"], ["ReduceMean", "Sub"], ["Pow", "ReduceMean", "Add", "Sqrt", "Div"]]
+    _check_against_ort(proto, build_model(proto, tmp_path / "ln"), rtol=1e-5)
+
+
 def test_identical_subgraphs_become_one_weighted_task():
     part = partition(load_graph(zoo_model("bert_tiny", seq_len=16)))
     tasks = extract_tasks(part)

@@ -269,6 +269,11 @@ def test_an_empty_slice_concatenated_back_and_returned(tmp_path):
     _check(_model(nodes, [_vi("x", [1, 8, 4, 8])], [_vi("y", [1, 8, 4, 8]), _vi("e", [1, 8, 4, 0])], inits), tmp_path)
 
 
+def test_an_empty_input_gives_an_empty_output(tmp_path):
+    """Valid ONNX, once refused as a fault: an input with a dim of 0, its Relu empty too (a constant, no kernel)."""
+    _check(_model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [0, 4])], [_vi("y", [0, 4])]), tmp_path)
+
+
 def test_gather_elements_along_an_axis_of_64_or_more_folds(tmp_path):
     """BERT's token type ids as the TorchScript exporter writes them: a (1, 64) buffer of zeros, GatherElements of
     its first 8 positions folded at import (onnx.reference's own fails from 64 choices on)."""

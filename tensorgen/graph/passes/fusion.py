@@ -1,7 +1,9 @@
 """Partition a graph into fused subgraphs the way Relay does, and turn each into a ComputeDAG.
 
 - a compute-intensive op (conv, matmul, ...) absorbs the element-wise ops that consume it;
-- element-wise and injective ops chain together, and element-wise ops also follow reductions;
+- element-wise and injective ops chain together, element-wise ops also follow reductions, and a reduction joins
+  the element-wise or injective group that feeds it (RMSNorm's square and mean: one kernel), not one that starts
+  with a reduction;
 - reshape-like ops (Reshape, Flatten, Squeeze, Unsqueeze, Identity) get no kernel at all: their
   output is the same row-major memory as their input, so the executor aliases it.
 A node joins its producer's group only if the producer's output is read by that node alone and is
@@ -34,7 +36,8 @@ GATHER_OPS = frozenset({"Gather", "GatherElements"})
 # the kernel that computes its indices
 SCATTER_OPS = frozenset({"ScatterElements", "ScatterND"})
 # which group kinds a node of each kind may join (the group's kind is its first node's)
-JOINS = {"elemwise": {"compute", "elemwise", "injective", "reduce"}, "injective": {"elemwise", "injective"}}
+JOINS = {"elemwise": {"compute", "elemwise", "injective", "reduce"}, "injective": {"elemwise", "injective"},
+         "reduce": {"elemwise", "injective"}}
 
 
 @dataclass
@@ -114,7 +117,10 @@ def _joinable(node: Node, kind: str, graph: Graph, group_of: dict[str, Subgraph]
               users: dict[str, list[Node]], outputs: set[str], aliases: dict[str, str]) -> Subgraph | None:
     """The group `node` fuses into: that of its first tensor input made by a group it may join. A Gather (or
     GatherElements) joins the group of its data only: indices computed in its own kernel would escape the bounds
-    check the executor makes on a kernel's inputs."""
+    check the executor makes on a kernel's inputs. A scatter (ScatterElements, ScatterND) joins none, for the same
+    reason."""
+    if node.op in SCATTER_OPS:
+        return None
     for name in node.inputs[:1] if node.op in GATHER_OPS else node.inputs:
         if not name or graph.is_constant(name) or name in aliases:
             continue
