@@ -1,5 +1,5 @@
-"""Normalizers of the ops defined by where each output element is read from: Einsum, GatherElements,
-DepthToSpace and SpaceToDepth.
+"""Normalizers of the ops defined by where each output element is read from: Einsum, GatherElements, GatherND
+(constant indices: a Gather of the data with its indexed axes flattened), DepthToSpace and SpaceToDepth.
 
 Einsum's equation is made explicit: spaces dropped, the implicit output spelled out, and every ellipsis
 replaced by letters the equation does not use, so the lowering only ever sees `ab,bc->ac`.
@@ -13,8 +13,12 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tensorgen.graph.frontend.normalize import OnnxNode, gather_inputs, normalizer
+import numpy as np
+
+from tensorgen.graph.frontend.normalize import CONST_INPUTS, OnnxNode, Steps, gather_inputs, normalizer
 from tensorgen.graph.ir import Node
+
+CONST_INPUTS.update({"GatherND": {1: "indices"}})
 
 _TERM = re.compile(r"[A-Za-z]*(\.\.\.)?[A-Za-z]*")
 ELLIPSIS = "..."
@@ -97,6 +101,28 @@ def _einsum(n: OnnxNode) -> Node:
 def _gather_elements(n: OnnxNode) -> Node:
     axis = n.axis(n.attrs["axis"], len(n.shape()))
     return n.make(attrs={"axis": axis}, inputs=gather_inputs(n, axis))
+
+
+@normalizer("GatherND")
+def _gather_nd(n: OnnxNode) -> list[Node]:
+    """data[b..., i_0, ..., i_k-1, :] for each row (i_0..i_k-1) of the constant indices (after batch_dims b): the
+    data reshaped to (batches x the k indexed axes, rest...) and a Gather of the rows' flat positions along its first
+    axis (Swin-v2's relative position bias table as torch.onnx's dynamo exporter writes it)."""
+    shape, indices, b = n.shape(), n.const(1).astype(np.int64), int(n.attrs.get("batch_dims", 0))
+    k = indices.shape[-1] if indices.ndim else 0
+    if indices.ndim < 1 or not 1 <= k <= len(shape) - b or indices.shape[:b] != shape[:b]:
+        raise n.error(f"indices of shape {list(indices.shape)} do not index data of shape {list(shape)} "
+                      f"with batch_dims={b}")
+    dims = np.array(shape[b:b + k])
+    if ((indices < -dims) | (indices >= dims)).any():
+        raise n.error(f"indices {int(indices.min())}..{int(indices.max())} out of range for axes of {list(dims)}")
+    positions = (np.where(indices < 0, indices + dims, indices) * np.cumprod([1, *dims[:0:-1]])[::-1]).sum(-1)
+    batches = int(np.prod(shape[:b], dtype=np.int64))
+    positions += (np.arange(batches) * int(np.prod(dims))).reshape(*shape[:b], *(1,) * (indices.ndim - 1 - b))
+    flat = (batches * int(np.prod(dims)), *shape[b + k:])
+    step = Steps(n)
+    rows = step("rows", "Reshape", [n.inputs[0]], flat, shape=flat)
+    return step.last("Gather", [rows, n.constant("positions", positions)], axis=0)
 
 
 @normalizer("DepthToSpace", "SpaceToDepth")

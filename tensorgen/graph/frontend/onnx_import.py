@@ -192,11 +192,16 @@ def _at_a_known_opset(model: onnx.ModelProto, source: str) -> tuple[onnx.ModelPr
 
 
 def _check_ops(g: onnx.GraphProto, source: str) -> None:
-    """Raise one GraphError listing every unsupported op (first node of each, and how many more)."""
+    """Raise one GraphError listing every unsupported op (first node of each, and how many more). Any ONNX op whose
+    inputs are all constants is folded at import, so only the others count."""
     bad: dict[tuple[str, str], list[str]] = {}
+    constant = {t.name for t in g.initializer} | {""}
     for i, p in enumerate(g.node):
         if p.domain not in ("", "ai.onnx"):
             reason = f"op of domain {p.domain!r} is unsupported (only the default ONNX domain)"
+        elif p.op_type in _STATIC_FOLDS or all(x in constant for x in p.input):
+            constant.update(p.output)
+            continue
         elif p.op_type not in SUPPORTED_OPS | FOLD_ONLY_OPS:
             reason = "unsupported op"
         else:
