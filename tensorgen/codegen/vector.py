@@ -1,6 +1,6 @@
 """Explicit SIMD for `vectorize` loops with GCC vector extensions.
 
-A vectorized loop whose statements are stores of +, -, *, / (and exp, log where glibc's libmvec
+A vectorized loop whose statements are stores of +, -, *, / (and exp, log, erf, tanh, sigmoid where glibc's libmvec
 provides vector versions, and selects whose condition is the same for every lane: an inlined pad's)
 over loads that are contiguous (stride 1) or invariant (stride 0) in the loop variable becomes a loop
 over whole vectors, then narrower vectors for the rest (24 lanes: 16 + 8), then scalars. Anything else
@@ -28,7 +28,13 @@ _OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _REDUCERS = ("add", "max", "min")  # what an innermost reduction loop may combine with (reductions of te: sum, max, min)
 _MASKS = {"float": "int32_t", "double": "int64_t"}  # the integer lanes of a float vector's comparisons
 _LANE_BYTES = {"float": 4, "int32_t": 4, "double": 8, "int64_t": 8}
-_VECTOR_MATH = ("exp", "log", "erf", "tanh")  # libmvec's: exp, log from glibc 2.22, erf, tanh from 2.35
+# below this, exp is under the normal range and libmvec computes each such lane by a scalar call: a causal mask's
+# -3.4e38 made a softmax 13x slower in Llama than on random inputs; such lanes are given 0 (exact below -103.97 for
+# float, -745.1 for double; above, a result under the smallest normal number is flushed)
+_EXP_FLOOR = {"float": "-87.0f", "double": "-708.0"}
+# calls with a vector form, by the libmvec function it calls: exp, log from glibc 2.22, erf, tanh from 2.35; sigmoid as
+# 1 / (1 + exp(-x)) (SiLU in Llama's MLP ran at one scalar expf an element)
+_VECTOR_MATH = {"exp": "exp", "log": "log", "erf": "erf", "tanh": "tanh", "sigmoid": "exp"}
 _ISA = {16: "b", 32: "d", 64: "e"}  # x86-64 vector-function ABI letter by vector width
 
 
@@ -147,6 +153,17 @@ class VectorEmitter:
                                       f"return ({vtype})(((({mtype})a) & m) | ((({mtype})b) & ~m)); }}\n")
         return f"{fn}({a}, {b})"
 
+    def _floored_exp(self, fn: str, ctype: str, lanes: int) -> str:
+        """A helper calling libmvec's exp `fn` with the lanes below _EXP_FLOOR held at it, and giving them 0."""
+        vtype, mtype, floor = f"{ctype}{lanes}", f"{_MASKS[ctype]}{lanes}", _EXP_FLOOR[ctype]
+        name = f"exp_{vtype}"
+        self.used.add((_MASKS[ctype], lanes))
+        self.combiners.setdefault(name, f"static inline {vtype} {name}({vtype} x) {{ {mtype} keep = ~(x < {floor}); "
+                                        f"{vtype} y = {fn}(({vtype})((({mtype})x & keep) | "
+                                        f"(({mtype})(({vtype}){{}} + {floor}) & ~keep))); "
+                                        f"return ({vtype})(({mtype})y & keep); }}\n")
+        return name
+
     def try_emit(self, loop: For, depth: int) -> bool:
         stores = loop.body.stmts if isinstance(loop.body, Seq) else (loop.body,)
         if not all(isinstance(s, Store) for s in stores):
@@ -220,7 +237,7 @@ class VectorEmitter:
         if not (isinstance(e, Call) and e.name in _VECTOR_MATH and e.dtype in VECTOR_DTYPES and len(e.args) == 1):
             return False
         width = self._lanes * DTYPE_BYTES[e.dtype]
-        return width in _ISA and has_vector_math(width, e.name) and self._ok(e.args[0], var)
+        return width in _ISA and has_vector_math(width, _VECTOR_MATH[e.name]) and self._ok(e.args[0], var)
 
     def _vexpr(self, e: Expr, var: Var, vtype: str) -> tuple[str, bool]:
         """C text of `e` for a whole vector starting at lane `var`, and whether it is a vector."""
@@ -235,8 +252,14 @@ class VectorEmitter:
         if isinstance(e, Call) and var in free_vars(e):
             arg = _as_vector(*self._vexpr(e.args[0], var, vtype), vtype)
             lanes = self._lanes
-            fn = f"_ZGV{_ISA[lanes * DTYPE_BYTES[e.dtype]]}N{lanes}v_{e.name}{'f' if e.dtype == 'float32' else ''}"
+            name = _VECTOR_MATH[e.name]
+            fn = f"_ZGV{_ISA[lanes * DTYPE_BYTES[e.dtype]]}N{lanes}v_{name}{'f' if e.dtype == 'float32' else ''}"
             self.math.add((fn, vtype))
+            if name == "exp":
+                fn = self._floored_exp(fn, VECTOR_DTYPES[e.dtype], lanes)
+            if e.name == "sigmoid":
+                one = _as_vector(self.w.expr(Const(1.0, e.dtype)), False, vtype)
+                return f"({one} / ({one} + {fn}(-{arg})))", True
             return f"{fn}({arg})", True
         text = self.w.expr(e)  # the same for every lane; an operator's operand, so in parentheses unless atomic
         return (text if isinstance(e, (Const, Var, BufLoad)) else f"({text})"), False
