@@ -259,6 +259,17 @@ CASES = [
 ]
 
 
+def test_an_if_on_a_constant_reading_the_outer_graph_is_an_unsupported_op():
+    """Ops outside the supported list pass the check before import when all their inputs are constants (they are
+    folded: Det_folded above); an If's branches may read run-time values the node does not list, so it never does."""
+    branch = [helper.make_graph([node(op, ["x"], [out])], out, [], [helper.make_tensor_value_info(out, 1, [2, 3, 4])])
+              for op, out in (("Relu", "t"), ("Neg", "e"))]
+    model = make_model([node("If", ["c"], then_branch=branch[0], else_branch=branch[1])], X3, ["y"],
+                       {"c": np.array(True)})
+    with pytest.raises(GraphError, match=r"node 'if\w*' \(If\): unsupported op"):
+        import_onnx(model)
+
+
 def test_cases_cover_every_supported_op():
     assert {n.op_type for c in CASES for n in c.nodes} >= SUPPORTED_OPS
 

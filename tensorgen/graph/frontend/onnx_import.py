@@ -191,15 +191,21 @@ def _at_a_known_opset(model: onnx.ModelProto, source: str) -> tuple[onnx.ModelPr
     return model, versions[0]
 
 
+def _has_subgraph(p: onnx.NodeProto) -> bool:
+    """Whether `p` has a graph attribute (If, Loop, Scan), which may read values of the outer graph."""
+    return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in p.attribute)
+
+
 def _check_ops(g: onnx.GraphProto, source: str) -> None:
     """Raise one GraphError listing every unsupported op (first node of each, and how many more). Any ONNX op whose
-    inputs are all constants is folded at import, so only the others count."""
+    inputs are all constants is folded at import, so only the others count (an op with a subgraph always does:
+    its subgraph may read run-time values of the outer graph)."""
     bad: dict[tuple[str, str], list[str]] = {}
     constant = {t.name for t in g.initializer} | {""}
     for i, p in enumerate(g.node):
         if p.domain not in ("", "ai.onnx"):
             reason = f"op of domain {p.domain!r} is unsupported (only the default ONNX domain)"
-        elif p.op_type in _STATIC_FOLDS or all(x in constant for x in p.input):
+        elif p.op_type in _STATIC_FOLDS or (all(x in constant for x in p.input) and not _has_subgraph(p)):
             constant.update(p.output)
             continue
         elif p.op_type not in SUPPORTED_OPS | FOLD_ONLY_OPS:
