@@ -55,6 +55,8 @@ def save(failure: Failure, out: Path, model=None) -> Path:
     if model is not None:
         onnx.save(model, directory / "model.onnx")
     (directory / "error.txt").write_text(failure.error)
+    if failure.records:  # the programs themselves (a search's candidates need not come again)
+        (directory / "records.jsonl").write_text("".join(line + "\n" for line in failure.records))
     info = {"seed": failure.seed, "policy": failure.policy, "stage": failure.stage, "known_bug": known_bug(failure),
             "headline": failure.headline(),
             "reproduce": f"python bench/fuzz.py --case {failure.seed} --policy {failure.policy}"}

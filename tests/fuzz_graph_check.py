@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +43,9 @@ class Failure:
     # "crash" | "hang")
     stage: str
     error: str
+    # a "measure" failure's programs as record JSON lines, replayable elsewhere (`tensorgen db import`): a wrong
+    # answer that depends on timing (which candidates the search makes) is gone when the case runs again
+    records: list[str] = field(default_factory=list)
 
     def headline(self) -> str:
         lines = [line.strip() for line in self.error.strip().splitlines() if line.strip()]
@@ -120,7 +123,8 @@ def check_model(model: onnx.ModelProto, seed: int, policy: str, trials: int, wor
                    if r.result.error_kind.value in PROGRAM_ERRORS]
             if bad:
                 return Failure(seed, policy, "measure", "\n".join(
-                    f"{r.result.error_kind.value}: {r.result.error_msg.strip()[-600:]}" for r in bad[:3]))
+                    f"{r.result.error_kind.value}: {r.result.error_msg.strip()[-600:]}" for r in bad[:3]),
+                    [r.to_json_line() for r in bad[:3]])
             stage = "build"
             out = build_model(graph, workdir / "model", target=target, db=db)
         finally:

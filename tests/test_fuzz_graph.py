@@ -85,6 +85,9 @@ def test_bench_fuzz_runs_one_case_and_a_schedule_budget(tmp_path, capsys):
     info = json.loads((saved / "failure.json").read_text())
     assert info["seed"] == 5 and info["reproduce"] == "python bench/fuzz.py --case 5 --policy random"
     assert validate(onnx.load(saved / "model.onnx")) and (saved / "error.txt").read_text() == failure.error
+    assert not (saved / "records.jsonl").exists()
+    saved = fuzz.save(Failure(6, "random", "measure", "wrong_answer: ...", ['{"a": 1}', '{"b": 2}']), tmp_path)
+    assert (saved / "records.jsonl").read_text().splitlines() == ['{"a": 1}', '{"b": 2}']
 
 
 def test_a_gather_from_a_size_one_axis_is_tuned_without_wrong_answers(tmp_path):
