@@ -210,14 +210,18 @@ def _adaptive_windows(n: int, m: int, pad: int | None = None) -> np.ndarray:
                      for s, e in zip(starts, ends)], dtype=np.int64)
 
 
-def _pooled_axes(cx: Emitter, args: tuple, shape: tuple[int, ...], op: str, dtype: str) -> tuple[str, int, bool]:
-    """An adaptive pool's input, its first pooled axis, and whether the output size divides the input's there."""
+def _pooled_axes(cx: Emitter, args: tuple, shape: tuple[int, ...], op: str,
+                 dtype: str) -> tuple[str, int, tuple[int, ...] | None]:
+    """An adaptive pool's input, its first pooled axis, and the window (in / out) where the output size divides the
+    input's, else None."""
     x = operand(cx, args[0], dtype)
     size = cx.value(x).shape
     first = len(size) - len(args[1])
     if first not in (1, 2):
         raise ConvertError(f"{op} of a {len(size)}-d input to {len(args[1])} pooled axes")
-    return x, first, first == 2 and not any(i % o for i, o in zip(size[first:], shape[first:]))
+    if first != 2 or any(i % o for i, o in zip(size[first:], shape[first:])):
+        return x, first, None
+    return x, first, tuple(i // o for i, o in zip(size[first:], shape[first:]))
 
 
 @converts("aten._adaptive_avg_pool2d", "aten.adaptive_avg_pool2d", "aten._adaptive_avg_pool3d")
@@ -227,13 +231,12 @@ def _adaptive_avg_pool(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shap
     read it), a ReduceSum and a division by each window's length (UperNet's pyramid pools 1 x 1 to 2 x 2 and 6 x 6)."""
     shape, dtype = single(shapes)
     f = Formula(cx, dtype)
-    x, first, divides = _pooled_axes(cx, args, shape, "adaptive average pooling", dtype)
+    x, first, kernel = _pooled_axes(cx, args, shape, "adaptive average pooling", dtype)
     size = cx.value(x).shape
     k = len(size) - first
-    if divides and all(o == 1 for o in shape[first:]):
+    if kernel is not None and all(o == 1 for o in shape[first:]):
         return f("GlobalAveragePool", x, shape=shape)
-    if divides:
-        kernel = tuple(i // o for i, o in zip(size[first:], shape[first:]))
+    if kernel is not None:
         return f("AveragePool", x, shape=shape, kernel_shape=kernel, strides=kernel, pads=(0,) * (2 * k),
                  auto_pad="NOTSET", ceil_mode=0, count_include_pad=0)
     for axis in range(first, len(size)):
@@ -256,11 +259,10 @@ def _adaptive_max_pool(cx: Emitter, args: tuple, kwargs: dict, shapes: list[Shap
     cell's window and a ReduceMax per pooled axis (max is separable). The indices output must be unused."""
     shape, dtype = shapes[0]
     f = Formula(cx, dtype)
-    x, first, divides = _pooled_axes(cx, args, shape, "adaptive max pooling", dtype)
+    x, first, kernel = _pooled_axes(cx, args, shape, "adaptive max pooling", dtype)
     size = cx.value(x).shape
     k = len(size) - first
-    if divides:
-        kernel = tuple(i // o for i, o in zip(size[first:], shape[first:]))
+    if kernel is not None:
         x = f("MaxPool", x, shape=shape, kernel_shape=kernel, strides=kernel, pads=(0,) * (2 * k), auto_pad="NOTSET",
               dilations=(1,) * k, ceil_mode=0, storage_order=0)
     else:
