@@ -17,7 +17,8 @@ import pytest
 from tensorgen.build import build
 from tensorgen.costmodel.xgb import XGBModel
 from tensorgen.dag import ComputeDAG
-from tensorgen.measure.types import ErrorKind
+from tensorgen.measure.runner import LocalRunner
+from tensorgen.measure.types import ErrorKind, MeasureResult, measure_again
 from tensorgen.records import SQLiteDatabase
 from tensorgen.records.record import steps_hash
 from tensorgen.target import HardwareParams, Target
@@ -377,8 +378,9 @@ def test_bad_arguments():
 # the real tuner
 
 
-def test_end_to_end_with_the_real_tuner_and_resume(tmp_path):
-    """Ansor's policy with one shared cost model, then the random policy resuming from the same database."""
+def test_end_to_end_with_the_real_tuner_and_resume(tmp_path, monkeypatch):
+    """Ansor's policy with one shared cost model, then the random policy resuming from the same database; the
+    first run's first relu measurement is made a timeout, which the second run measures again."""
     tasks = [gmm_task(16), relu_task(32)]
     path = tmp_path / "model.db"
     plain = io.StringIO()
@@ -386,8 +388,20 @@ def test_end_to_end_with_the_real_tuner_and_resume(tmp_path):
     sched = TaskScheduler(tasks, [1, 2], config=SchedulerConfig(round_trials=4), callbacks=[table])
     model = XGBModel(seed=0)  # Ansor: one cost model learns from every task
     tiny = {"population": 64, "generations": 1, "init_population": 32, "workers": 1}
-    first = sched.tune(12, db=path, policy="ansor", cost_model=model, policy_options=tiny,
-                       measure=MeasureConfig(build_timeout=20.0, run_timeout=5.0))
+    run_each, timed_out = LocalRunner.run_each, []
+
+    def one_timeout(runner, inputs, built):
+        for i, res in run_each(runner, inputs, built):
+            if not timed_out and inputs[i].task.workload_key == tasks[1].workload_key:
+                timed_out.append(i)
+                res = MeasureResult((), ErrorKind.RUN_TIMEOUT, "made a timeout by the test")
+            yield i, res
+
+    with monkeypatch.context() as patch:
+        patch.setattr(LocalRunner, "run_each", one_timeout)
+        first = sched.tune(12, db=path, policy="ansor", cost_model=model, policy_options=tiny,
+                           measure=MeasureConfig(build_timeout=20.0, run_timeout=5.0))
+    assert timed_out
     table.close()
     assert model.num_samples == 12
     assert first.stopped == "budget" and first.trials == 12 and all(r.rounds >= 1 for r in first.rows)
@@ -406,11 +420,15 @@ def test_end_to_end_with_the_real_tuner_and_resume(tmp_path):
 
     # relu(32) has few distinct programs: it may run out, and the scheduler then drops it
     with SQLiteDatabase(path) as db:  # a program that failed for the machine's sake (a timeout under load) is
-        again = sum(ErrorKind(r.error_kind).retryable for t in tasks for r in db.records(t.workload_key, "cpu"))
+        stored = [db.records(t.workload_key, "cpu") for t in tasks]  # not resumed: it is measured again
+    again = [sum(measure_again([r.result for r in rs if r.steps_hash == h]) for h in {r.steps_hash for r in rs})
+             for rs in stored]
     second = sched.tune(4, db=path, policy="random", measure=MeasureConfig(build_timeout=20.0, run_timeout=5.0))
     # resumed counts continue; a program measured again is one trial of this call, not a new program
-    assert second.trials == 4 and 16 - again <= sum(r.trials for r in second.rows) <= 16
-    assert sum(r.rounds for r in second.rows) == 1 + sum(math.ceil(r.trials / 4) for r in first.rows)
+    assert again[1] >= 1 and second.trials == 4 and 16 - sum(again) <= sum(r.trials for r in second.rows) <= 16
+    # the resumed records count as rounds of 4; a round that found fewer than 4 programs to measure takes another
+    resumed = sum(math.ceil((r.trials - a) / 4) for r, a in zip(first.rows, again))
+    assert second.rounds >= 1 and sum(r.rounds for r in second.rows) == resumed + second.rounds
     assert all(s <= f for s, f in zip(second.best_costs, first.best_costs))
     with SQLiteDatabase(path) as db:
         records = [db.records(t.workload_key, "cpu") for t in tasks]
