@@ -94,10 +94,11 @@ def compare(ours: Sequence[np.ndarray], ref: Sequence[np.ndarray], rtol: float =
 
 
 def check_model(model: onnx.ModelProto, seed: int, policy: str, trials: int, workdir: Path,
-                reference: list[np.ndarray] | None = None, target: str = "cpu") -> Failure | None:
+                reference: list[np.ndarray] | None = None, target: str = "cpu",
+                inputs: dict[str, np.ndarray] | None = None, rtol: float = 1e-3) -> Failure | None:
     """Tune every task of `model` for `trials` with `policy` (a POLICIES key) on `target`, build it with the
-    database, run it and compare with ONNX Runtime (`reference`: its outputs on `feeds(model)`, computed when not
-    given)."""
+    database, run it on `inputs` (default `feeds(model)`) and compare with ONNX Runtime within `rtol`
+    (`reference`: its outputs on those inputs, computed when not given)."""
     from tensorgen.graph.backend.build import build_model
     from tensorgen.graph.backend.tasks import extract_tasks
     from tensorgen.graph.load import load_graph
@@ -130,12 +131,12 @@ def check_model(model: onnx.ModelProto, seed: int, policy: str, trials: int, wor
         finally:
             db.close()
         stage = "run"
-        inputs = feeds(model)
+        inputs = inputs if inputs is not None else feeds(model)
         ours = CompiledModel(out, threads=2).run([inputs[n] for n in graph.inputs])
     except Exception:
         return Failure(seed, policy, stage, traceback.format_exc())
     reference = reference if reference is not None else validate(model)
-    mismatch = compare(ours, reference)
+    mismatch = compare(ours, reference, rtol)
     if mismatch:
         return Failure(seed, policy, "mismatch", mismatch)
     return _check_bounds(model, graph.inputs, inputs, out, seed, policy)

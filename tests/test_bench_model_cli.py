@@ -1,5 +1,6 @@
 """What `tensorgen bench MODEL` reports: a speedup only for an output that equals ONNX Runtime's within
-float32 tolerance (graph.compare.OUTPUT_RTOL), through the real CLI entry point."""
+float32 tolerance (graph.compare.OUTPUT_RTOL; HALF_OUTPUT_RTOL for a float16 output), through the real CLI entry
+point."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 import tensorgen.graph.reference.compare as compare
@@ -14,27 +16,30 @@ from tensorgen.cli import main
 from tensorgen.records.database import SQLiteDatabase
 
 
-def _tiny_model() -> onnx.ModelProto:
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])
-    w = helper.make_tensor("w", TensorProto.FLOAT, [8, 4], np.linspace(-1, 1, 32).astype(np.float32))
+def _tiny_model(dtype: int = TensorProto.FLOAT) -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", dtype, [2, 8])
+    y = helper.make_tensor_value_info("y", dtype, [2, 4])
+    w = helper.make_tensor("w", dtype, [8, 4], np.linspace(-1, 1, 32))
     graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
                               "tiny", [x], [y], [w])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-def _bench(tmp_path, capsys) -> tuple[int, str, dict]:
+def _bench(tmp_path, capsys, dtype: int = TensorProto.FLOAT) -> tuple[int, str, dict]:
     path, db = tmp_path / "tiny.onnx", tmp_path / "t.db"
-    onnx.save(_tiny_model(), path)
+    onnx.save(_tiny_model(dtype), path)
     SQLiteDatabase(db).close()
     rc = main(["bench", str(path), "--db", str(db), "--blocks", "2", "--threads", "1", "--json",
                str(tmp_path / "b.json")])
     return rc, capsys.readouterr().out, json.loads((tmp_path / "b.json").read_text())
 
 
-def test_bench_reports_the_speedup_of_a_correct_output(tmp_path, capsys, quick_timing):
-    rc, out, result = _bench(tmp_path, capsys)
+@pytest.mark.parametrize("dtype", [TensorProto.FLOAT, TensorProto.FLOAT16])
+def test_bench_reports_the_speedup_of_a_correct_output(dtype, tmp_path, capsys, quick_timing):
+    rc, out, result = _bench(tmp_path, capsys, dtype)
     assert rc == 0 and "as fast" in out and "WRONG OUTPUT" not in out
+    half = dtype == TensorProto.FLOAT16
+    assert result["output_rtol"] == (compare.HALF_OUTPUT_RTOL if half else compare.OUTPUT_RTOL)
     assert result["output_ok"] is True and result["max_rel_err_vs_onnxruntime"] <= result["output_rtol"]
     assert set(result["ratios"]) == {"onnxruntime"}  # the node-by-node interpreter is no peer
     assert result["ratios"]["onnxruntime"] == result["onnxruntime_ms"] / result["tensorgen_ms"]  # one statistic

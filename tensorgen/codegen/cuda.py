@@ -64,6 +64,8 @@ def cuda_name(name: str) -> str:
 PRELUDE = """\
 #ifndef TENSORGEN_CUDA_EMULATION
 #include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#define _Float16 __half /* a model's float16 inputs and outputs: nvcc has no _Float16, CUDA's half converts alike */
 #define TG_LAUNCH(kernel, grid, block, ...) kernel<<<(grid), (block)>>>(__VA_ARGS__)
 #endif
 #include <math.h>

@@ -25,8 +25,11 @@ class GraphError(TensorgenError, ValueError):
     """A model cannot be imported or compiled; the message names the node and op at fault."""
 
 
-#: element types of the values a model reads and returns
+#: element types of the values kernels compute
 TENSOR_DTYPES = ("float32", "float64", "int32", "int64", "bool")
+#: element types of the values a model reads and returns: float16 only crosses the boundary, a Cast from a
+#: graph input or to a graph output (see tensorgen.graph.frontend.onnx_half)
+BOUNDARY_DTYPES = (*TENSOR_DTYPES, "float16")
 
 
 @dataclass(frozen=True)
@@ -122,9 +125,9 @@ class Graph:
             self.value(name)
         for kind, names in (("input", self.inputs), ("output", self.outputs)):
             for name in names:
-                if name in self.values and self.values[name].dtype not in TENSOR_DTYPES:
+                if name in self.values and self.values[name].dtype not in BOUNDARY_DTYPES:
                     raise GraphError(f"graph {kind} {name!r} is {self.values[name].dtype}; tensorgen takes "
-                                     f"{', '.join(TENSOR_DTYPES)}")
+                                     f"{', '.join(BOUNDARY_DTYPES)}")
         for node in self.nodes:
             for name in node.inputs:
                 if name and name not in defined:

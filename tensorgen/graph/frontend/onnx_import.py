@@ -23,6 +23,7 @@ import numpy as np
 import onnx
 from onnx import external_data_helper, helper, inliner, numpy_helper, version_converter
 
+from tensorgen.graph.frontend.half import compute_in_float32
 from tensorgen.graph.frontend.normalize import CONST_INPUTS, ImportState, OnnxNode
 from tensorgen.graph.frontend.normalize_more import eye_like
 from tensorgen.graph.frontend.normalizers import NORMALIZERS
@@ -96,6 +97,7 @@ def import_onnx(model: onnx.ModelProto | str | os.PathLike,
     live = {*inputs, *outputs, *(x for n in nodes for x in (*n.inputs, *n.outputs) if x)}
     graph = Graph(g.name or "model", inputs, outputs, nodes, {k: v for k, v in state.values.items() if k in live},
                   {k: v for k, v in state.constants.items() if k in live})
+    graph = compute_in_float32(graph)
     graph.validate()
     return graph
 

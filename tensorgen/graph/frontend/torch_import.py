@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from tensorgen.graph.frontend.half import compute_in_float32
 from tensorgen.graph.frontend.normalize import ImportState, OnnxNode, add_constant
 from tensorgen.graph.frontend.normalizers import NORMALIZERS
 from tensorgen.graph.frontend.torch_ops import CONVERTERS
@@ -168,6 +169,7 @@ class TorchImport:
         graph = Graph(self.name, inputs, outputs, self.nodes,
                       {k: v for k, v in self.state.values.items() if k in live},
                       {k: v for k, v in self.state.constants.items() if k in live})
+        graph = compute_in_float32(graph)
         graph.validate()
         return graph
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from tensorgen.errors import TensorExprError
 from tensorgen.graph.ir import Graph, GraphError, Node
 from tensorgen.graph.ops import elemwise, index, nn, reduce, scan, scatter, shape  # noqa: F401 (they register lowerings)
-from tensorgen.graph.ops.base import LOWERINGS, READABLE, Args, OpRule, lowering, te_shape
+from tensorgen.graph.ops.base import LOWERINGS, Args, OpRule, lowering, te_shape
 from tensorgen.te.tensor import Tensor
 
 SUPPORTED_OPS: frozenset[str] = frozenset(LOWERINGS)
@@ -41,9 +41,9 @@ def lower_node(node: Node, graph: Graph, tensor_of: Callable[[str], Tensor]) -> 
     rule = _rule(node)
     args = Args(node, graph, tensor_of)
     for i, value in enumerate(args.inputs):
-        if value is not None and value.dtype not in READABLE:
+        if value is not None and value.dtype not in rule.reads:
             raise args.error(f"input {i} ({value.name!r}) has dtype {value.dtype}, which is not supported "
-                             f"(supported: {', '.join(READABLE)})")
+                             f"(supported: {', '.join(rule.reads)})")
     main = args.out(0)
     if main.dtype not in rule.dtypes:
         raise args.error(f"output {main.name!r} has dtype {main.dtype}; {node.op} supports {', '.join(rule.dtypes)}")

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorgen.graph.ir import TENSOR_DTYPES, Graph, GraphError, Node, Value
+from tensorgen.graph.ir import BOUNDARY_DTYPES, TENSOR_DTYPES, Graph, GraphError, Node, Value
 from tensorgen.te.expr import Expr, Var, const, is_float
 from tensorgen.te.tensor import Tensor
 
@@ -26,6 +26,8 @@ INTS = ("int32", "int64")
 NUMERIC = FLOATS + INTS
 #: dtypes a node may read; bool only as a condition (Where) or a Cast source
 READABLE = TENSOR_DTYPES
+#: what a Cast reads and writes: also the float16 of a model's inputs and outputs
+CASTABLE = BOUNDARY_DTYPES
 KINDS = ("compute", "elemwise", "injective", "reduce")
 
 Lowering = Callable[[Node, "Args"], Sequence[Tensor | None]]
@@ -38,13 +40,16 @@ class OpRule:
     fn: Lowering
     kind: str  # one of KINDS
     dtypes: tuple[str, ...]  # dtypes the op's outputs may have
+    reads: tuple[str, ...] = READABLE  # dtypes its inputs may have
 
 
 LOWERINGS: dict[str, OpRule] = {}
 
 
-def lowering(*ops: str, kind: str, dtypes: tuple[str, ...] = NUMERIC) -> Callable[[Lowering], Lowering]:
-    """Register `fn(node, args) -> [Tensor, ...]` as the lowering of `ops` (ONNX op names)."""
+def lowering(*ops: str, kind: str, dtypes: tuple[str, ...] = NUMERIC,
+             reads: tuple[str, ...] = READABLE) -> Callable[[Lowering], Lowering]:
+    """Register `fn(node, args) -> [Tensor, ...]` as the lowering of `ops` (ONNX op names), whose outputs may
+    have `dtypes` and inputs `reads`."""
     if kind not in KINDS:
         raise ValueError(f"op kind {kind!r} is not one of {KINDS}")
 
@@ -52,7 +57,7 @@ def lowering(*ops: str, kind: str, dtypes: tuple[str, ...] = NUMERIC) -> Callabl
         for op in ops:
             if op in LOWERINGS:
                 raise ValueError(f"op {op} already has a lowering ({LOWERINGS[op].fn.__name__})")
-            LOWERINGS[op] = OpRule(fn, kind, dtypes)
+            LOWERINGS[op] = OpRule(fn, kind, dtypes, reads)
         return fn
 
     return register

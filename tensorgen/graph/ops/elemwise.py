@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from functools import reduce
 
 from tensorgen.graph.ir import Node
-from tensorgen.graph.ops.base import FLOATS, NUMERIC, READABLE, Args, broadcast_load, lowering, operand
+from tensorgen.graph.ops.base import CASTABLE, FLOATS, NUMERIC, READABLE, Args, broadcast_load, lowering, operand
 from tensorgen.te import expr as E
 from tensorgen.te.ops import batch_norm, broadcast_shape
 from tensorgen.te.ops.common import BROADCAST, ELEMWISE
@@ -125,7 +125,7 @@ def _clip(node: Node, args: Args) -> list[Tensor]:
     return _pointwise(args, body)
 
 
-@lowering("Cast", kind="elemwise", dtypes=READABLE)
+@lowering("Cast", kind="elemwise", dtypes=CASTABLE, reads=CASTABLE)
 def _cast(node: Node, args: Args) -> list[Tensor]:
     """To bool: non-zero is true (a C conversion to its one byte would truncate 0.5 to 0)."""
     x = args.tensor(0)

@@ -28,7 +28,7 @@ from dataclasses import replace
 import numpy as np
 
 from tensorgen.graph.frontend.normalize import add_constant
-from tensorgen.graph.ir import Graph, Node, Value
+from tensorgen.graph.ir import TENSOR_DTYPES, Graph, Node, Value
 from tensorgen.graph.ops import op_kind
 from tensorgen.graph.passes import eliminate_dead_code, remove_noops, simplify_reshapes
 from tensorgen.te.ops.conv import gathers, plain_transpose
@@ -129,7 +129,10 @@ class _Rewriter:
         return True
 
     def elementwise(self, node: Node) -> bool:
-        out_rank = len(self.g.value(node.outputs[0]).shape)
+        out = self.g.value(node.outputs[0])
+        if out.dtype not in TENSOR_DTYPES:  # a Cast to a float16 output: no Transpose may read its result
+            return False
+        out_rank = len(out.shape)
         tensors = [x for x in node.inputs if x and x not in self.g.constants]
         if out_rank < 3 or not tensors or any(x not in self.last or len(self.g.value(x).shape) != out_rank
                                               for x in tensors):

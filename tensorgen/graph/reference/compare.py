@@ -26,7 +26,16 @@ Runner = Callable[[list[np.ndarray]], list[np.ndarray]]
 # Two float32 programs of one model agree to this, relative to the largest |output| of ONNX Runtime: they
 # sum in different orders (fusions, tiling), and the zoo's weights keep activations in range (zoo_builder).
 OUTPUT_RTOL = 1e-3
+# a model with a float16 output: each engine rounds to float16 (2**-11 relative) where its computation ends, and
+# ONNX Runtime rounds at every Cast to float16 inside it as well (tensorgen computes on in float32)
+HALF_OUTPUT_RTOL = 1e-2
 DEFAULT_PROTOCOL = Protocol()
+
+
+def output_rtol(graph: Graph) -> float:
+    """How far two engines' outputs of `graph` may differ, relative to the largest |output|: OUTPUT_RTOL, or
+    HALF_OUTPUT_RTOL when an output is float16."""
+    return HALF_OUTPUT_RTOL if any(graph.value(n).dtype == "float16" for n in graph.outputs) else OUTPUT_RTOL
 
 
 def output_error(ours: list[np.ndarray], ref: list[np.ndarray]) -> tuple[float, float]:
@@ -57,12 +66,13 @@ class Comparison:
     max_rel_err_vs_onnxruntime: float | None = None  # max_abs_err over max |ONNX Runtime output|
     reliable: bool | None = None  # the rounds agreed within the protocol's bound (tensorgen.timing)
     disagreement: str = ""  # what exceeded the bound when they did not
+    output_rtol: float = OUTPUT_RTOL  # the bound on max_rel_err_vs_onnxruntime (see output_rtol)
 
     @property
     def output_ok(self) -> bool | None:
-        """Whether tensorgen's output equals ONNX Runtime's within OUTPUT_RTOL (None: no ONNX Runtime)."""
+        """Whether tensorgen's output equals ONNX Runtime's within `output_rtol` (None: no ONNX Runtime)."""
         rel = self.max_rel_err_vs_onnxruntime
-        return None if rel is None else rel <= OUTPUT_RTOL
+        return None if rel is None else rel <= self.output_rtol
 
     def ratios(self) -> dict[str, float]:
         """Speedup of tensorgen over each peer (> 1: tensorgen is faster): the ratio of the medians, the same
@@ -169,4 +179,4 @@ def compare(model: object, db=None, threads: int = 2, batch: int = 1, protocol: 
     tuned = {k["workload_key"] for k in kernels if k["tuned"]}
     return Comparison(graph.name, threads, ms["tensorgen"], ms.get("onnxruntime"), ms.get("torch"), err,
                       len(tuned), len(keys), build_s, profiled, blocks_ms, rel_err, timed.reliable,
-                      timed.disagreement())
+                      timed.disagreement(), output_rtol(graph))
