@@ -28,7 +28,7 @@ class GraphError(TensorgenError, ValueError):
 #: element types of the values kernels compute
 TENSOR_DTYPES = ("float32", "float64", "int32", "int64", "bool")
 #: element types of the values a model reads and returns: float16 only crosses the boundary, a Cast from a
-#: graph input or to a graph output (see tensorgen.graph.frontend.onnx_half)
+#: graph input or to a graph output (see tensorgen.graph.frontend.half)
 BOUNDARY_DTYPES = (*TENSOR_DTYPES, "float16")
 
 

@@ -1,0 +1,136 @@
+"""Quantized models in QDQ form (tensorgen.graph.frontend.onnx_qdq): QuantizeLinear / DequantizeLinear pairs and
+integer weights computed in float, against ONNX Runtime running the same model op by op and against NumPy."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+from tensorgen.graph.backend.build import build_model
+from tensorgen.graph.frontend.onnx_qdq import INTEGER_RANGES, qdq_in_float
+from tensorgen.graph.ir import GraphError
+from tensorgen.graph.load import load_graph
+from tensorgen.runtime.model import CompiledModel
+
+ort.set_default_logger_severity(3)
+
+
+def _ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), options).run(None, feeds)
+
+
+def _ours(model: onnx.ModelProto, feeds: dict[str, np.ndarray], tmp_path) -> list[np.ndarray]:
+    graph = load_graph(model)
+    return CompiledModel(build_model(graph, tmp_path / "model"), threads=2).run([feeds[n] for n in graph.inputs])
+
+
+def _quantize_numpy(x, scale, zero, low, high):
+    return np.clip(np.round(x / scale) + zero, low, high)  # np.round: half to even, as QuantizeLinear
+
+
+@pytest.mark.parametrize("kind", [TensorProto.UINT8, TensorProto.INT8, TensorProto.INT16])
+@pytest.mark.parametrize("per_axis", [False, True])
+@pytest.mark.parametrize("zero_point", [True, False])
+def test_a_quantize_dequantize_pair_equals_onnxruntime_exactly(kind, per_axis, zero_point, tmp_path):
+    """x -> QuantizeLinear -> DequantizeLinear -> Relu, on values that land on half steps (rounded to even) and
+    past the integer range (saturated); a scale per channel (axis 1) or one for the tensor."""
+    rng = np.random.default_rng(kind)
+    channels = 3
+    scale = (rng.uniform(0.01, 0.1, channels) if per_axis else np.array(0.05)).astype(np.float32)
+    low, high = INTEGER_RANGES[kind]
+    np_type = helper.tensor_dtype_to_np_dtype(kind)
+    zero = (rng.integers(low // 4, high // 4 + 1, channels) if per_axis else np.array(3 if low < 0 else 100))
+    zero = zero.astype(np_type)
+    shape = (2, channels, 5)
+    steps = rng.integers(-2 * abs(low) - 50, 2 * high + 50, shape) + rng.choice([0, 0.5, 0.25], shape)
+    shaped = scale.reshape(1, channels, 1) if per_axis else scale
+    x = (steps * shaped).astype(np.float32)
+    init = [numpy_helper.from_array(scale, "s")] + ([numpy_helper.from_array(zero, "z")] if zero_point else [])
+    qz = ["x", "s", "z"] if zero_point else ["x", "s"]
+    attrs = {"axis": 1} if per_axis else {}
+    typed = not zero_point and kind != TensorProto.UINT8  # the integer type from output_dtype (opset 21)
+    attrs_q = {**attrs, "output_dtype": kind} if typed else attrs
+    opset = 21 if typed or kind == TensorProto.INT16 else 13
+    nodes = [helper.make_node("QuantizeLinear", qz, ["q"], **attrs_q),
+             helper.make_node("DequantizeLinear", ["q", *qz[1:]], ["d"], **attrs),
+             helper.make_node("Relu", ["d"], ["y"])]
+    graph = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, x.shape)], init)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    onnx.checker.check_model(model, full_check=True)
+    (ours,) = _ours(model, {"x": x}, tmp_path)
+    (theirs,) = _ort(model, {"x": x})
+    np.testing.assert_array_equal(ours, theirs)
+    z = zero.astype(np.float32).reshape(shaped.shape) if zero_point else 0.0
+    expected = np.maximum((_quantize_numpy(x, shaped, z, low, high) - z) * shaped, 0)
+    np.testing.assert_allclose(ours, expected, rtol=1e-6, atol=1e-7)
+    assert {n.op_type for n in qdq_in_float(model).graph.node}.isdisjoint({"QuantizeLinear", "DequantizeLinear"})
+
+
+class _Calibration(CalibrationDataReader):
+    def __init__(self, name: str, shape: tuple[int, ...], count: int = 4):
+        self.name, self.shape, self.left = name, shape, count
+
+    def get_next(self):
+        self.left -= 1
+        return {self.name: np.random.default_rng(self.left).standard_normal(self.shape).astype(np.float32)} \
+            if self.left >= 0 else None
+
+
+def _small_cnn() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+
+    def w(*shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32))
+
+    inits = [w(8, 3, 3, 3), w(8), w(16, 8, 3, 3), w(16), w(10, 16 * 4 * 4), w(10)]
+    for t, name in zip(inits, ("w1", "b1", "w2", "b2", "fw", "fb")):
+        t.name = name
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["p1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("Flatten", ["r2"], ["f"]),
+             helper.make_node("Gemm", ["f", "fw", "fb"], ["y"], transB=1)]
+    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("activations", [QuantType.QUInt8, QuantType.QInt8])
+def test_a_model_quantized_by_onnxruntime_equals_it_to_a_step(per_channel, activations, tmp_path):
+    """onnxruntime.quantization.quantize_static (QDQ, int8 weights per tensor or per channel, int32 biases) over a
+    small CNN: every output within one step of the output's grid of ONNX Runtime's (two engines that sum in
+    different orders may round a value at a step's edge either way), and most of them equal."""
+    src, dst = tmp_path / "f.onnx", tmp_path / "q.onnx"
+    onnx.save(_small_cnn(), src)
+    quantize_static(str(src), str(dst), _Calibration("x", (1, 3, 8, 8)), quant_format=QuantFormat.QDQ,
+                    activation_type=activations, weight_type=QuantType.QInt8, per_channel=per_channel)
+    model = onnx.load(dst)
+    assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for n in model.graph.node}
+    x = np.random.default_rng(9).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    (ours,) = _ours(model, {"x": x}, tmp_path)
+    (theirs,) = _ort(model, {"x": x})
+    last_dq = next(n for n in reversed(model.graph.node) if n.op_type == "DequantizeLinear")
+    step = float(numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == last_dq.input[1])))
+    assert np.abs(ours - theirs).max() <= step * 1.001 and np.mean(ours == theirs) >= 0.7, (ours, theirs, step)
+
+
+def test_what_stays_refused_is_one_line():
+    """A QuantizeLinear whose integers are returned: no 8-bit tensors leave a compiled model."""
+    s = numpy_helper.from_array(np.array(0.1, np.float32), "s")
+    graph = helper.make_graph([helper.make_node("QuantizeLinear", ["x", "s"], ["q"])], "q",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("q", TensorProto.UINT8, [4])], [s])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(GraphError, match="QuantizeLinear") as err:
+        load_graph(model)
+    assert "\n" not in str(err.value)
