@@ -1,5 +1,5 @@
-"""Quantized models in QDQ form (tensorgen.graph.frontend.onnx_qdq): QuantizeLinear / DequantizeLinear pairs and
-integer weights computed in float, against ONNX Runtime running the same model op by op and against NumPy."""
+"""Quantized models (tensorgen.graph.frontend.onnx_quantized): QDQ pairs, integer weights and the integer ops of
+dynamic quantization computed in float, against ONNX Runtime running the same model op by op and against NumPy."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
 
 from tensorgen.graph.backend.build import build_model
-from tensorgen.graph.frontend.onnx_qdq import INTEGER_RANGES, qdq_in_float
+from tensorgen.graph.frontend.onnx_quantized import INTEGER_RANGES, quantized_in_float
 from tensorgen.graph.ir import GraphError
 from tensorgen.graph.load import load_graph
 from tensorgen.runtime.model import CompiledModel
@@ -70,7 +70,7 @@ def test_a_quantize_dequantize_pair_equals_onnxruntime_exactly(kind, per_axis, z
     z = zero.astype(np.float32).reshape(shaped.shape) if zero_point else 0.0
     expected = np.maximum((_quantize_numpy(x, shaped, z, low, high) - z) * shaped, 0)
     np.testing.assert_allclose(ours, expected, rtol=1e-6, atol=1e-7)
-    assert {n.op_type for n in qdq_in_float(model).graph.node}.isdisjoint({"QuantizeLinear", "DequantizeLinear"})
+    assert {n.op_type for n in quantized_in_float(model).graph.node}.isdisjoint({"QuantizeLinear", "DequantizeLinear"})
 
 
 class _Calibration(CalibrationDataReader):
@@ -134,3 +134,97 @@ def test_what_stays_refused_is_one_line():
     with pytest.raises(GraphError, match="QuantizeLinear") as err:
         load_graph(model)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("weight_zero", ["none", "scalar", "per_column"])
+def test_dynamic_quantization_of_a_matmul_equals_onnxruntime(weight_zero, tmp_path):
+    """DynamicQuantizeLinear -> MatMulInteger (int8 weights, their zero point absent, one, or per column) -> Cast ->
+    Mul by both scales, as quantize_dynamic writes a Linear layer: equal to ONNX Runtime."""
+    rng = np.random.default_rng(4)
+    k, n = 32, 6
+    weights = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    zero = {"none": None, "scalar": np.array(3, np.int8), "per_column": rng.integers(-5, 6, n).astype(np.int8)}
+    inits = [numpy_helper.from_array(weights, "w"), numpy_helper.from_array(np.array(0.02, np.float32), "ws")]
+    mm_inputs = ["xq", "w", "xz"]
+    if zero[weight_zero] is not None:
+        inits.append(numpy_helper.from_array(zero[weight_zero], "wz"))
+        mm_inputs.append("wz")
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             helper.make_node("MatMulInteger", mm_inputs, ["acc"]),
+             helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["xs", "ws"], ["s"]),
+             helper.make_node("Mul", ["accf", "s"], ["y"])]
+    graph = helper.make_graph(nodes, "dyn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, n])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((2, 5, k)).astype(np.float32) + 0.3
+    (ours,) = _ours(model, {"x": x}, tmp_path)
+    (theirs,) = _ort(model, {"x": x})
+    np.testing.assert_array_equal(ours, theirs)
+
+
+def test_dynamic_quantization_of_a_conv_equals_onnxruntime(tmp_path):
+    """DynamicQuantizeLinear -> ConvInteger (padded: the padding reads the zero point; strided; a weight zero point)
+    -> Cast."""
+    rng = np.random.default_rng(5)
+    weights = rng.integers(-128, 128, (4, 3, 3, 3)).astype(np.int8)
+    inits = [numpy_helper.from_array(weights, "w"), numpy_helper.from_array(np.array(-2, np.int8), "wz")]
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             helper.make_node("ConvInteger", ["xq", "w", "xz", "wz"], ["acc"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["accf", "xs"], ["y"])]
+    graph = helper.make_graph(nodes, "dyn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 7, 7])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 4, 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((1, 3, 7, 7)).astype(np.float32)
+    (ours,) = _ours(model, {"x": x}, tmp_path)
+    (theirs,) = _ort(model, {"x": x})
+    np.testing.assert_array_equal(ours, theirs)
+
+
+def test_a_model_quantized_dynamically_by_onnxruntime(tmp_path):
+    """onnxruntime.quantization.quantize_dynamic over an MLP (DynamicQuantizeLinear + MatMulInteger for each Linear
+    layer): equal to ONNX Runtime within float32 rounding."""
+    rng = np.random.default_rng(6)
+    inits = [numpy_helper.from_array(rng.standard_normal((50, 16)).astype(np.float32), "table"),
+             numpy_helper.from_array((rng.standard_normal((16, 32)) / 4).astype(np.float32), "w1"),
+             numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b1"),
+             numpy_helper.from_array((rng.standard_normal((32, 8)) / 6).astype(np.float32), "w2")]
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"]),
+             helper.make_node("MatMul", ["e", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"]),
+             helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["y"])]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 7])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 7, 8])], inits)
+    src, dst = tmp_path / "f.onnx", tmp_path / "q.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), src)
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gather"])
+    model = onnx.load(dst)
+    assert {"DynamicQuantizeLinear", "MatMulInteger"} <= {n.op_type for n in model.graph.node}
+    ids = rng.integers(0, 50, (2, 7)).astype(np.int64)
+    (ours,) = _ours(model, {"ids": ids}, tmp_path)
+    (theirs,) = _ort(model, {"ids": ids})
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_integers_moved_between_quantized_ops(tmp_path):
+    """A Gather of an int8 embedding table (quantize_dynamic's), and a MaxPool and Reshape of uint8 activations
+    between a QuantizeLinear and its DequantizeLinear: the same ops on the grids, equal to ONNX Runtime."""
+    rng = np.random.default_rng(8)
+    constants = {"table": rng.integers(-128, 128, (20, 8)).astype(np.int8), "ts": np.array(0.05, np.float32),
+                 "tz": np.array(4, np.int8), "s": np.array(0.1, np.float32), "z": np.array(128, np.uint8),
+                 "shape": np.array([2, 8, 4], np.int64)}
+    inits = [numpy_helper.from_array(a, name) for name, a in constants.items()]
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"]),
+             helper.make_node("DequantizeLinear", ["e", "ts", "tz"], ["ef"]),
+             helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("MaxPool", ["xq"], ["pq"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Reshape", ["pq", "shape"], ["rq"]),
+             helper.make_node("DequantizeLinear", ["rq", "s", "z"], ["p"])]
+    graph = helper.make_graph(nodes, "moves", [helper.make_tensor_value_info("ids", TensorProto.INT64, [3]),
+                                               helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2, 8, 8])],
+                              [helper.make_tensor_value_info("ef", TensorProto.FLOAT, [3, 8]),
+                               helper.make_tensor_value_info("p", TensorProto.FLOAT, [2, 8, 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"ids": np.array([3, 19, 0], np.int64), "x": rng.standard_normal((2, 2, 8, 8)).astype(np.float32) * 5}
+    for ours, theirs in zip(_ours(model, feeds, tmp_path), _ort(model, feeds)):
+        np.testing.assert_array_equal(ours, theirs)

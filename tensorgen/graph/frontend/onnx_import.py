@@ -29,7 +29,7 @@ from tensorgen.graph.frontend.normalize_more import eye_like
 from tensorgen.graph.frontend.normalizers import NORMALIZERS
 from tensorgen.graph.frontend.onnx_eval import evaluate, infer_outputs, np_dtype
 from tensorgen.graph.frontend.onnx_export import export_onnx
-from tensorgen.graph.frontend.onnx_qdq import has_qdq, qdq_in_float
+from tensorgen.graph.frontend.onnx_quantized import is_quantized, quantized_in_float
 from tensorgen.graph.ir import Graph, GraphError, Node, Value
 from tensorgen.hardware import check_memory_budget, format_bytes
 
@@ -69,8 +69,8 @@ def import_onnx(model: onnx.ModelProto | str | os.PathLike,
     if model.functions:
         model = inliner.inline_local_functions(model)
     model, opset = _at_a_known_opset(model, source)
-    if has_qdq(model):
-        model = qdq_in_float(model)
+    if is_quantized(model):
+        model = quantized_in_float(model)
     g = model.graph
     if not g.node or not g.output:
         raise GraphError(f"{source} has an empty graph ({len(g.node)} nodes, {len(g.output)} outputs)")
