@@ -25,7 +25,7 @@ left as it is and the model refused with the op's name in one line, as is blocke
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import onnx
@@ -50,14 +50,19 @@ _INTEGER_OUTPUTS: dict[str, tuple[int, ...]] = {
     "QuantizeLinear": (0,), "DynamicQuantizeLinear": (0, 2), "MatMulInteger": (0,), "ConvInteger": (0,),
 }
 # ops that move integers without changing them: on a grid value they give a grid value (an int8 embedding table's
-# Gather, the Reshape / Transpose / MaxPool between a QuantizeLinear and its DequantizeLinear), all outputs integers
-_MOVES: dict[str, tuple[int, ...]] = {
+# Gather, the Reshape / Transpose / MaxPool between a QuantizeLinear and its DequantizeLinear), all outputs integers;
+# None: every input (Concat)
+_MOVES: dict[str, tuple[int, ...] | None] = {
     "Gather": (0,), "Reshape": (0,), "Transpose": (0,), "Squeeze": (0,), "Unsqueeze": (0,), "Flatten": (0,),
     "Slice": (0,), "Identity": (0,), "Expand": (0,), "Tile": (0,), "MaxPool": (0,), "Pad": (0, 2), "Split": (0,),
-    "DepthToSpace": (0,), "SpaceToDepth": (0,),
+    "DepthToSpace": (0,), "SpaceToDepth": (0,), "Concat": None,
 }
-_MANY = 64  # Concat: every input
-_INTEGER_INPUTS.update({**_MOVES, "Concat": tuple(range(_MANY))})
+
+
+def _integer_slots(node: onnx.NodeProto) -> Sequence[int]:
+    """Which inputs of `node` (one of _INTEGER_INPUTS or _MOVES) hold integers."""
+    slots = _INTEGER_INPUTS.get(node.op_type, _MOVES.get(node.op_type, ()))
+    return range(len(node.input)) if slots is None else slots
 
 
 def is_quantized(model: onnx.ModelProto) -> bool:
@@ -124,19 +129,19 @@ class _Rewrite:
     # ---- which nodes ------------------------------------------------------------------------------------
 
     def candidate(self, node: onnx.NodeProto) -> bool:
-        if node.op_type not in _INTEGER_INPUTS or _attr(node, "block_size", 0):
+        if (node.op_type not in _INTEGER_INPUTS and node.op_type not in _MOVES) or _attr(node, "block_size", 0):
             return False
         if node.op_type == "Cast":  # only a Cast of a grid value to a float type is the grid's
             return _attr(node, "to", 0) in _FLOAT_TYPES
         if node.op_type == "QuantizeLinear":
             return self.integer_type(node) in INTEGER_RANGES
-        if node.op_type in _MOVES or node.op_type == "Concat":
+        if node.op_type in _MOVES:
             return self.types.get(node.input[0]) in _INTEGER_TYPES
         return True
 
     @staticmethod
     def integer_outputs(node: onnx.NodeProto) -> list[str]:
-        if node.op_type in _MOVES or node.op_type == "Concat":
+        if node.op_type in _MOVES:
             return [o for o in node.output if o]
         return [node.output[k] for k in _INTEGER_OUTPUTS.get(node.op_type, ()) if k < len(node.output)]
 
@@ -155,11 +160,11 @@ class _Rewrite:
             changed = False
             for i in sorted(chosen):
                 node = self.nodes[i]
-                ins = [node.input[k] for k in _INTEGER_INPUTS[node.op_type] if k < len(node.input) and node.input[k]]
+                ins = [node.input[k] for k in _integer_slots(node) if k < len(node.input) and node.input[k]]
                 fed = all(self.integer_constant(x) or producer.get(x) in chosen for x in ins)
                 if node.op_type == "Cast":  # of a constant it folds as it is
                     fed = fed and producer.get(ins[0]) in chosen
-                read = all(o not in returned and all(r in chosen and k in _INTEGER_INPUTS[self.nodes[r].op_type]
+                read = all(o not in returned and all(r in chosen and k in _integer_slots(self.nodes[r])
                                                      for r, k in readers.get(o, []))
                            for o in self.integer_outputs(node))
                 if not (fed and read and self.shapes_known(node)):
@@ -235,13 +240,13 @@ class _Rewrite:
         writers = {"QuantizeLinear": self.quantize_linear, "DynamicQuantizeLinear": self.dynamic_quantize_linear,
                    "DequantizeLinear": self.dequantize_linear, "MatMulInteger": self.mat_mul_integer,
                    "ConvInteger": self.conv_integer, "Cast": self.cast}
-        writers.update(dict.fromkeys((*_MOVES, "Concat"), self.move))
+        writers.update(dict.fromkeys(_MOVES, self.move))
         writers[node.op_type](node, out)
         return out
 
     def move(self, node: onnx.NodeProto, out: list[onnx.NodeProto]) -> None:
         """The same op on the float grids of its integer inputs, its outputs grid values."""
-        slots = _INTEGER_INPUTS[node.op_type]
+        slots = _integer_slots(node)
         inputs = [self.floats(x, x, out, TensorProto.FLOAT) if k in slots and x else x
                   for k, x in enumerate(node.input)]
         outputs = []
