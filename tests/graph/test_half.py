@@ -195,3 +195,26 @@ def test_a_float16_model_for_cuda(target, tmp_path):
     else:
         built = build_model(load_graph(half), tmp_path / "model", target=target)
         assert "__half" in (built / "model.cu").read_text() and (built / "model.so").stat().st_size > 0
+
+
+def test_torch_bfloat16_weights_compute_in_float32_and_bfloat16_inputs_are_refused(tmp_path):
+    torch = pytest.importorskip("torch")
+    from tensorgen import from_torch
+
+    class Mixed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(8, 4).bfloat16()
+
+        def forward(self, x):
+            return self.linear(x.bfloat16()).float()
+
+    torch.manual_seed(1)
+    module, x = Mixed(), torch.randn(3, 8)
+    (ours,) = CompiledModel(build_model(from_torch(module, (x,)), tmp_path), threads=2).run([x.numpy()])
+    with torch.no_grad():  # the bfloat16 weights exactly, the input not rounded to bfloat16 (see the module's doc)
+        expected = torch.nn.functional.linear(x, module.linear.weight.float(), module.linear.bias.float()).numpy()
+    np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-6)
+    with pytest.raises(GraphError, match="input 'input' is bfloat16") as err:
+        from_torch(module.linear, (x.bfloat16(),))
+    assert "\n" not in str(err.value)

@@ -179,13 +179,14 @@ def _producers(g: onnx.GraphProto, state: ImportState, source: str) -> dict[str,
 def _at_a_known_opset(model: onnx.ModelProto, source: str) -> tuple[onnx.ModelProto, int]:
     """The model and its default-domain opset; an opset older than OPSETS is upgraded to the first of them by
     ONNX's version converter (Upsample becomes Resize, attributes become inputs), as its error message used to
-    ask users to do by hand."""
+    ask users to do by hand; a newer one is read at the last of them when the model is valid there (see
+    _at_the_last_opset)."""
     versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
     if not versions:
         raise GraphError(f"{source} imports no opset of the default ONNX domain")
     known = f"tensorgen imports opsets {OPSETS[0]}–{OPSETS[-1]}"
     if versions[0] > OPSETS[-1]:
-        raise GraphError(f"{source} uses ONNX opset {versions[0]}; {known}")
+        return _at_the_last_opset(model, versions[0], source, known), OPSETS[-1]
     if versions[0] < OPSETS[0]:
         try:
             model = version_converter.convert_version(model, OPSETS[0])
@@ -194,6 +195,36 @@ def _at_a_known_opset(model: onnx.ModelProto, source: str) -> tuple[onnx.ModelPr
                              f"cannot upgrade it: {type(e).__name__}: {_one_line(e)[:300]}") from None
         return model, OPSETS[0]
     return model, versions[0]
+
+
+def _at_the_last_opset(model: onnx.ModelProto, version: int, source: str, known: str) -> onnx.ModelProto:
+    """`model`, written at `version` (past OPSETS), as the same model at the last of OPSETS. The ops that changed
+    after it mostly took new element types (bfloat16 in 22, 4-bit types in 23-25) or attributes; a model that uses
+    none of them is valid there, ONNX's checker with strict shape inference says so, and means the same. Two ops
+    changed meaning: from 22 a pool with ceil_mode=1 drops a last window that starts in the padding, which
+    ONNX's shape inference at 21 keeps; such a pool is refused rather than read the old way."""
+    pools = [n.name or n.op_type for n in model.graph.node if n.op_type in ("MaxPool", "AveragePool")
+             and any(a.name == "ceil_mode" and a.i for a in n.attribute)]
+    if pools:
+        raise GraphError(f"{source} uses ONNX opset {version}; {known}, and its pool {pools[0]!r} has ceil_mode=1, "
+                         f"whose output size changed in opset 22")
+    lower = onnx.ModelProto()
+    lower.CopyFrom(model)
+    for entry in lower.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            entry.version = OPSETS[-1]
+    checked = onnx.ModelProto()  # without the values it declares but gives no type (exporters leave some)
+    checked.CopyFrom(lower)
+    for declared in (checked.graph.output, checked.graph.value_info):
+        kept = [vi for vi in declared if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type]
+        del declared[:]
+        declared.extend(kept)
+    try:
+        onnx.checker.check_model(checked, full_check=True)
+    except Exception as e:  # noqa: BLE001 - ValidationError, InferenceError, or a model past the 2 GB protobuf limit
+        raise GraphError(f"{source} uses ONNX opset {version}; {known}, and it is not the same model at opset "
+                         f"{OPSETS[-1]}: {_one_line(e)[:300]}") from None
+    return lower
 
 
 def _has_subgraph(p: onnx.NodeProto) -> bool:

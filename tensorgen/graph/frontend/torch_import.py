@@ -354,8 +354,11 @@ def _dtype(dtype: Any) -> str:
 
 
 def _numpy(x: Any) -> np.ndarray:
+    """`x` as a NumPy array; a bfloat16 tensor (NumPy has no bfloat16) as its float32 values, which is what the
+    graph computes it in (tensorgen.graph.frontend.half)."""
     if isinstance(x, torch.Tensor):
-        return x.detach().cpu().contiguous().numpy().copy()
+        x = x.detach().cpu().contiguous()
+        return (x.float() if x.dtype == torch.bfloat16 else x).numpy().copy()
     return np.asarray(x)
 
 
