@@ -14,6 +14,7 @@ from search_tasks import c2d_relu, gmm
 
 from tensorgen.build import build
 from tensorgen.costmodel import RandomModel
+from tensorgen.errors import TuneError
 from tensorgen.features.extractor import FeatureExtractor
 from tensorgen.features.layout import INDEX
 from tensorgen.measure.types import ErrorKind, MeasureInput, MeasureResult
@@ -32,7 +33,7 @@ from tensorgen.search.mutations import (
 )
 from tensorgen.search.policy import state_key
 from tensorgen.search.sketch import generate_sketches
-from tensorgen.search.sketch_policy import SketchPolicy
+from tensorgen.search.sketch_policy import MIN_GENERATION, SketchConfig, SketchPolicy
 from tensorgen.task import SearchTask
 
 TASKS = {"gmm": gmm, "c2d_relu": c2d_relu}
@@ -282,3 +283,17 @@ def test_tile_size_mutation_never_leaves_the_parallel_loop_one_iteration():
     rng = np.random.default_rng(5)
     kids = [rule.apply(task, s, rng) for s in pop for _ in range(16)]
     assert all(shares_work(k) for k in kids if k is not None) and sum(k is not None for k in kids) > len(kids) // 2
+
+
+def test_each_generation_holds_32_programs_per_measured_program_within_its_bounds():
+    """Ansor's 2048 for a round of 64 measurements; a model's task round of 16 evolves 512, a small batch
+    MIN_GENERATION; None keeps the configured population whatever the batch."""
+    config = SketchConfig.of(population=2048)
+    assert [config.generation_size(n) for n in (1, 16, 64, 200)] == [MIN_GENERATION, 512, 2048, 2048]
+    assert SketchConfig.of(population=2048, population_per_trial=None).generation_size(1) == 2048
+    with pytest.raises(TuneError, match="population_per_trial"):
+        SketchConfig.of(population_per_trial=0)
+    policy = SketchPolicy.from_options(gmm(32), EvolvingRandomModel(0), population=2048, generations=1,
+                                       init_population=16, workers=1)
+    policy.next_batch(9)
+    assert [h.size for h in policy.evolution.history][1:] == [min(2048, 32 * 9)]

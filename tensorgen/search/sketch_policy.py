@@ -35,11 +35,18 @@ from tensorgen.search.skips import Skips
 from tensorgen.search.targets import for_target
 from tensorgen.task import SearchTask
 
+MIN_GENERATION = 256  # the fewest programs a generation holds (SketchConfig.generation_size)
+
 
 @dataclass(frozen=True)
 class SketchConfig:
     """The knobs of SketchPolicy (Ansor's defaults); `SketchConfig.of(population=512, eps_greedy=0.1)` takes
     the evolution's knobs (EvolutionConfig) and these in one flat set.
+
+    Each generation of a batch's evolution holds `population_per_trial` programs per program the batch measures,
+    at least MIN_GENERATION and at most the evolution's `population` (None: always `population`). Ansor evolves 2048
+    for each round of 64 measurements, 32 per trial; a model's task rounds measure 16 each, and 2048 for each of
+    them made the search most of a model's tuning time (bench/results/search_population_s42.md).
 
     `init_population` (default min(population, 256)) is how many random programs each batch samples —
     sampling lowers every candidate, so it is the cost to keep small; the best measured programs join them
@@ -54,6 +61,7 @@ class SketchConfig:
     eps_greedy: float = 0.05
     seed_fraction: float = 0.2
     init_population: int | None = None
+    population_per_trial: int | None = 32
     patience: int = 5
     workers: int | None = None
     prefilter: str | None = None
@@ -66,9 +74,10 @@ class SketchConfig:
         if self.prefilter not in (None, "psa"):
             raise TuneError(f"prefilter must be 'psa' or None, not {self.prefilter!r}")
         if not (0 <= self.eps_greedy <= 1 and 0 <= self.seed_fraction and 0 <= self.prefilter_random <= 1
-                and self.patience >= 1 and self.prefilter_pool >= 1):
-            raise TuneError(f"need 0 <= eps_greedy, prefilter_random <= 1, seed_fraction >= 0, patience >= 1 and "
-                             f"prefilter_pool >= 1; got {self}")
+                and self.patience >= 1 and self.prefilter_pool >= 1
+                and (self.population_per_trial is None or self.population_per_trial >= 1)):
+            raise TuneError(f"need 0 <= eps_greedy, prefilter_random <= 1, seed_fraction >= 0, patience >= 1, "
+                             f"prefilter_pool >= 1 and population_per_trial None or >= 1; got {self}")
 
     @classmethod
     def of(cls, **knobs: Any) -> SketchConfig:
@@ -79,6 +88,12 @@ class SketchConfig:
             raise TuneError(f"SketchPolicy has no knob {', '.join(map(repr, unknown))}; its knobs: "
                              f"{', '.join(_EVOLUTION_KNOBS + _OWN_KNOBS)}")
         return cls(evolution=replace(knobs.pop("evolution", EvolutionConfig()), **evolution), **knobs)
+
+    def generation_size(self, batch: int) -> int:
+        """How many programs each generation of the evolution for a batch of `batch` measurements holds."""
+        if self.population_per_trial is None:
+            return self.evolution.population
+        return min(self.evolution.population, max(MIN_GENERATION, self.population_per_trial * batch))
 
     @property
     def samples(self) -> int:
@@ -181,7 +196,8 @@ class SketchPolicy(SearchPolicy):
             seeds = self.best_measured(int(self.config.seed_fraction * len(init))) + offered
             n_random = min(need, int(round(self.config.eps_greedy * need)))
             # random scores make evolution a costly shuffle: then the batch is random samples
-            best = self.evolution.search(init + seeds, need, exclude=self.seen | keys) \
+            best = self.evolution.search(init + seeds, need, exclude=self.seen | keys,
+                                         population=self.config.generation_size(n)) \
                 if self.cost_model.trained else []
             self._fresh(best, need - n_random, out, keys)
             order = self.rng.permutation(len(init))
