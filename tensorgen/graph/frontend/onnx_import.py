@@ -29,7 +29,7 @@ from tensorgen.graph.frontend.normalize_more import eye_like
 from tensorgen.graph.frontend.normalizers import NORMALIZERS
 from tensorgen.graph.frontend.onnx_eval import evaluate, infer_outputs, np_dtype
 from tensorgen.graph.frontend.onnx_export import export_onnx
-from tensorgen.graph.frontend.onnx_quantized import is_quantized, quantized_in_float
+from tensorgen.graph.frontend.onnx_quantized import QUANTIZED_OPS, is_quantized, quantized_in_float
 from tensorgen.graph.ir import Graph, GraphError, Node, Value
 from tensorgen.hardware import check_memory_budget, format_bytes
 
@@ -244,6 +244,9 @@ def _check_ops(g: onnx.GraphProto, source: str) -> None:
         elif p.op_type in _STATIC_FOLDS or (all(x in constant for x in p.input) and not _has_subgraph(p)):
             constant.update(p.output)
             continue
+        elif p.op_type in QUANTIZED_OPS:  # what onnx_quantized could not compute on a float grid
+            reason = ("its integers are read by an op that is not a quantized one or returned (tensorgen computes "
+                      "quantized values in float and has no 8-bit tensors)")
         elif p.op_type not in SUPPORTED_OPS | FOLD_ONLY_OPS:
             reason = "unsupported op"
         else:

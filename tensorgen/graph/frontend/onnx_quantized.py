@@ -31,7 +31,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper, shape_inference
 
-__all__ = ["INTEGER_RANGES", "is_quantized", "quantized_in_float"]
+__all__ = ["INTEGER_RANGES", "QUANTIZED_OPS", "is_quantized", "quantized_in_float"]
 
 #: the integers each quantized element type holds
 INTEGER_RANGES: dict[int, tuple[int, int]] = {
@@ -49,6 +49,9 @@ _INTEGER_INPUTS: dict[str, tuple[int, ...]] = {
 _INTEGER_OUTPUTS: dict[str, tuple[int, ...]] = {
     "QuantizeLinear": (0,), "DynamicQuantizeLinear": (0, 2), "MatMulInteger": (0,), "ConvInteger": (0,),
 }
+#: the quantized ops rewritten (those left after the rewrite could not be: see rewritable)
+QUANTIZED_OPS = frozenset({"QuantizeLinear", "DynamicQuantizeLinear", "DequantizeLinear", "MatMulInteger",
+                           "ConvInteger"})
 # ops that move integers without changing them: on a grid value they give a grid value (an int8 embedding table's
 # Gather, the Reshape / Transpose / MaxPool between a QuantizeLinear and its DequantizeLinear), all outputs integers;
 # None: every input (Concat)
@@ -66,7 +69,7 @@ def _integer_slots(node: onnx.NodeProto) -> Sequence[int]:
 
 
 def is_quantized(model: onnx.ModelProto) -> bool:
-    return any(n.op_type in _INTEGER_OUTPUTS or n.op_type == "DequantizeLinear" for n in model.graph.node)
+    return any(n.op_type in QUANTIZED_OPS for n in model.graph.node)
 
 
 def quantized_in_float(model: onnx.ModelProto) -> onnx.ModelProto:
