@@ -353,3 +353,24 @@ def test_search_spaces_are_registered_and_named_by_policies():
     assert len(RandomPolicy(task, space="limited").sketches) == 1
     with pytest.raises(TuneError, match="unknown search space 'nowhere'"):
         SketchConfig.of(space="nowhere")
+
+
+def test_a_space_past_the_bound_falls_back_to_the_limited_space(monkeypatch, caplog):
+    """The default rules multiply their choices per stage (a fused group of five chained reductions had 1350
+    sketches, past the old bound of 1000, and its tuning stopped with a RuntimeError: fuzz seed 4216): past the
+    bound the task is searched in the limited space, with a warning; rules a user gave that run away raise."""
+    from functools import partial
+
+    from tensorgen.search import sketch
+    from tensorgen.search.targets import for_target
+
+    task = c2d_relu()
+    full, limited = sketch.sketch_space(task), sketch.limited_space(task)
+    assert len(full) > len(limited) >= 1
+    monkeypatch.setattr(sketch, "generate_sketches", partial(sketch.generate_sketches, max_sketches=len(limited)))
+    with caplog.at_level("WARNING", logger="tensorgen.search"):
+        fallback = sketch.sketch_space(task)
+    assert [s.to_json() for s in fallback] == [s.to_json() for s in limited]
+    assert "searching the plain multi-level tiling sketch" in caplog.text
+    with pytest.raises(sketch.TooManySketches, match="check the rules"):
+        sketch.sketch_space(task, rules=list(for_target(task).rules))

@@ -9,6 +9,7 @@ unfilled (None) for random annotation (`tensorgen.search.annotate`) to sample.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Sequence
 
@@ -26,6 +27,8 @@ from tensorgen.search.rules import (
 from tensorgen.search.skips import Skips
 from tensorgen.search.targets import for_target
 from tensorgen.task import SearchTask
+
+LOGGER = logging.getLogger("tensorgen.search")
 
 
 def derive(task: SearchTask, state: State, i: int, rules: Sequence[SketchRule],
@@ -60,15 +63,21 @@ def derive(task: SearchTask, state: State, i: int, rules: Sequence[SketchRule],
     return out
 
 
+class TooManySketches(RuntimeError):
+    """The derivation passed its bound: a runaway rule, or a DAG whose stages multiply the rules' choices."""
+
+
 def generate_sketches(task: SearchTask, rules: Sequence[SketchRule] | None = None,
-                      max_sketches: int = 1000, skips: Skips | None = None) -> list[State]:
+                      max_sketches: int = 4096, skips: Skips | None = None) -> list[State]:
     """All sketches of `task.dag` under `rules` (default: the table of the task's target kind, search.targets:
     rules.DEFAULT_RULES for CPUs, gpu_rules.GPU_RULES for CUDA),
     deduplicated by their step list and in derivation order.
 
     A rule returning (S, i) with the same i must make progress on its own (like cache_write, which
-    moves the work to a new stage); `max_sketches` bounds a runaway user rule. A rule that raises (other
-    than ScheduleError) is skipped where it failed and counted in `skips` (see tensorgen.search.skips).
+    moves the work to a new stage); `max_sketches` bounds a runaway user rule (TooManySketches), and the product
+    of the choices of many stages: a fused group of several chained reductions (a pool, an ArgMin's two, an
+    instance norm's two) has a few choices each, 1350 sketches in all for five. A rule that raises (other than
+    ScheduleError) is skipped where it failed and counted in `skips` (see tensorgen.search.skips).
     """
     rules = list(for_target(task).rules if rules is None else rules)
     start = State(task.dag)
@@ -79,18 +88,28 @@ def generate_sketches(task: SearchTask, rules: Sequence[SketchRule] | None = Non
         state, i = queue.popleft()
         if i < 0:
             sketches.setdefault(state.to_json(), state)
+            if len(sketches) > max_sketches:
+                raise TooManySketches(f"sketch derivation passed {max_sketches} sketches")
             continue
         expanded += 1
-        if expanded > max_sketches * 100 or len(sketches) > max_sketches:
-            raise RuntimeError(f"sketch derivation did not terminate within {max_sketches} sketches; check the rules")
+        if expanded > max_sketches * 100:
+            raise TooManySketches(f"sketch derivation did not terminate within {max_sketches} sketches")
         queue.extend(derive(task, state, i, rules, skips))
     return list(sketches.values())
 
 
 def sketch_space(task: SearchTask, rules: Sequence[SketchRule] | None = None,
                  skips: Skips | None = None) -> list[State]:
-    """Ansor's search space: every sketch the rules derive (default: the target kind's table)."""
-    return generate_sketches(task, rules, skips=skips)
+    """Ansor's search space: every sketch the rules derive (default: the target kind's table). Where the default
+    rules derive too many (TooManySketches), the limited space: tuning goes on, warned, in a smaller space; given
+    rules that run away raise."""
+    try:
+        return generate_sketches(task, rules, skips=skips)
+    except TooManySketches as err:
+        if rules is not None:
+            raise TooManySketches(f"{err}; check the rules") from None
+        LOGGER.warning("%s: %s; searching the plain multi-level tiling sketch (the 'limited' space) instead", task, err)
+        return limited_space(task, skips=skips)
 
 
 def limited_space(task: SearchTask, rules: Sequence[SketchRule] | None = None,
