@@ -203,6 +203,9 @@ def _at_the_last_opset(model: onnx.ModelProto, version: int, source: str, known:
     none of them is valid there, ONNX's checker with strict shape inference says so, and means the same. Two ops
     changed meaning: from 22 a pool with ceil_mode=1 drops a last window that starts in the padding, which
     ONNX's shape inference at 21 keeps; such a pool is refused rather than read the old way."""
+    if version > onnx.defs.onnx_opset_version():
+        raise GraphError(f"{source} uses ONNX opset {version}; {known}, and this onnx package knows opsets up to "
+                         f"{onnx.defs.onnx_opset_version()}, so what its ops mean there is unknown")
     pools = [n.name or n.op_type for n in model.graph.node if n.op_type in ("MaxPool", "AveragePool")
              and any(a.name == "ceil_mode" and a.i for a in n.attribute)]
     if pools:

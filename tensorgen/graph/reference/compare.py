@@ -19,7 +19,7 @@ import numpy as np
 
 from tensorgen import timing
 from tensorgen.graph.frontend.onnx_quantized import is_quantized
-from tensorgen.graph.ir import Graph
+from tensorgen.graph.ir import Graph, GraphError
 from tensorgen.timing import Protocol
 
 Runner = Callable[[list[np.ndarray]], list[np.ndarray]]
@@ -100,7 +100,11 @@ def _ort_session(onnx_model: Any, threads: int) -> Any:
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     data = onnx_model.SerializeToString() if hasattr(onnx_model, "SerializeToString") else str(onnx_model)
-    return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    try:
+        return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 - onnxruntime's Fail, InvalidGraph, NotImplemented, ...
+        first = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        raise GraphError(f"ONNX Runtime, the peer it is compared with, cannot load the model: {first[:300]}") from None
 
 
 def onnxruntime_runner(onnx_model, graph: Graph, threads: int) -> Runner | None:
