@@ -62,11 +62,12 @@ def _nudged(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> tuple[onnx.
 def one(source: str, mode: str) -> tuple[str, bool]:
     """The line for one model (a fuzz seed or a zoo name) and whether tensorgen failed on it."""
     from fuzz_graph_check import feeds as random_feeds
+    from fuzz_graph_check import onnxruntime_outputs, tensorgen_outputs
     from fuzz_graphs import random_model
     from onnxconverter_common import float16
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
-    from test_half import _float32_reference
-    from test_qdq import _Calibration, _ort, _ours
+    from test_half import float32_reference
+    from test_qdq import Calibration
 
     from tensorgen.graph.zoo import build_model as zoo_model
 
@@ -77,35 +78,35 @@ def one(source: str, mode: str) -> tuple[str, bool]:
             if mode == "float16":
                 converted = float16.convert_float_to_float16(model)
                 feeds = random_feeds(converted, 0)
-                reference = _float32_reference(model, converted, feeds)
+                reference = float32_reference(model, converted, feeds)
             else:
                 onnx.save(model, d / "f.onnx")
 
-                class Calibration(_Calibration):
+                class ModelCalibration(Calibration):
                     def get_next(self):
                         self.left -= 1
                         return random_feeds(model, 10 + self.left) if self.left >= 0 else None
 
                 if mode == "static":
-                    quantize_static(str(d / "f.onnx"), str(d / "q.onnx"), Calibration("", ()),
+                    quantize_static(str(d / "f.onnx"), str(d / "q.onnx"), ModelCalibration("", ()),
                                     quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
                                     weight_type=QuantType.QInt8, per_channel=True)
                 else:
                     quantize_dynamic(str(d / "f.onnx"), str(d / "q.onnx"), weight_type=QuantType.QInt8)
                 converted = onnx.load(d / "q.onnx")
                 feeds = random_feeds(model, 0)
-                reference = _ort(converted, feeds)
+                reference = onnxruntime_outputs(converted, feeds)
         except Exception as e:  # noqa: BLE001
             return f"{source:14s} SKIP  {type(e).__name__}: {str(e).splitlines()[0][:100]}", False
         try:
-            ours = _ours(converted, feeds, d)
+            ours = tensorgen_outputs(converted, feeds, d)
         except Exception as e:  # noqa: BLE001
             (d / "error.txt").write_text(traceback.format_exc())
             return f"{source:14s} FAIL  {type(e).__name__}: {str(e).splitlines()[0][:200]}", True
         line = f"{source:14s} OK    tensorgen {_relative(ours, reference):.3g}"
         if mode != "float16":
             nudged, nudged_feeds = _nudged(converted, feeds)
-            noise = _relative(_ort(nudged, nudged_feeds), reference)
+            noise = _relative(onnxruntime_outputs(nudged, nudged_feeds), reference)
             line += f"   ONNX Runtime against itself nudged by 1e-6 {noise:.3g}"
         return line, False
 

@@ -61,14 +61,31 @@ def feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
 
 def validate(model: onnx.ModelProto) -> list[np.ndarray]:
     """Check the model as ONNX and return ONNX Runtime's outputs on `feeds(model)` (raises if invalid)."""
+    onnx.checker.check_model(model, full_check=True)
+    return onnxruntime_outputs(model, feeds(model))
+
+
+def onnxruntime_outputs(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """ONNX Runtime's outputs of `model` on `inputs`, run node by node: ORT's fusions (FastGelu, ...) have rejected
+    valid fuzz models, and they are not the reference."""
     import onnxruntime as ort
 
-    onnx.checker.check_model(model, full_check=True)
     options = ort.SessionOptions()
-    # node by node: ORT's fusions (FastGelu, ...) have rejected valid fuzz models, and they are not the reference
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return session.run(None, feeds(model))
+    return session.run(None, inputs)
+
+
+def tensorgen_outputs(model: onnx.ModelProto, inputs: dict[str, np.ndarray], workdir: Path,
+                      target: str = "cpu") -> list[np.ndarray]:
+    """`model` built with default schedules under `workdir` for `target`, run on `inputs`."""
+    from tensorgen.graph.backend.build import build_model
+    from tensorgen.graph.load import load_graph
+    from tensorgen.runtime.model import CompiledModel
+
+    graph = load_graph(model)
+    built = build_model(graph, workdir / "model", target=target)
+    return CompiledModel(built, threads=2).run([inputs[n] for n in graph.inputs])
 
 
 def compare(ours: Sequence[np.ndarray], ref: Sequence[np.ndarray], rtol: float = 1e-3) -> str | None:

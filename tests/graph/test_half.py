@@ -13,9 +13,8 @@ import shutil
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
-from fuzz_graph_check import check_model, compare, feeds
+from fuzz_graph_check import check_model, compare, feeds, onnxruntime_outputs, tensorgen_outputs
 from fuzz_graphs import random_model
 from onnx import TensorProto, helper, numpy_helper
 from onnxconverter_common import float16
@@ -30,19 +29,12 @@ from tensorgen.runtime.model import CompiledModel
 HALF_RTOL = 4e-3  # a float16 output is within half an ulp (2**-11) of the float32 answer, plus float32 noise
 
 
-def _ort(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return session.run(None, inputs)
-
-
-def _float32_reference(model: onnx.ModelProto, half: onnx.ModelProto,
+def float32_reference(model: onnx.ModelProto, half: onnx.ModelProto,
                        inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
     """ONNX Runtime on `model`, the float32 original of `half`, with its weights and `inputs` rounded to float16 as
     `half` has them, each output rounded to the type `half` declares (a float32 answer past 65504 is inf)."""
     wide = {k: v.astype(np.float32) if v.dtype == np.float16 else v for k, v in inputs.items()}
-    outs = _ort(_rounded_to_half(model), wide)
+    outs = onnxruntime_outputs(_rounded_to_half(model), wide)
     types = [helper.tensor_dtype_to_np_dtype(o.type.tensor_type.elem_type) for o in half.graph.output]
     return [o.astype(t) for o, t in zip(outs, types)]
 
@@ -56,12 +48,6 @@ def _rounded_to_half(model: onnx.ModelProto) -> onnx.ModelProto:
             rounded = numpy_helper.to_array(t).astype(np.float16).astype(np.float32)
             t.CopyFrom(numpy_helper.from_array(rounded, t.name))
     return out
-
-
-def _run(model: onnx.ModelProto, inputs: dict[str, np.ndarray], tmp_path, target: str = "cpu") -> list[np.ndarray]:
-    graph = load_graph(model)
-    built = build_model(graph, tmp_path / "model", target=target)
-    return CompiledModel(built, threads=2).run([inputs[n] for n in graph.inputs])
 
 
 def _model(nodes, inputs, outputs, initializers=(), opset=17) -> onnx.ModelProto:
@@ -78,7 +64,7 @@ def test_random_models_converted_to_float16(seed, keep_io_types, tmp_path):
     half = float16.convert_float_to_float16(model, keep_io_types=keep_io_types)
     assert any(t.data_type == TensorProto.FLOAT16 for t in half.graph.initializer)
     inputs = feeds(half, seed)
-    reference = _float32_reference(model, half, inputs)
+    reference = float32_reference(model, half, inputs)
     failure = check_model(half, seed, "random", 0, tmp_path, reference=reference, inputs=inputs, rtol=HALF_RTOL)
     assert failure is None, f"{failure.headline()}\n{failure.error}"
 
@@ -89,10 +75,10 @@ def test_a_float16_zoo_model_equals_its_float32_computation_and_onnxruntime(tmp_
     model = zoo_model("bert_tiny")
     half = float16.convert_float_to_float16(model)
     inputs = feeds(half, 0)
-    ours = _run(half, inputs, tmp_path)
+    ours = tensorgen_outputs(half, inputs, tmp_path)
     assert all(o.dtype == np.float16 for o in ours if o.dtype.kind == "f")
-    assert compare(ours, _float32_reference(model, half, inputs), rtol=HALF_RTOL) is None
-    assert compare(ours, _ort(half, inputs), rtol=3e-2) is None
+    assert compare(ours, float32_reference(model, half, inputs), rtol=HALF_RTOL) is None
+    assert compare(ours, onnxruntime_outputs(half, inputs), rtol=3e-2) is None
 
 
 def test_boundary_cases(tmp_path):
@@ -104,7 +90,7 @@ def test_boundary_cases(tmp_path):
     weight = numpy_helper.from_array(np.linspace(-1, 1, 4).astype(np.float16), "w")
     model = _model([helper.make_node("Mul", ["x", "x"], ["y"])], [x], [x, y, w], [weight])
     inputs = {"x": np.random.default_rng(0).standard_normal((3, 4)).astype(np.float16)}
-    same, square, out_w = _run(model, inputs, tmp_path / "a")
+    same, square, out_w = tensorgen_outputs(model, inputs, tmp_path / "a")
     np.testing.assert_array_equal(same, inputs["x"])
     assert square.dtype == np.float16 and out_w.dtype == np.float16
     np.testing.assert_array_equal(square, (inputs["x"].astype(np.float32) ** 2).astype(np.float16))
@@ -119,10 +105,10 @@ def test_boundary_cases(tmp_path):
                     helper.make_node("Add", ["h", "bh"], ["s"]),
                     helper.make_node("Cast", ["s"], ["y"], to=TensorProto.FLOAT)], [xf], [yf], [bf])
     inputs = {"x": np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)}
-    (ours,) = _run(model, inputs, tmp_path / "b")
+    (ours,) = tensorgen_outputs(model, inputs, tmp_path / "b")
     assert ours.dtype == np.float32
     np.testing.assert_allclose(ours, inputs["x"] + np.array([0.5, 1.5, -2.0, 4.0], np.float32), rtol=1e-6)
-    (theirs,) = _ort(model, inputs)  # ONNX Runtime rounds to float16 in the middle; tensorgen does not
+    (theirs,) = onnxruntime_outputs(model, inputs)  # ONNX Runtime rounds to float16 in the middle; tensorgen does not
     np.testing.assert_allclose(ours, theirs, rtol=1e-3, atol=1e-3)
 
 
@@ -139,7 +125,7 @@ def test_float16_constants_and_type_attributes(tmp_path):
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [2, 2])],
                    [numpy_helper.from_array(np.array([2, 2], np.int64), "shape")])
     inputs = {"x": np.random.default_rng(2).standard_normal((2, 2)).astype(np.float16)}
-    (ours,) = _run(model, inputs, tmp_path)
+    (ours,) = tensorgen_outputs(model, inputs, tmp_path)
     expected = (inputs["x"].astype(np.float32) + 0.5 + np.eye(2) + 2).astype(np.float16)
     np.testing.assert_array_equal(ours, expected)
 
@@ -190,8 +176,8 @@ def test_a_float16_model_for_cuda(target, tmp_path):
     half = float16.convert_float_to_float16(model)
     inputs = feeds(half, 5)
     if target.endswith("emulate=1") or cuda_available():
-        ours = _run(half, inputs, tmp_path, target)
-        assert compare(ours, _float32_reference(model, half, inputs), rtol=HALF_RTOL) is None
+        ours = tensorgen_outputs(half, inputs, tmp_path, target)
+        assert compare(ours, float32_reference(model, half, inputs), rtol=HALF_RTOL) is None
     else:
         built = build_model(load_graph(half), tmp_path / "model", target=target)
         assert "__half" in (built / "model.cu").read_text() and (built / "model.so").stat().st_size > 0

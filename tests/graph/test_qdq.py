@@ -7,27 +7,15 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from fuzz_graph_check import onnxruntime_outputs, tensorgen_outputs
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
 
-from tensorgen.graph.backend.build import build_model
 from tensorgen.graph.frontend.onnx_quantized import INTEGER_RANGES, quantized_in_float
 from tensorgen.graph.ir import GraphError
 from tensorgen.graph.load import load_graph
-from tensorgen.runtime.model import CompiledModel
 
 ort.set_default_logger_severity(3)
-
-
-def _ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(model.SerializeToString(), options).run(None, feeds)
-
-
-def _ours(model: onnx.ModelProto, feeds: dict[str, np.ndarray], tmp_path) -> list[np.ndarray]:
-    graph = load_graph(model)
-    return CompiledModel(build_model(graph, tmp_path / "model"), threads=2).run([feeds[n] for n in graph.inputs])
 
 
 def _quantize_numpy(x, scale, zero, low, high):
@@ -64,8 +52,8 @@ def test_a_quantize_dequantize_pair_equals_onnxruntime_exactly(kind, per_axis, z
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, x.shape)], init)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     onnx.checker.check_model(model, full_check=True)
-    (ours,) = _ours(model, {"x": x}, tmp_path)
-    (theirs,) = _ort(model, {"x": x})
+    (ours,) = tensorgen_outputs(model, {"x": x}, tmp_path)
+    (theirs,) = onnxruntime_outputs(model, {"x": x})
     np.testing.assert_array_equal(ours, theirs)
     z = zero.astype(np.float32).reshape(shaped.shape) if zero_point else 0.0
     expected = np.maximum((_quantize_numpy(x, shaped, z, low, high) - z) * shaped, 0)
@@ -73,7 +61,7 @@ def test_a_quantize_dequantize_pair_equals_onnxruntime_exactly(kind, per_axis, z
     assert {n.op_type for n in quantized_in_float(model).graph.node}.isdisjoint({"QuantizeLinear", "DequantizeLinear"})
 
 
-class _Calibration(CalibrationDataReader):
+class Calibration(CalibrationDataReader):
     def __init__(self, name: str, shape: tuple[int, ...], count: int = 4):
         self.name, self.shape, self.left = name, shape, count
 
@@ -112,13 +100,13 @@ def test_a_model_quantized_by_onnxruntime_equals_it_to_a_step(per_channel, activ
     different orders may round a value at a step's edge either way), and most of them equal."""
     src, dst = tmp_path / "f.onnx", tmp_path / "q.onnx"
     onnx.save(_small_cnn(), src)
-    quantize_static(str(src), str(dst), _Calibration("x", (1, 3, 8, 8)), quant_format=QuantFormat.QDQ,
+    quantize_static(str(src), str(dst), Calibration("x", (1, 3, 8, 8)), quant_format=QuantFormat.QDQ,
                     activation_type=activations, weight_type=QuantType.QInt8, per_channel=per_channel)
     model = onnx.load(dst)
     assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for n in model.graph.node}
     x = np.random.default_rng(9).standard_normal((1, 3, 8, 8)).astype(np.float32)
-    (ours,) = _ours(model, {"x": x}, tmp_path)
-    (theirs,) = _ort(model, {"x": x})
+    (ours,) = tensorgen_outputs(model, {"x": x}, tmp_path)
+    (theirs,) = onnxruntime_outputs(model, {"x": x})
     last_dq = next(n for n in reversed(model.graph.node) if n.op_type == "DequantizeLinear")
     step = float(numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == last_dq.input[1])))
     assert np.abs(ours - theirs).max() <= step * 1.001 and np.mean(ours == theirs) >= 0.7, (ours, theirs, step)
@@ -159,8 +147,8 @@ def test_dynamic_quantization_of_a_matmul_equals_onnxruntime(weight_zero, tmp_pa
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, n])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     x = rng.standard_normal((2, 5, k)).astype(np.float32) + 0.3
-    (ours,) = _ours(model, {"x": x}, tmp_path)
-    (theirs,) = _ort(model, {"x": x})
+    (ours,) = tensorgen_outputs(model, {"x": x}, tmp_path)
+    (theirs,) = onnxruntime_outputs(model, {"x": x})
     np.testing.assert_array_equal(ours, theirs)
 
 
@@ -178,8 +166,8 @@ def test_dynamic_quantization_of_a_conv_equals_onnxruntime(tmp_path):
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 4, 4])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     x = rng.standard_normal((1, 3, 7, 7)).astype(np.float32)
-    (ours,) = _ours(model, {"x": x}, tmp_path)
-    (theirs,) = _ort(model, {"x": x})
+    (ours,) = tensorgen_outputs(model, {"x": x}, tmp_path)
+    (theirs,) = onnxruntime_outputs(model, {"x": x})
     np.testing.assert_array_equal(ours, theirs)
 
 
@@ -202,8 +190,8 @@ def test_a_model_quantized_dynamically_by_onnxruntime(tmp_path):
     model = onnx.load(dst)
     assert {"DynamicQuantizeLinear", "MatMulInteger"} <= {n.op_type for n in model.graph.node}
     ids = rng.integers(0, 50, (2, 7)).astype(np.int64)
-    (ours,) = _ours(model, {"ids": ids}, tmp_path)
-    (theirs,) = _ort(model, {"ids": ids})
+    (ours,) = tensorgen_outputs(model, {"ids": ids}, tmp_path)
+    (theirs,) = onnxruntime_outputs(model, {"ids": ids})
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
 
 
@@ -227,5 +215,5 @@ def test_integers_moved_between_quantized_ops(tmp_path):
                                helper.make_tensor_value_info("p", TensorProto.FLOAT, [2, 8, 4])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     feeds = {"ids": np.array([3, 19, 0], np.int64), "x": rng.standard_normal((2, 2, 8, 8)).astype(np.float32) * 5}
-    for ours, theirs in zip(_ours(model, feeds, tmp_path), _ort(model, feeds)):
+    for ours, theirs in zip(tensorgen_outputs(model, feeds, tmp_path), onnxruntime_outputs(model, feeds)):
         np.testing.assert_array_equal(ours, theirs)

@@ -19,6 +19,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from tensorgen.graph.frontend.normalize import unique_name
 from tensorgen.graph.ir import Graph, GraphError, Node, Value
 
 __all__ = ["HALF_DTYPES", "compute_in_float32"]
@@ -41,7 +42,7 @@ def compute_in_float32(graph: Graph) -> Graph:
     ends = [n for n in graph.inputs if graph.value(n).dtype == "float16" and n in read]  # read where it starts
     ends += [n for n in graph.outputs if graph.value(n).dtype == "float16" and n not in graph.inputs]
     taken = {*graph.values, *graph.constants}
-    wide = {name: _fresh(f"{name}_float32", taken) for name in dict.fromkeys(ends)}
+    wide = {name: unique_name(f"{name}_float32", taken) for name in dict.fromkeys(ends)}
     values = {wide.get(k, k): Value(wide.get(k, k), v.shape, _widened(v.dtype)) for k, v in graph.values.items()}
     # the boundary keeps its float16 (an input no node reads, an input returned as it is, too)
     values.update({k: v for k, v in graph.values.items() if k in (*graph.inputs, *graph.outputs)})
@@ -51,20 +52,12 @@ def compute_in_float32(graph: Graph) -> Graph:
                      attrs={k: _widened(a) if isinstance(a, str) else a for k, a in n.attrs.items()})
              for n in graph.nodes]
     node_names = {n.name for n in graph.nodes}
-    first = [Node("Cast", _fresh(f"{n}_to_float32", node_names), [n], [wide[n]], {"to": "float32"})
+    first = [Node("Cast", unique_name(f"{n}_to_float32", node_names), [n], [wide[n]], {"to": "float32"})
              for n in graph.inputs if n in wide]
-    last = [Node("Cast", _fresh(f"{n}_to_float16", node_names), [wide[n]], [n], {"to": "float16"})
+    last = [Node("Cast", unique_name(f"{n}_to_float16", node_names), [wide[n]], [n], {"to": "float16"})
             for n in dict.fromkeys(graph.outputs) if n in wide and n not in graph.inputs]
     return Graph(graph.name, list(graph.inputs), list(graph.outputs), [*first, *nodes, *last], values, constants)
 
 
 def _widened(dtype: str) -> str:
     return "float32" if dtype in HALF_DTYPES else dtype
-
-
-def _fresh(name: str, taken: set[str]) -> str:
-    out, k = name, 1
-    while out in taken:
-        out, k = f"{name}_{k}", k + 1
-    taken.add(out)
-    return out

@@ -57,6 +57,16 @@ class ImportState:
     used: set[str] = field(default_factory=set)  # values some node reads, plus the graph outputs
 
 
+def unique_name(base: str, taken: set[str]) -> str:
+    """`base`, or the first of `base_1`, `base_2`, ... not in `taken`; claimed in `taken`."""
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    taken.add(name)
+    return name
+
+
 def add_value(values: dict[str, Value], base: str, shape: tuple[int, ...], dtype: str) -> str:
     """Register a new value named after `base`, unique among `values`; returns its name."""
     name, k = base, 0

@@ -24,7 +24,7 @@ import onnx
 from onnx import external_data_helper, helper, inliner, numpy_helper, version_converter
 
 from tensorgen.graph.frontend.half import compute_in_float32
-from tensorgen.graph.frontend.normalize import CONST_INPUTS, ImportState, OnnxNode
+from tensorgen.graph.frontend.normalize import CONST_INPUTS, ImportState, OnnxNode, unique_name
 from tensorgen.graph.frontend.normalize_more import eye_like
 from tensorgen.graph.frontend.normalizers import NORMALIZERS
 from tensorgen.graph.frontend.onnx_eval import evaluate, infer_outputs, np_dtype
@@ -82,7 +82,7 @@ def import_onnx(model: onnx.ModelProto | str | os.PathLike,
     nodes: list[Node] = []
     taken: set[str] = set()
     for i, proto in enumerate(g.node):
-        name = _unique(_sanitize(proto.name) or f"{proto.op_type.lower()}_{i}", taken)
+        name = unique_name(_sanitize(proto.name) or f"{proto.op_type.lower()}_{i}", taken)
         label = f"node {proto.name or name!r} ({proto.op_type})"
         for x in proto.input:
             if x and x not in state.values and x in producer:
@@ -356,7 +356,7 @@ def _named_apart(normalized: Node | list[Node] | None, name: str, taken: set[str
         return []
     if isinstance(normalized, Node):
         return [normalized]
-    return [n if n.name == name else replace(n, name=_unique(n.name, taken)) for n in normalized]
+    return [n if n.name == name else replace(n, name=unique_name(n.name, taken)) for n in normalized]
 
 
 def _check_fold_size(proto: onnx.NodeProto, label: str, opset: int, state: ImportState) -> None:
@@ -399,12 +399,3 @@ def _sanitize(name: str) -> str:
     """A C-identifier-friendly version of an ONNX node name ('/layer1/conv/Conv' -> 'layer1_conv_Conv')."""
     name = re.sub(r"[^0-9A-Za-z_]+", "_", name).strip("_")
     return f"n_{name}" if name[:1].isdigit() else name
-
-
-def _unique(name: str, taken: set[str]) -> str:
-    base, k = name, 0
-    while name in taken:
-        k += 1
-        name = f"{base}_{k}"
-    taken.add(name)
-    return name

@@ -31,6 +31,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper, shape_inference
 
+from tensorgen.graph.frontend.normalize import unique_name
+
 __all__ = ["INTEGER_RANGES", "QUANTIZED_OPS", "is_quantized", "quantized_in_float"]
 
 #: the integers each quantized element type holds
@@ -128,6 +130,9 @@ class _Rewrite:
         self.taken = {*self.types, *(x for n in g.node for x in (*n.input, *n.output))}
         self.grid: dict[str, str] = {}  # an integer value -> the float value holding its integers
         self.constants: list[onnx.TensorProto] = []
+        self.writers = {"QuantizeLinear": self.quantize_linear, "DynamicQuantizeLinear": self.dynamic_quantize_linear,
+                        "DequantizeLinear": self.dequantize_linear, "MatMulInteger": self.mat_mul_integer,
+                        "ConvInteger": self.conv_integer, "Cast": self.cast, **dict.fromkeys(_MOVES, self.move)}
 
     # ---- which nodes ------------------------------------------------------------------------------------
 
@@ -189,11 +194,7 @@ class _Rewrite:
     # ---- names, constants, integers ----------------------------------------------------------------------
 
     def fresh(self, name: str) -> str:
-        out, k = name, 1
-        while out in self.taken:
-            out, k = f"{name}_{k}", k + 1
-        self.taken.add(out)
-        return out
+        return unique_name(name, self.taken)
 
     def constant(self, name: str, array: np.ndarray) -> str:
         name = self.fresh(name)
@@ -240,11 +241,7 @@ class _Rewrite:
     def emit(self, node: onnx.NodeProto) -> list[onnx.NodeProto]:
         """The float nodes in the place of `node` (one of the rewritable set)."""
         out: list[onnx.NodeProto] = []
-        writers = {"QuantizeLinear": self.quantize_linear, "DynamicQuantizeLinear": self.dynamic_quantize_linear,
-                   "DequantizeLinear": self.dequantize_linear, "MatMulInteger": self.mat_mul_integer,
-                   "ConvInteger": self.conv_integer, "Cast": self.cast}
-        writers.update(dict.fromkeys(_MOVES, self.move))
-        writers[node.op_type](node, out)
+        self.writers[node.op_type](node, out)
         return out
 
     def move(self, node: onnx.NodeProto, out: list[onnx.NodeProto]) -> None:
