@@ -20,7 +20,7 @@ from test_measure import KERNEL_NAME, inject, task, tiled, unfilled  # noqa: E40
 from tensorgen.cli import main  # noqa: E402
 from tensorgen.errors import ClusterError  # noqa: E402
 from tensorgen.measure.builder import LocalBuilder  # noqa: E402
-from tensorgen.measure.ray import RayRunner, check_reachable, import_ray, node_command, target_resource  # noqa: E402
+from tensorgen.measure.ray import RayRunner, check_head, import_ray, node_command, target_resource  # noqa: E402
 from tensorgen.measure.runner import LocalRunner  # noqa: E402
 from tensorgen.measure.types import ErrorKind, MeasureInput  # noqa: E402
 from tensorgen.records.database import SQLiteDatabase  # noqa: E402
@@ -159,8 +159,8 @@ def test_a_target_no_node_measures_is_one_clear_error(runner, builder):
 
 
 def test_unreachable_address_and_missing_ray_are_one_line(monkeypatch):
-    with pytest.raises(ClusterError, match="no Ray cluster answers at '127.0.0.1:1'"):
-        check_reachable("127.0.0.1:1", timeout=2.0)
+    with pytest.raises(ClusterError, match=r"127.0.0.1:1 is not a Ray head \(Connection refused\)"):
+        check_head("127.0.0.1:1", timeout=2.0)
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(ClusterError, match=r"pip install tensorgen\[ray\]"):
         import_ray()
@@ -175,7 +175,7 @@ def test_cli_worker_and_tune_ray(capsys):
     # in a process of its own: this one is connected to the test cluster
     bad = subprocess.run([sys.executable, "-m", "tensorgen.cli", "tune", "gmm", "--shape", "64,64,64", "--trials",
                           "1", "--ray", "127.0.0.1:1", "--db", ":memory:"], capture_output=True, text=True)
-    assert bad.returncode == 2 and bad.stderr.startswith("tensorgen: error: no Ray cluster answers"), bad.stderr
+    assert bad.returncode == 2 and bad.stderr.startswith("tensorgen: error: 127.0.0.1:1 is not a Ray head"), bad.stderr
 
 
 def test_a_node_removed_mid_tuning_loses_nothing(cluster, tmp_path):

@@ -26,13 +26,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _worker(args: argparse.Namespace) -> int:
     from tensorgen.measure.harness import harness_executable
-    from tensorgen.measure.ray import import_ray, node_command, target_resource
+    from tensorgen.measure.ray import check_head, import_ray, node_command, target_resource
 
     cmd = node_command(args.ray, args.target, args.num_cpus)
     if args.dry_run:
         print(shlex.join(cmd))
         return 0
     import_ray()  # a clear error if ray is missing
+    check_head(args.ray)  # `ray start --address` at something else retries for minutes
     harness_executable()  # compiled once here, before the first candidate arrives
     print(f"joining the Ray cluster at {args.ray} with resource {target_resource(args.target)!r}; "
           f"Ctrl-C (or SIGTERM) stops this node", flush=True)

@@ -24,7 +24,6 @@ import json
 import logging
 import math
 import os
-import socket
 import sys
 import tempfile
 import time
@@ -36,9 +35,11 @@ from typing import Any
 
 from tensorgen.errors import ClusterError
 from tensorgen.measure.builder import Builder, build_candidate
+from tensorgen.measure.ray_probe import probe
 from tensorgen.measure.runner import LocalRunner
 from tensorgen.measure.types import BuildResult, ErrorKind, MeasureInput, MeasureResult
 from tensorgen.target import Target
+from tensorgen.task import SearchTask
 
 RESOURCE_PREFIX = "tensorgen-target:"
 BUILD_SHARE = 0.01  # of a node's target resource a build asks for (plus one CPU): it lands on a node of the target
@@ -67,7 +68,7 @@ def connect(address: str | None) -> tuple[Any, bool]:
     if not address:
         raise ClusterError("no Ray cluster to measure on: give its address (tensorgen tune --ray HOST:PORT, "
                            "or runner_options={'address': ...})")
-    check_reachable(address)
+    check_head(address)
     try:
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
     except Exception as err:  # ray raises ConnectionError, RuntimeError, ValueError, ... for a bad address
@@ -75,16 +76,16 @@ def connect(address: str | None) -> tuple[Any, bool]:
     return ray, True
 
 
-def check_reachable(address: str, timeout: float = 5.0) -> None:
-    """Refuse an address HOST:PORT (or ray://HOST:PORT) that takes no connection: ray.init would retry it for
-    minutes."""
+def check_head(address: str, timeout: float = 5.0) -> None:
+    """Refuse an address HOST:PORT (or ray://HOST:PORT) where no Ray head answers within `timeout` seconds:
+    ray.init would retry a port where something else listens for ever (see ray_probe)."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
         return  # "auto", or a form ray itself understands
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout).close()
-    except OSError as err:
-        raise ClusterError(f"no Ray cluster answers at {address!r}: {err}") from None
+    answer = probe(address, timeout)
+    if not answer.head:
+        raise ClusterError(f"{address} is not a Ray head ({answer.why}): start one with `ray start --head` and "
+                           f"give the address it prints")
 
 
 def disconnect(ray: Any, owned: bool) -> None:
@@ -241,6 +242,10 @@ class RayRunner(LocalRunner):
     def settings(self) -> dict[str, Any]:
         """The LocalRunner fields a node's runner is made with."""
         return {f.name: getattr(self, f.name) for f in fields(LocalRunner) if f.init and f.name != "guard"}
+
+    def slowdown(self, task: SearchTask) -> float | None:
+        """None: the candidates run on the cluster's nodes, and this machine's load says nothing of theirs."""
+        return None
 
     def run(self, inputs: list[MeasureInput], build_results: list[BuildResult]) -> list[MeasureResult]:
         results: list[MeasureResult] = [None] * len(inputs)  # type: ignore[list-item]
