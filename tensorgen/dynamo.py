@@ -12,6 +12,13 @@ tuning budget of each graph — records already in the database count towards it
 again tunes nothing more; with 0, programs come from the database (a default schedule where it has none);
 `fallback` splits a graph that has ops tensorgen cannot compile: the largest parts it can compile are compiled,
 the rest runs in eager PyTorch (a warning names the ops), instead of failing; `target` the tensorgen target.
+A build with no tuned kernel says once per process that it runs default programs, and how to tune.
+
+tensorgen compiles inference only: its outputs have no autograd history. A graph compiled with grad enabled and a
+parameter or input that requires grad (a model being trained) is refused with one line (its gradients would stay
+silently zero), or with `fallback` runs in eager PyTorch. Each build is made in a temporary directory that is
+removed once the model is loaded (its library and weights stay mapped); one left by a killed process is removed by
+the next build.
 Graphs are cached by structure and weights within a process: a recompile of the same graph reuses its build. A
 graph whose parameters or buffers were changed in place since its build (an optimizer step, load_state_dict) is
 built again at its next call, with the new values.
@@ -19,11 +26,11 @@ built again at its next call, with the new values.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import operator
 import re
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -41,6 +48,7 @@ from tensorgen.graph.ir import Graph
 from tensorgen.graph.load import load_graph
 from tensorgen.records.database import SQLiteDatabase
 from tensorgen.runtime.model import CompiledModel
+from tensorgen.tempdirs import owned_tempdir
 
 LOGGER = logging.getLogger("tensorgen.dynamo")
 _MODULE_STATE = re.compile(r"\._(parameters|buffers)\[")
@@ -83,6 +91,12 @@ def tensorgen_backend(gm: Any, example_inputs: Sequence[Any], options: Mapping[s
     tensorgen compiles static shapes: a graph TorchDynamo made dynamic (after a call with new sizes) is compiled
     once per set of sizes it is called with, at its first call with them."""
     config = CompileOptions.of(options)
+    if _trains(gm, example_inputs):
+        if not config.fallback:
+            return _refuse_training
+        LOGGER.warning("tensorgen runs this graph in eager PyTorch: it computes gradients (tensorgen compiles "
+                       "inference only; use model.eval() and torch.no_grad() to compile it)")
+        return gm
     state = sorted(i for i, (node, x) in enumerate(zip(_placeholders(gm), example_inputs))
                    if _is_module_state(node, x))
     built: dict[tuple, tuple[tuple, Callable]] = {}  # sizes -> (the module state's versions, the build)
@@ -103,6 +117,27 @@ def tensorgen_backend(gm: Any, example_inputs: Sequence[Any], options: Mapping[s
     if all(isinstance(x, torch.Tensor) for x in example_inputs):  # static: compile now, errors surface here
         build(example_inputs)
     return run
+
+
+TRAINING = ("tensorgen compiles inference only: this graph runs with grad enabled and parameters or inputs that "
+            "require grad, and its outputs would have no grad_fn (backward() would leave the gradients at zero); call "
+            "the compiled model under torch.no_grad() (and model.eval()), or pass options={'fallback': True} to run "
+            "such graphs in eager PyTorch")
+
+
+def _refuse_training(*args: Any) -> Any:
+    """The graph's stand-in when it would be trained: raises at the call (TorchDynamo wraps what a backend raises
+    while compiling into its BackendCompilerFailed; raised here the caller gets the TensorgenError itself)."""
+    raise TensorgenError(TRAINING)
+
+
+def _trains(gm: Any, example_inputs: Sequence[Any]) -> bool:
+    """Whether autograd would record the graph: grad enabled and a tensor it reads (an input, or a parameter lifted
+    to one or kept in the module) requires grad. TorchDynamo guards grad mode: under no_grad it compiles again."""
+    if not torch.is_grad_enabled():
+        return False
+    tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
+    return any(t.requires_grad for t in [*tensors, *gm.parameters()])
 
 
 def _version(t: torch.Tensor) -> tuple[int, int]:
@@ -204,14 +239,26 @@ def compile_graph(graph: Graph, config: CompileOptions = CompileOptions()) -> Co
     if key not in _BUILT or tuned:
         from tensorgen.graph.backend.build import build_model
 
-        out = Path(tempfile.mkdtemp(prefix="tensorgen_torch_"))
         db = SQLiteDatabase(db_path) if db_path is not None else None
+        # the directory goes once the model is loaded: the library and the weights stay mapped (a process holds
+        # no copy of its models' weights in the temp dir)
         try:
-            _BUILT[key] = CompiledModel(build_model(graph, out, target=config.target, db=db))
+            with owned_tempdir("tensorgen_torch_") as out:
+                _BUILT[key] = CompiledModel(build_model(graph, out, target=config.target, db=db))
         finally:
             if db is not None:
                 db.close()
+        if config.trials == 0 and all(k["schedule"] == "default" for k in _BUILT[key].manifest["kernels"]):
+            _say_untuned(db_path)
     return _BUILT[key]
+
+
+@functools.cache
+def _say_untuned(db_path: str | None) -> None:
+    """Once per process (per database): this build runs default programs, and how to tune them."""
+    where = f"{db_path} has no records for it" if db_path else "no tuning database"
+    LOGGER.warning("tensorgen: torch.compile runs default (untuned) programs (%s); to tune, pass options={'db': "
+                   "'tuning.db', 'trials': 1000} (tuning takes minutes; the records are reused by later runs)", where)
 
 
 def _tune(graph: Graph, config: CompileOptions, db_path: str | None) -> bool:
