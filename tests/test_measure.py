@@ -231,6 +231,23 @@ def test_a_small_kernel_is_not_given_up_for_its_cold_first_call(builder):
     assert full and all(r.median_cost < 4.0 * first.median_cost for r in full)
 
 
+def test_a_busy_machine_stretches_the_kill_floor(builder):
+    """On a busy machine every harness run is slow whatever its kernel (each call of a two-thread kernel waits out
+    a scheduler time slice for its second thread): a fixed 1 s floor killed fast 32x32x32 matmuls as run timeouts.
+    The floor is ten times the median wall time of the runner's last runs; long repeats stand in for the load."""
+    inp = tiled(task(32))
+    (build,) = builder.build([inp])
+    runner = LocalRunner(timeout=60.0, number=1, repeat=3, min_repeat_ms=100.0, give_up_factor=4.0,
+                         timeout_factor=20.0)
+    for res in runner.run([inp] * 3, [build] * 3):  # runs of >= 0.3 s: the floor is >= 3 s
+        assert_good(res)
+    assert runner.kill_floor() >= 10 * 3 * 0.1 and runner.timeout_for(inp.task) == runner.kill_floor()
+    runner.min_repeat_ms = 350.0  # a run of >= 1.05 s, past the fixed floor
+    (res,) = runner.run([inp], [build])
+    assert_good(res)
+    assert res.all_cost > 1.0
+
+
 def test_cache_flush_and_cooldown(builder):
     inp = tiled(task())
     runner = LocalRunner(repeat=3, enable_cpu_cache_flush=True, cooldown_interval=0.05)

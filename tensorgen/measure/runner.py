@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 import os
 import signal
+import statistics
 import tempfile
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +26,7 @@ from tensorgen.dag import ComputeDAG
 from tensorgen.errors import CompileError, ToolchainError
 from tensorgen.hardware import check_memory_budget, format_bytes, local_hardware
 from tensorgen.measure.builder import KERNEL_NAME
+from tensorgen.measure.calibration import Calibration, given_quiet_s
 from tensorgen.measure.guard import ErrorGuard
 from tensorgen.measure.harness import (
     HARNESS_FAILED,
@@ -61,6 +64,11 @@ class Runner(Protocol):
             yield i, res
 
     def note_fastest(self, task: SearchTask, cost: float) -> None:
+        return None
+
+    def slowdown(self, task: SearchTask) -> float | None:
+        """How many times slower than quiet the machine that times `task`'s candidates runs a calibration kernel
+        now (see measure.calibration); None: this runner cannot tell."""
         return None
 
     def close(self) -> None:
@@ -115,6 +123,9 @@ def compare_outputs(outs: list[np.ndarray], refs: list[np.ndarray], names: list[
 LONG_REDUCTION = 16384  # float32 terms summed in a row before the reference program splits the sum
 REFERENCE_FLOPS = 0.5e9  # the slowest the naive reference may run (FLOP/s) before it counts as hung
 SLOWEST_FLOPS = 20e9  # candidates slower than this (FLOP/s) may be killed however long the timeout allows
+KILL_FLOOR_S = 1.0  # a candidate is never killed for being slow sooner than this ...
+KILL_FLOOR_RUNS = 10.0  # ... nor than this many times the median wall time of the last KILL_FLOOR_WINDOW harness runs
+KILL_FLOOR_WINDOW = 9
 
 
 def reference_state(dag: ComputeDAG) -> State:
@@ -174,10 +185,13 @@ class LocalRunner(Runner):
     give_up_seconds: float = 0.0  # > 0: candidates whose first call takes longer are timed by that call alone
     give_up_factor: float = 0.0  # > 0: ... or that are this many times slower than the task's fastest so far
     timeout_factor: float = 0.0  # > 0: candidates this many times slower than the fastest are killed (run_timeout)
+    quiet_s: float = field(default_factory=given_quiet_s)  # the calibration kernel's quiet time (0: fastest seen)
     guard: ErrorGuard | None = field(default_factory=ErrorGuard)
     _exe: Path | None = field(default=None, init=False, repr=False)
     _references: dict[tuple[str, str], list[np.ndarray] | str] = field(default_factory=dict, init=False, repr=False)
     _fastest: dict[str, float] = field(default_factory=dict, init=False, repr=False)  # task key -> best cost
+    _calibrations: dict[int, Calibration] = field(default_factory=dict, init=False, repr=False)  # by threads
+    _walls: deque[float] = field(default_factory=lambda: deque(maxlen=KILL_FLOOR_WINDOW), init=False, repr=False)
 
     def run(self, inputs: list[MeasureInput], build_results: list[BuildResult]) -> list[MeasureResult]:
         self.check_inputs(inputs, build_results)
@@ -204,6 +218,13 @@ class LocalRunner(Runner):
         if math.isfinite(cost) and cost > 0:
             self._fastest[task.key] = min(self._fastest.get(task.key, math.inf), cost)
 
+    def slowdown(self, task: SearchTask) -> float | None:
+        """The calibration kernel's slowdown on this machine, timed with the threads `task`'s candidates get."""
+        threads = self.config(task).threads
+        if threads not in self._calibrations:
+            self._calibrations[threads] = Calibration(self.executable(), threads)
+        return self._calibrations[threads].slowdown(self.quiet_s)
+
     def give_up_after(self, task: SearchTask) -> float:
         """Seconds of a first call after which a candidate of `task` is timed by that call (0: never)."""
         limits = [self.give_up_seconds] if self.give_up_seconds > 0 else []
@@ -215,13 +236,22 @@ class LocalRunner(Runner):
         """The run timeout of a candidate of `task`: `timeout`, but at least what its calls take at
         SLOWEST_FLOPS (a C3D of batch 16 is 200 GFLOP per call: at a flat 10 s, all 64 candidates of a
         run timed out), or less once a fast candidate is known (bad random samples must not eat the
-        tuning time; one second covers process start-up). An emulated GPU's times rank nothing (they count the
+        tuning time), though never less than `kill_floor()`. An emulated GPU's times rank nothing (they count the
         emulator's thread switches), so its candidates are never given up or killed for being slow."""
         base = max(self.timeout, (1 + self.number * self.repeat) * task.dag.flop_count / SLOWEST_FLOPS)
         if self.timeout_factor <= 0 or task.key not in self._fastest or task.target.emulated:
             return base
         calls = 1 if self.give_up_factor > 0 else 1 + self.number * self.repeat
-        return min(base, max(1.0, self.timeout_factor * self._fastest[task.key] * calls))
+        return min(base, max(self.kill_floor(), self.timeout_factor * self._fastest[task.key] * calls))
+
+    def kill_floor(self) -> float:
+        """The least time a candidate is given before it is killed for being slow: KILL_FLOOR_S, or
+        KILL_FLOOR_RUNS times the median wall time of the last harness runs that produced timings, whichever is
+        longer. Why: a harness run is a process start and at least six calls (warm-up, repeats of min_repeat_ms)
+        whatever the kernel; on a busy machine each call of a two-thread kernel waits out a scheduler time slice
+        for its second thread (a 32x32x32 matmul took 20-100 ms per call beside three CPU-bound processes, a
+        whole run up to 1.02 s), so a fixed second killed fast candidates as run timeouts."""
+        return max(KILL_FLOOR_S, KILL_FLOOR_RUNS * statistics.median(self._walls)) if self._walls else KILL_FLOOR_S
 
     def config(self, task: SearchTask, number: int | None = None, repeat: int | None = None) -> HarnessConfig:
         flush = -1 if self.evict_weights else 2 * task.hw.l3_bytes if self.enable_cpu_cache_flush else 0
@@ -249,6 +279,7 @@ class LocalRunner(Runner):
             error = classify_run(run, timeout, self.repeat)
             if error is not None:
                 return MeasureResult((), error[0], error[1], all_cost)
+            self._walls.append(run.wall_seconds)
             if out_path is not None:
                 refs = self.reference(inp.task, dag)
                 if isinstance(refs, str):
