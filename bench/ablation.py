@@ -41,7 +41,7 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from tensorgen.cli.tune import ProgressLine, parse_workload  # noqa: E402
+from tensorgen.cli.tune import parse_workload  # noqa: E402
 from tensorgen.records import SQLiteDatabase  # noqa: E402
 from tensorgen.records.record import best_cost_curve, first_records  # noqa: E402
 from tensorgen.target import Target  # noqa: E402
@@ -75,18 +75,10 @@ def run_variant(variant: str, seed: int, task: Any, args: argparse.Namespace) ->
     def record(p: TuneProgress) -> None:
         events.append((p.total_trials, round(p.elapsed_s, 3), p.best_gflops))
 
-    callbacks: list[Any] = [record]
-    progress = None if args.quiet else ProgressLine()
-    if progress is not None:
-        callbacks.append(progress)
     with db:
         trials = max(0, args.trials - len(first_records(db.records(task.workload_key, target))))
-        try:
-            result = tune(task, trials=trials, db=db, policy=policy, policy_options=options, seed=seed,
-                          batch_size=args.batch_size, callbacks=callbacks)
-        finally:
-            if progress is not None:
-                progress.close()
+        result = tune(task, trials=trials, db=db, policy=policy, policy_options=options, seed=seed,
+                      batch_size=args.batch_size, callbacks=[record], progress=not args.quiet)
         curve = best_curve(db, task.workload_key, target, task.dag.flop_count)
     n_sketches = len(options["sketches"]) if "sketches" in options else None
     return {

@@ -51,7 +51,6 @@ from tensorgen.graph.zoo import MODELS
 from tensorgen.records.database import SQLiteDatabase
 from tensorgen.runtime.module import aligned_empty
 from tensorgen.timing import Protocol, add_arguments, compare, competing_load, describe_load, protocol_from
-from tensorgen.tuning.progress import ProgressTable
 from tensorgen.tuning.scheduler import SchedulerConfig, TaskScheduler
 from tensorgen.tuning.tune import MeasureConfig
 
@@ -67,15 +66,11 @@ def tune_model(name: str, batch: int, options: dict[str, int], trials: int, db: 
     tasks = extract_tasks(graph)
     if trials <= 0:
         return {"tasks": len(tasks), "trials": 0, "tuning_wall_s": 0.0}
-    table = ProgressTable(stream=sys.stderr)
     start = time.perf_counter()
-    try:
-        scheduler = TaskScheduler.from_models({graph.name: tasks}, seed=seed, callbacks=[table], config=SchedulerConfig(
-            round_trials=round_trials, strategy=strategy, transfer=transfer))
-        measure = MeasureConfig(runner_options={"evict_weights": not hot_weights})
-        result = scheduler.tune(trials, db=db, measure=measure)
-    finally:
-        table.close()
+    scheduler = TaskScheduler.from_models({graph.name: tasks}, seed=seed, config=SchedulerConfig(
+        round_trials=round_trials, strategy=strategy, transfer=transfer))
+    measure = MeasureConfig(runner_options={"evict_weights": not hot_weights})
+    result = scheduler.tune(trials, db=db, measure=measure, progress=True)
     return {"tasks": len(tasks), "trials": result.trials, "tuning_wall_s": time.perf_counter() - start,
             "estimated_ms": (result.models.get(graph.name) or 0) * 1e3 or None}
 

@@ -278,7 +278,7 @@ def _existing_trials(db: str | None, workload_key: str, target: str) -> int:
 
 
 def run_case(op: str, shape_index: int | None, config: tuple[int, ...], batch: int, args: argparse.Namespace,
-             progress: Any = None) -> dict:
+             progress: bool = False) -> dict:
     """Tune, check and time one case; the JSON entry (status "ok" or "error")."""
     import torch
 
@@ -300,13 +300,8 @@ def run_case(op: str, shape_index: int | None, config: tuple[int, ...], batch: i
         trials = args.trials
         if args.db:
             trials = max(0, args.trials - _existing_trials(args.db, dag.workload_key, str(target)))
-        callbacks = [progress] if progress is not None else []
-        try:
-            result = tune(task, trials=trials, db=args.db, policy="ansor", seed=args.seed,
-                          batch_size=args.batch_size, callbacks=callbacks, policy_options=policy_options(args))
-        finally:
-            if progress is not None:
-                progress.close()
+        result = tune(task, trials=trials, db=args.db, policy="ansor", seed=args.seed, batch_size=args.batch_size,
+                      policy_options=policy_options(args), progress=progress)
         entry.update(trials=result.trials, total_trials=result.total_trials, tuning_wall_s=result.tuning_wall_s,
                      search_overhead_s=result.search_overhead_s, build_s=result.build_s, run_s=result.run_s,
                      tuned_gflops=result.best_gflops or None, tune_errors=dict(result.errors))
@@ -524,15 +519,12 @@ def _write_json(path: str, args: argparse.Namespace, cases: list[dict], summary:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tensorgen.cli.tune import ProgressLine
-
     args = parse_args(argv)
     selected = select_cases(args)
     start = time.perf_counter()
     cases: list[dict] = []
     for op, index, config, batch in selected:
-        progress = None if args.quiet else ProgressLine()
-        cases.append(run_case(op, index, config, batch, args, progress))
+        cases.append(run_case(op, index, config, batch, args, progress=not args.quiet))
         c = cases[-1]
         status = (f"{c['tensorgen_gflops']:.1f} GFLOP/s vs torch {c['torch_gflops']:.1f} (ratio {c['ratio']:.2f}"
                   f"{'' if c['reliable'] else '; UNRELIABLE: ' + c['disagreement']})"

@@ -180,7 +180,7 @@ def run_variant(model: str, variant: Variant, trials: int, db: str, seed: int, r
     scheduler = TaskScheduler.from_models({graph.name: extract_tasks(graph, target)}, seed=seed, callbacks=[record],
                                           config=config)
     result = scheduler.tune(trials, db=db, policy=variant.policy, cost_model=variant.make_cost_model(seed),
-                            policy_options=dict(variant.options) or None)
+                            policy_options=dict(variant.options) or None, progress=False)  # its own lines
     return asdict(variant) | {"db": db, "trials": result.trials, "round_trials": round_trials,
                               "stopped": result.stopped, "wall_s": turn.clock(), "search_s": result.search_s,
                               "build_s": result.build_s, "run_s": result.run_s,

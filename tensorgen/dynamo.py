@@ -11,7 +11,8 @@ Options (CompileOptions): `db` the tuning database (default: tuning.db when it e
 tuning budget of each graph — records already in the database count towards it, so compiling the same model
 again tunes nothing more; with 0, programs come from the database (a default schedule where it has none);
 `fallback` splits a graph that has ops tensorgen cannot compile: the largest parts it can compile are compiled,
-the rest runs in eager PyTorch (a warning names the ops), instead of failing; `target` the tensorgen target.
+the rest runs in eager PyTorch (a warning names the ops), instead of failing; `target` the tensorgen target;
+`progress` the tuning's live table on stderr (None: where stderr is a terminal; True, False: always, never).
 A build with no tuned kernel says once per process that it runs default programs, and how to tune.
 
 tensorgen compiles inference only: its outputs have no autograd history. A graph compiled with grad enabled and a
@@ -62,6 +63,7 @@ class CompileOptions:
     trials: int = 0
     fallback: bool = False
     target: str = "cpu"
+    progress: bool | None = None
 
     def __post_init__(self) -> None:
         if self.trials < 0:
@@ -265,7 +267,6 @@ def _tune(graph: Graph, config: CompileOptions, db_path: str | None) -> bool:
     """Spend what is left of `config.trials` on the graph's tasks (the records of its tasks count); whether it
     measured anything."""
     from tensorgen.graph.backend.tasks import extract_tasks
-    from tensorgen.tuning.progress import ProgressTable
     from tensorgen.tuning.scheduler import TaskScheduler
 
     if db_path is None:
@@ -278,9 +279,7 @@ def _tune(graph: Graph, config: CompileOptions, db_path: str | None) -> bool:
     if left <= 0:
         LOGGER.info("%s: %d records in %s already; no more tuning", graph.name, done, db_path)
         return False
-    table = ProgressTable()
-    result = TaskScheduler.from_models({graph.name: tasks}, callbacks=[table]).tune(left, db=db_path)
-    table.close()
+    result = TaskScheduler.from_models({graph.name: tasks}).tune(left, db=db_path, progress=config.progress)
     return result.trials > 0
 
 

@@ -19,7 +19,6 @@ import pytest
 from tensorgen import te
 from tensorgen.cli import main as cli
 from tensorgen.cli.report import report_hint
-from tensorgen.cli.tune import ProgressLine
 from tensorgen.dag import ComputeDAG
 from tensorgen.measure.types import ErrorKind, MeasureResult
 from tensorgen.records import Record, SQLiteDatabase
@@ -31,7 +30,7 @@ from tensorgen.schedule import State
 from tensorgen.target import HardwareParams, Target
 from tensorgen.task import SearchTask
 from tensorgen.te.ops.suite import make_gmm
-from tensorgen.tuning.progress import eta
+from tensorgen.tuning.progress import ProgressLine, eta
 from tensorgen.tuning.tune import TuneProgress
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

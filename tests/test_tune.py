@@ -11,7 +11,6 @@ import pytest
 
 from tensorgen.build import build
 from tensorgen.cli import main as cli
-from tensorgen.cli.tune import ProgressLine
 from tensorgen.dag import ComputeDAG
 from tensorgen.measure import LocalBuilder, LocalRunner
 from tensorgen.measure.types import ErrorKind
@@ -19,6 +18,7 @@ from tensorgen.records import SQLiteDatabase
 from tensorgen.records.record import program_cost
 from tensorgen.search.random_policy import RandomPolicy
 from tensorgen.te.ops.suite import make_gmm
+from tensorgen.tuning.progress import ProgressLine
 from tensorgen.tuning.tune import MeasureConfig, TuneError, TuneProgress, make_task, tune
 
 pytestmark = pytest.mark.serial  # measures with real timeouts: run alone, not beside other tests

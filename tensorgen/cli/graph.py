@@ -102,7 +102,7 @@ def tune_model(args: argparse.Namespace) -> int:
         try:
             return scheduler.tune(trials, db=args.db, policy=args.policy, cost_model=args.cost_model,
                                   policy_options={"prefilter": args.prefilter} if args.prefilter else None,
-                                  measure=measure)
+                                  measure=measure, progress=False)  # the table above, on stdout
         finally:
             table.close()
 
@@ -162,7 +162,8 @@ def _tune_layout_tasks(graph, args: argparse.Namespace, trials: int, config, mea
     table = ProgressTable()
     try:
         return TaskScheduler.from_models({graph.name: [t for t, _ in found]}, seed=args.seed, callbacks=[table],
-                                         config=config).tune(trials, db=args.db, policy=policy, measure=measure)
+                                         config=config).tune(trials, db=args.db, policy=policy, measure=measure,
+                                                             progress=False)
     finally:
         table.close()
 

@@ -7,8 +7,6 @@ import inspect
 import math
 import os
 import sys
-from dataclasses import dataclass, field
-from typing import TextIO
 
 from tensorgen.cli.args import local_target, nonneg_int, output_file, positive_int, write_json
 from tensorgen.cli.records import DEFAULT_DB, interrupted_line, open_existing
@@ -16,12 +14,9 @@ from tensorgen.cli.report import report_hint
 from tensorgen.dag import ComputeDAG
 from tensorgen.errors import TensorgenError
 from tensorgen.target import Target
-from tensorgen.tuning.progress import eta
 from tensorgen.tuning.registry import COST_MODELS, POLICIES
 from tensorgen.tuning.scheduler import STRATEGIES
-from tensorgen.tuning.tune import ABLATIONS, TuneProgress, TuneResult
-
-RESUMED_NOTE = "resumed from the database"
+from tensorgen.tuning.tune import ABLATIONS, TuneResult
 
 
 def cost_model_arg(text: str) -> str:
@@ -131,44 +126,7 @@ def _desc(name: str, config: tuple[int, ...], batch: int) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# progress and summary
-
-
-@dataclass
-class ProgressLine:
-    """A tune() callback writing one status line: rewritten in place on a TTY, one line per batch otherwise."""
-
-    stream: TextIO = field(default_factory=lambda: sys.stderr)
-    tty: bool | None = None
-    _width: int = field(default=0, init=False)
-    _resumed_s: float = field(default=0.0, init=False)  # when the batches began, for the ETA
-
-    def __post_init__(self) -> None:
-        if self.tty is None:
-            self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-
-    def __call__(self, p: TuneProgress) -> None:
-        if p.phase == "resume":
-            self._resumed_s = p.elapsed_s
-        best = f"{p.best_gflops:.2f} GFLOP/s" if p.best_gflops > 0 else "-"
-        resumed = p.total_trials - p.trials_done
-        extra = f" (+{resumed} {RESUMED_NOTE})" if resumed else ""
-        left = eta(p.trials_done, p.trials, p.elapsed_s - self._resumed_s)
-        line = (f"[tune {p.task.desc or p.task.workload_key}] {p.trials_done}/{p.trials} trials{extra}  "
-                f"best {best}  errors {p.errors}  {p.elapsed_s:.1f}s" + (f"  {left}" if left else ""))
-        if self.tty:
-            self.stream.write("\r" + line.ljust(self._width))
-            self._width = len(line)
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
-
-    def close(self) -> None:
-        """End the in-place line so later output starts on its own line."""
-        if self.tty and self._width:
-            self.stream.write("\n")
-            self.stream.flush()
-            self._width = 0
+# the summary
 
 
 def summary_table(result: TuneResult, db: str) -> str:
@@ -222,13 +180,9 @@ def _tune(args: argparse.Namespace) -> int:
         if policy != "ansor":
             raise TensorgenError(f"--prefilter prunes the ansor policy's random programs; not for {policy!r}")
         options = {**options, "prefilter": args.prefilter}
-    progress = ProgressLine()
-    try:
-        measure = MeasureConfig().on_ray(args.ray) if args.ray else MeasureConfig()
-        result = tune(task, trials=args.trials, db=args.db, policy=policy, cost_model=args.cost_model, seed=args.seed,
-                      batch_size=args.batch_size or 64, callbacks=[progress], policy_options=options, measure=measure)
-    finally:
-        progress.close()
+    measure = MeasureConfig().on_ray(args.ray) if args.ray else MeasureConfig()
+    result = tune(task, trials=args.trials, db=args.db, policy=policy, cost_model=args.cost_model, seed=args.seed,
+                  batch_size=args.batch_size or 64, progress=True, policy_options=options, measure=measure)
     print(summary_table(result, args.db))
     print(report_hint(args.db))
     if args.json:

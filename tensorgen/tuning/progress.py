@@ -1,6 +1,7 @@
-"""What the task scheduler reports: a row per task, the progress record its callbacks see, the result of a run,
-and the live table (Ansor's "ID | Task | FLOPs | Weight | Latency | GFLOP/s | Trials") that `tensorgen tune`
-prints."""
+"""What the tuners report: a row per task, the progress record the task scheduler's callbacks see, the result of a
+run, the live table (Ansor's "ID | Task | FLOPs | Weight | Latency | GFLOP/s | Trials") that `tensorgen tune MODEL`
+prints, and the status line of one task's tune(). The Python API's tune() and TaskScheduler.tune show the same
+on stderr where it is a terminal (`progress=None`), or as told (`progress=True`/`False`)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,15 @@ import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from tensorgen.schedule.state import State
 from tensorgen.task import SearchTask
+
+if TYPE_CHECKING:  # tune.py shows its progress with ProgressLine
+    from tensorgen.tuning.tune import TuneProgress
+
+RESUMED_NOTE = "resumed from the database"
 
 
 @dataclass(frozen=True)
@@ -182,6 +188,55 @@ class ProgressTable:
             self.stream.write("\n".join(format_table(self._last, resumed_s=self._resumed_s)) + "\n")
             self.stream.flush()
         self._last, self._drawn = None, 0
+
+
+@dataclass
+class ProgressLine:
+    """A tune() callback writing one status line: rewritten in place on a TTY, one line per batch otherwise."""
+
+    stream: TextIO = field(default_factory=lambda: sys.stderr)
+    tty: bool | None = None
+    _width: int = field(default=0, init=False)
+    _resumed_s: float = field(default=0.0, init=False)  # when the batches began, for the ETA
+
+    def __post_init__(self) -> None:
+        if self.tty is None:
+            self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+
+    def __call__(self, p: TuneProgress) -> None:
+        if p.phase == "resume":
+            self._resumed_s = p.elapsed_s
+        best = f"{p.best_gflops:.2f} GFLOP/s" if p.best_gflops > 0 else "-"
+        resumed = p.total_trials - p.trials_done
+        extra = f" (+{resumed} {RESUMED_NOTE})" if resumed else ""
+        left = eta(p.trials_done, p.trials, p.elapsed_s - self._resumed_s)
+        line = (f"[tune {p.task.desc or p.task.workload_key}] {p.trials_done}/{p.trials} trials{extra}  "
+                f"best {best}  errors {p.errors}  {p.elapsed_s:.1f}s" + (f"  {left}" if left else ""))
+        if self.tty:
+            self.stream.write("\r" + line.ljust(self._width))
+            self._width = len(line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """End the in-place line so later output starts on its own line."""
+        if self.tty and self._width:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._width = 0
+
+
+def shows_progress(progress: bool | None) -> bool:
+    """Whether the Python API shows its progress on stderr.
+
+    Args:
+        progress: True or False as the caller says; None: where stderr is a terminal, as the CLI does (a
+            notebook's or a log file's stderr is not one: quiet there unless asked).
+    """
+    if progress is not None:
+        return progress
+    return sys.stderr is not None and sys.stderr.isatty()
 
 
 def _ms(seconds: float | None) -> str:

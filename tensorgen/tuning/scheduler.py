@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import math
 import numbers
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,7 +52,15 @@ from tensorgen.tuning.objectives import (
     stalled,
     task_gradient,
 )
-from tensorgen.tuning.progress import SchedulerCallback, ScheduleResult, SchedulerProgress, StopTuning, TaskRow
+from tensorgen.tuning.progress import (
+    ProgressTable,
+    SchedulerCallback,
+    ScheduleResult,
+    SchedulerProgress,
+    StopTuning,
+    TaskRow,
+    shows_progress,
+)
 from tensorgen.tuning.runinfo import model_run
 from tensorgen.tuning.tune import MeasureConfig, MeasureSetup, TaskTuner, make_cost_model, make_policy
 
@@ -156,6 +165,7 @@ class _Session:
     rounds: int = 0
     dead: set[int] = field(default_factory=set)  # tasks whose policy proposed nothing new
     offered: dict[int, dict[int, float]] = field(default_factory=dict)  # task -> {donor task: its best then}
+    callbacks: tuple[SchedulerCallback, ...] = ()  # the scheduler's and this run's
 
     def best(self) -> np.ndarray:
         return np.array([h[-1] if h else math.inf for h in self.history])
@@ -296,7 +306,8 @@ class TaskScheduler:
 
     def tune(self, trials: int, *, db: str | Path | Database | None = None,
              policy: str | Callable[[SearchTask], SearchPolicy] = "ansor", cost_model: Any = "auto",
-             policy_options: dict[str, Any] | None = None, measure: MeasureConfig | None = None) -> ScheduleResult:
+             policy_options: dict[str, Any] | None = None, measure: MeasureConfig | None = None,
+             progress: bool | None = None) -> ScheduleResult:
         """Measure up to `trials` new programs over all tasks with one builder, runner and database (see
         tensorgen.tuning.tune.MeasureSetup.open) and return the best program of each task. `policy` is a name
         ("ansor": one SketchPolicy per task, all sharing one `cost_model`, as in Ansor; "random") or a
@@ -305,7 +316,10 @@ class TaskScheduler:
         The default `measure` (MODEL_MEASURE) evicts each candidate's weights before every timed call: in a
         model they come from memory, since all the other kernels' weights were read in between. Timed hot,
         ResNet-50's deep convs ran 1.4x slower in the model than measured and the tuner favoured programs that
-        only win hot."""
+        only win hot.
+
+        `progress` shows the live table on stderr (ProgressTable, as `tensorgen tune MODEL` does) besides the
+        scheduler's callbacks: None where stderr is a terminal, True always, False never."""
         if not isinstance(policy, str) and not callable(policy):
             raise SchedulerError("the scheduler needs one policy per task: pass a policy name or a function "
                                  "task -> SearchPolicy, not a SearchPolicy instance")
@@ -319,22 +333,28 @@ class TaskScheduler:
             return made, time.perf_counter() - t0
 
         policies = [timed(i, task) for i, task in enumerate(self.tasks)]  # before the db: bad options make no file
+        shown = [ProgressTable(sys.stderr)] if shows_progress(progress) else []
         with MeasureSetup.open(db, measure if measure is not None else MODEL_MEASURE) as setup:
             tuners = [TaskTuner(task, p, setup, search_s=s, skips=skips) for task, (p, s) in zip(self.tasks, policies)]
             models = {m.name: [(self.tasks[i].workload_key, w) for i, w in zip(m.task_indices, m.weights)]
                       for m in self.models}
             setup.begin_run(model_run(self.tasks, models, trials, policy, self.config.strategy))
-            result = self.run(tuners, trials, skips)
+            result = self.run(tuners, trials, skips, shown)
+            for table in shown:
+                table.close()
             setup.end_run({"trials": result.trials, "rounds": result.rounds, "stopped": result.stopped})
             return result
 
-    def run(self, tuners: Sequence[RoundTuner], trials: int, skips: Skips | None = None) -> ScheduleResult:
+    def run(self, tuners: Sequence[RoundTuner], trials: int, skips: Skips | None = None,
+            callbacks: Sequence[SchedulerCallback] = ()) -> ScheduleResult:
         """Allocate up to `trials` measurements (this call's budget) to `tuners`, one per task, in order; `skips`
-        (the tuners' failed search operations) goes into the result."""
+        (the tuners' failed search operations) goes into the result; `callbacks` see this run's progress after
+        the scheduler's own."""
         if trials < 0 or len(tuners) != len(self.tasks):
             raise SchedulerError(f"need trials >= 0 and one tuner per task ({len(self.tasks)}); got trials={trials}, "
                                  f"{len(tuners)} tuners")
-        session = _Session(tuners, [[] for _ in tuners], np.random.default_rng(self.seed), trials)
+        session = _Session(tuners, [[] for _ in tuners], np.random.default_rng(self.seed), trials,
+                           callbacks=(*self.callbacks, *callbacks))
         stopped = "budget"
         try:
             for tuner in tuners:
@@ -427,7 +447,7 @@ class TaskScheduler:
         return out
 
     def _report(self, session: _Session, phase: str, task: int | None, measured: int) -> None:
-        if not self.callbacks:
+        if not session.callbacks:
             return
         best = session.best()
         objective = None
@@ -436,7 +456,7 @@ class TaskScheduler:
         progress = SchedulerProgress(phase, session.rounds, task, measured, session.done, session.trials,
                                      self._rows(session), self._model_latencies(best), objective,
                                      time.perf_counter() - session.start)
-        for cb in self.callbacks:
+        for cb in session.callbacks:
             cb(progress)
 
 

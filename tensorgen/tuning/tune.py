@@ -37,6 +37,7 @@ from tensorgen.search.skips import Skips
 from tensorgen.target import HardwareParams, Target
 from tensorgen.task import SearchTask
 from tensorgen.te.tensor import Tensor
+from tensorgen.tuning.progress import ProgressLine, shows_progress
 from tensorgen.tuning.registry import BUILDERS, COST_MODELS, POLICIES, RUNNERS
 from tensorgen.tuning.runinfo import operator_run
 
@@ -557,7 +558,7 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
          db: str | Path | Database | None = None, policy: str | SearchPolicy = "ansor", cost_model: Any = "auto",
          policy_options: dict[str, Any] | None = None, measure: MeasureConfig = MeasureConfig(),
          target: str | Target = "cpu", batch_size: int = 64, seed: int = 0,
-         callbacks: Sequence[Callback] = ()) -> TuneResult:
+         callbacks: Sequence[Callback] = (), progress: bool | None = None) -> TuneResult:
     """Measure up to `trials` new programs of one task and return the best program known for it.
 
     `trials` is this call's budget: records already in `db` for this workload + target are replayed
@@ -571,7 +572,9 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
     `policy_options` are the named policy's options (e.g. `{"generations": 0}` or `{"sketches": [...]}` for
     "ansor"; see make_policy and ablation_policy). `measure` says how candidates are built and timed
     (MeasureConfig). `target` is used only when `task_or_dag` is not a SearchTask (make a SearchTask for other
-    hardware parameters).
+    hardware parameters). `callbacks` see a TuneProgress after the resume and after every batch; `progress`
+    shows a status line on stderr (ProgressLine, as `tensorgen tune` does): None where stderr is a terminal,
+    True always, False never.
     Ctrl-C (KeyboardInterrupt, also from a callback; `tensorgen` turns SIGTERM into one) stops the loop; what
     was measured is kept and returned (`interrupted=True`), and saying so is the caller's business.
     """
@@ -585,8 +588,10 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
     search = make_policy(task, policy, cost_model, seed, policy_options, skips)
     search_s = time.perf_counter() - t0
     interrupted = False
+    shown = [ProgressLine()] if shows_progress(progress) else []
     with MeasureSetup.open(db, measure) as setup:
-        tuner = TaskTuner(task, search, setup, trials=trials, callbacks=callbacks, search_s=search_s, skips=skips)
+        tuner = TaskTuner(task, search, setup, trials=trials, callbacks=[*callbacks, *shown], search_s=search_s,
+                          skips=skips)
         setup.begin_run(operator_run(task, trials, policy))
         try:
             tuner.resume()
@@ -600,5 +605,8 @@ def tune(task_or_dag: SearchTask | ComputeDAG | Tensor | Sequence[Tensor], trial
             interrupted = True
             LOGGER.info("%s: interrupted after %d trials; every measured record is in the database", task,
                         tuner.trials_done)
+        finally:
+            for line in shown:
+                line.close()
         setup.end_run({"trials": tuner.trials_done, "stopped": "interrupted" if interrupted else "budget"})
     return tuner.result(interrupted)
