@@ -70,6 +70,10 @@ class Target:
         return " ".join([self.kind, *(f"-{k}={v}" for k, v in self.options)])
 
 
+#: the HardwareParams fields that describe a GPU (left at their defaults on a CPU, and not shown for one)
+GPU_FIELDS = ("sm_count", "warp_size", "max_threads_per_block", "shared_mem_per_block", "registers_per_thread")
+
+
 @dataclass(frozen=True)
 class HardwareParams:
     """What search and cost models know about the machine. Sizes in bytes, peaks per whole device."""

@@ -288,3 +288,44 @@ def test_without_matplotlib_the_report_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
     with pytest.raises(ReportError, match=r"pip install 'tensorgen\[report\]'"):
         figures.error_kinds({"run_timeout": 1})
+
+
+def test_the_page_says_what_its_numbers_mean(tmp_path, monkeypatch):
+    """Regression (issue 53): a CPU's hardware table listed GPU fields (sm_count 0, warp_size 32, ...), "% of
+    peak" stayed blank after `tensorgen hw --measure` (the peak was read from the tuning run only), and the page
+    did not say why it counted more measurements than trials, nor why a best curve steps down."""
+    pytest.importorskip("matplotlib")
+    monkeypatch.setenv("TENSORGEN_HOME", str(tmp_path / "home"))  # no cached hardware measurement yet
+    task = matmul_task()
+    hw = HardwareParams(cores=2, extra={"fingerprint": "Test CPU|2 cores|32B simd"})
+    path = tmp_path / "t.db"
+    with SQLiteDatabase(path) as db:
+        db.begin_run({"kind": "operator", "name": "matmul", "target": "cpu", "hw": hw.to_dict()})
+        db.begin_round(1)
+        for factor, cost in ((2, 3e-4), (4, 2e-4), (4, 2.4e-4), (4, 2.2e-4)):  # the new best re-timed twice
+            db.commit_record(Record.from_measure(task, tiled(task, factor), MeasureResult((cost,))))
+        db.end_run({"trials": 2, "stopped": "budget"})
+    page = tmp_path / "report.html"
+
+    def text() -> str:
+        with SQLiteDatabase(path, readonly=True) as db:
+            write_report(db, page, "tensorgen report")
+        return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page.read_text()))
+
+    before = text()
+    assert "4 measurements of 2 trials: 2 measured a program again. A program that becomes its task's best is " \
+           "timed 2 more times" in before
+    assert "A curve can step down: a new best is timed 2 more times" in before
+    hardware = before[before.index("Target and hardware"):]
+    assert "sm_count" not in hardware and "warp_size" not in hardware and "cores 2" in hardware
+    assert "peak_gflops not measured (tensorgen hw --measure)" in hardware
+    assert "% of peak: no peak FLOP/s is known for this machine (Test CPU|2 cores|32B simd)" in before
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "hardware.json").write_text('{"version": 1, "machines": {"Test CPU|2 cores|32B simd": '
+                                        '{"peak_gflops": 10.0, "bandwidth_gbs": 5.0, "measured_at": "then"}}}')
+    after = text()  # what `tensorgen hw --measure` cached on a machine of the same fingerprint
+    gflops = task.dag.flop_count / 2.2e-4 / 1e9  # the best's cost: the upper median of its three timings
+    assert f" {gflops:.3g} {100 * gflops / 10.0:.1f} " in after
+    assert "% of peak is of the peak `tensorgen hw --measure` measured on this kind of machine" in after
+    assert "peak_gflops 10.0" in after[after.index("Target and hardware"):]

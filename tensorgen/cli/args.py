@@ -8,6 +8,7 @@ program) with `--threads 0`, a target the compiler rejects, or a file it could n
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 from collections.abc import Callable
@@ -23,12 +24,58 @@ from tensorgen.target import Target
 from tensorgen.tuning.tune import check_searchable
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's help, but a description or epilog written in lines (the examples of a command) keeps them; one
+    written as a paragraph is filled to the terminal's width."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return text if "\n" in text else super()._fill_text(text, width, indent)
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with errors in tensorgen's one-line form (`tensorgen: error: ...`, exit 2) instead of usage
-    text; subcommand parsers made by add_subparsers inherit it."""
+    text; subcommand parsers made by add_subparsers inherit it.
+
+    No prefix matching (argparse's allow_abbrev): `--thread 2` must not be taken as `--threads 2` in silence, nor
+    `--batch` become ambiguous the day an option starting with it is added. Epilogs keep their line breaks (the
+    examples of each command's `--help`, see HelpFormatter)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.options: list[str] = []  # every option string, for "did you mean"
+        self.commands: dict[str, argparse.ArgumentParser] = {}  # its subcommands by name
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        self.options += action.option_strings
+        return action
+
+    def add_subparsers(self, **kwargs: Any) -> argparse._SubParsersAction:
+        action = super().add_subparsers(**kwargs)
+        self.commands = action.choices  # filled as commands are added
+        return action
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
+        """A command (a parser without subcommands) refuses what it does not know itself, so the error names it
+        (`see tensorgen bench --help`, not the top-level help) and the option the user may have meant."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras and not self.commands:
+            unknown = next((e.partition("=")[0] for e in extras if e.startswith("--")), "")
+            longer = [o for o in self.options if unknown and o.startswith(unknown)]  # what prefix matching took
+            close = longer or (difflib.get_close_matches(unknown, self.options, n=1) if unknown else [])
+            self.error(f"unrecognized arguments: {' '.join(extras)}"
+                       + (f"; did you mean {' or '.join(close)}?" if close else ""))
+        return parsed, extras
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"tensorgen: error: {message} (see `{self.prog} --help`)\n")
+
+
+def examples(*lines: str) -> str:
+    """A command's `--help` epilog: `lines`, each a command line (a `# note` may follow it), under "examples:"."""
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
 
 
 def _integer(text: str, least: int, what: str) -> int:

@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from tensorgen.cli.args import output_file, positive_int, write_json
+from tensorgen.cli.args import examples, output_file, positive_int, write_json
 from tensorgen.cli.tune import cost_model_arg
 from tensorgen.costmodel.pacm import PaCM, PaCMConfig
 from tensorgen.errors import TensorgenError
@@ -26,9 +26,14 @@ from tensorgen.tuning.tune import make_cost_model
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("costmodel", help="train a cost model from tuning databases; evaluate one")
+    p = subparsers.add_parser("costmodel", help="train a cost model from tuning databases; evaluate one",
+                              epilog=examples("tensorgen costmodel train --db a.db --db b.db -o model.pt",
+                                              "tensorgen costmodel eval pacm:model.pt --db held_out.db"))
     sub = p.add_subparsers(dest="costmodel_command", required=True)
-    train = sub.add_parser("train", help="pretrain a PaCM cost model on the measured programs of databases")
+    train = sub.add_parser("train", help="pretrain a PaCM cost model on the measured programs of databases",
+                           epilog=examples("tensorgen costmodel train --db a.db --db b.db -o model.pt",
+                                           "tensorgen costmodel train --db a.db -o m.pt --held-out-model resnet50",
+                                           "tensorgen tune resnet50 --policy pruner --cost-model pacm:model.pt"))
     train.add_argument("--db", action="append", required=True, metavar="FILE",
                        help="a tuning database (repeat for several): every task's measured programs")
     train.add_argument("-o", "--out", required=True, type=output_file, metavar="FILE.pt",
@@ -43,7 +48,9 @@ def register(subparsers: Any) -> None:
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--json", type=output_file, metavar="FILE", help="also write the figures as JSON")
     train.set_defaults(fn=_train)
-    ev = sub.add_parser("eval", help="how a cost model ranks the measured programs of databases")
+    ev = sub.add_parser("eval", help="how a cost model ranks the measured programs of databases",
+                        epilog=examples("tensorgen costmodel eval pacm:model.pt --db held_out.db",
+                                        "tensorgen costmodel eval auto --db held_out.db   # the PaCM that ships"))
     ev.add_argument("model", type=cost_model_arg, metavar="NAME:FILE",
                     help="a saved model, e.g. pacm:model.pt; auto: the one that ships for this machine")
     ev.add_argument("--db", action="append", required=True, metavar="FILE", help="a tuning database (repeatable)")

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from tensorgen.cli.args import (
+    examples,
     local_target,
     output_file,
     positive_int,
@@ -30,14 +31,18 @@ from tensorgen.records.database import SQLiteDatabase
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    subparsers.add_parser("models", help="list the built-in model zoo").set_defaults(fn=_models)
+    subparsers.add_parser("models", help="list the built-in model zoo",
+                          epilog=examples("tensorgen models",
+                                          "tensorgen info bert_tiny     # one model's inputs and outputs")
+                          ).set_defaults(fn=_models)
 
     def model_args(p: argparse.ArgumentParser, inputs_required: bool = False, candidates: int = 4,
                    target: Callable[[str], str] | None = None) -> argparse.ArgumentParser:
         p.add_argument("model", metavar="MODEL", help="a zoo name (see `tensorgen models`) or an .onnx file")
         p.add_argument("--db", help=f"tuning records to use, a file that must exist (default: {DEFAULT_DB} if it "
                                     "exists, else none); untuned subgraphs get a default schedule")
-        p.add_argument("--batch", type=positive_int, default=1, help="batch size of a zoo model (default 1)")
+        p.add_argument("--batch", type=positive_int, default=1, metavar="N",
+                       help="the batch size of a zoo model: its inputs' first dimension (default 1)")
         p.add_argument("--candidates", type=positive_int, default=None, metavar="K",
                        help="pick each kernel's program among its task's K best records by timing the model built "
                             f"with each (in-model selection: K + 1 more builds; default {candidates}, 1 under "
@@ -55,12 +60,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         add_input_args(p, required=inputs_required)
         return p
 
-    build = model_args(subparsers.add_parser("build", help="compile a model into one shared library"),
+    build = model_args(subparsers.add_parser(
+        "build", help="compile a model into one shared library", description="Compile a model with the best "
+        "programs of the tuning database into DIR: model.so (one shared library with a small C ABI), weights.bin, "
+        "the generated source and model.json. A kernel without a record gets a default schedule.",
+        epilog=examples("tensorgen build bert_tiny -o bert_tiny_build          # with tuning.db",
+                        "tensorgen build model.onnx --shape input_ids=1x64 --db my.db -o out",
+                        "tensorgen run bert_tiny_build --inputs inputs.npz -o outputs.npz   # run what it built")),
                        target=target_name)
     build.add_argument("-o", "--out", required=True, help="output directory (model.so, weights.bin, ...)")
     build.set_defaults(fn=_build)
     bench = model_args(subparsers.add_parser(
-        "bench", help="time a compiled model next to ONNX Runtime, in one run (outputs checked against it)"))
+        "bench", help="time a compiled model next to ONNX Runtime, in one run (outputs checked against it)",
+        description="Build the model with the tuning database's programs and time it next to ONNX Runtime, engines "
+                    "taking turns, on the same inputs; the outputs are checked against ONNX Runtime's first. Timings "
+                    "need a quiet machine: rounds that disagree by more than 10% are marked UNRELIABLE.",
+        epilog=examples("tensorgen bench bert_tiny                     # after tensorgen tune bert_tiny",
+                        "tensorgen bench resnet50 --batch 8 --threads 1 --profile",
+                        "tensorgen bench model.onnx --inputs inputs.npz --db my.db")))
     bench.add_argument("--threads", type=thread_count, default=usable_cpus(), help="threads for every engine")
     bench.add_argument("--blocks", type=positive_int, default=3,
                        help="rounds of alternating blocks before their agreement is checked (default 3, at least 2); "
@@ -72,7 +89,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench.set_defaults(fn=_bench)
     run = model_args(subparsers.add_parser(
         "run", help="run a model once on your inputs (.npz in, .npz out); MODEL may also be a `tensorgen build` "
-                    "directory"), inputs_required=True, candidates=1, target=local_target)
+                    "directory",
+        epilog=examples("tensorgen info bert_tiny                     # the inputs' names, shapes, types",
+                        "python -c \"import numpy as np; np.savez('in.npz', input_ids=np.zeros((1, 128), 'int64'))\"",
+                        "tensorgen run bert_tiny --inputs in.npz -o out.npz",
+                        "tensorgen run bert_tiny_build --inputs in.npz -o out.npz   # a `tensorgen build` directory")),
+        inputs_required=True, candidates=1, target=local_target)
     run.add_argument("-o", "--out", required=True, type=output_file, metavar="FILE.npz",
                      help="where to write the outputs, by name")
     run.set_defaults(fn=_run)

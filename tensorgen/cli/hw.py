@@ -7,17 +7,17 @@ import json
 import sys
 from typing import Any
 
-from tensorgen.cli.args import output_file_or_stdout, write_json
+from tensorgen.cli.args import examples, output_file_or_stdout, write_json
 from tensorgen.errors import TensorgenError
 from tensorgen.hardware import cache_path, local_hardware
-from tensorgen.target import HardwareParams
-
-_GPU_FIELDS = ("sm_count", "warp_size", "max_threads_per_block", "shared_mem_per_block", "registers_per_thread")
+from tensorgen.target import GPU_FIELDS, HardwareParams
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the `hw` subcommand to an argparse subparsers object; the handler is stored as `fn`."""
-    p = subparsers.add_parser("hw", help="show detected hardware parameters; --measure peak FLOP/s and bandwidth")
+    p = subparsers.add_parser("hw", help="show detected hardware parameters; --measure peak FLOP/s and bandwidth",
+                              epilog=examples("tensorgen hw", "tensorgen hw --measure     # on a quiet machine; cached",
+                                              "tensorgen hw --set cores=1 l2_bytes=1M --json -"))
     p.add_argument("--measure", action="store_true",
                    help="run the FP32-peak and memory-bandwidth micro-benchmarks (~1 s; best on an otherwise idle "
                         "machine) and cache the results per machine")
@@ -61,7 +61,7 @@ def format_table(hw: HardwareParams, overridden: frozenset[str] = frozenset()) -
         ("bandwidth_gbs", f"{hw.bandwidth_gbs:.1f} GB/s  (STREAM triad)" if hw.bandwidth_gbs else missing),
     ]
     if hw.sm_count:
-        rows += [(name, str(getattr(hw, name))) for name in _GPU_FIELDS]
+        rows += [(name, str(getattr(hw, name))) for name in GPU_FIELDS]
     width = max(len(name) for name, _ in rows)
     lines = [f"# {hw.extra.get('model', 'unknown cpu')}   (cache: {cache_path()})"]
     lines += [f"{name:<{width}}  {value}{'  [--set]' if name in overridden else ''}" for name, value in rows]

@@ -20,12 +20,18 @@ SHAPE_HELP = ("fix the symbolic dimensions of a model input, e.g. input_ids=1x64
               "several with commas)")
 
 
+def add_shape_arg(p: argparse.ArgumentParser) -> None:
+    """The `--shape NAME=DIMS` option of a model command (repeatable)."""
+    p.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS", help=SHAPE_HELP)
+
+
 def add_input_args(p: argparse.ArgumentParser, required: bool = False) -> None:
     """The `--shape` and `--inputs` options of a model command."""
-    p.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS", help=SHAPE_HELP)
+    add_shape_arg(p)
     p.add_argument("--inputs", metavar="FILE.npz", required=required,
-                   help="the model's inputs, one array per input name (np.savez(FILE, input_ids=ids, ...)); they "
-                        "also fix symbolic dimensions" + ("" if required else " (default: seeded random inputs)"))
+                   help="the model's inputs, one array per input name (np.savez(FILE, input_ids=ids, ...); "
+                        "`tensorgen info MODEL` lists the names, shapes and types); they also fix symbolic "
+                        "dimensions" + ("" if required else " (default: seeded random inputs)"))
 
 
 def parse_input_shapes(texts: Sequence[str]) -> dict[str, tuple[int, ...]]:

@@ -7,8 +7,8 @@ import signal
 import sys
 import threading
 
-from tensorgen.cli import costmodel, graph, hw, records, report, tune, worker
-from tensorgen.cli.args import ArgumentParser
+from tensorgen.cli import costmodel, graph, hw, info, records, report, tune, worker
+from tensorgen.cli.args import ArgumentParser, examples
 from tensorgen.errors import TensorgenError
 from tensorgen.version import __version__
 
@@ -36,17 +36,29 @@ def _terminate(signum: int, frame: object) -> None:
     raise Terminated()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="tensorgen", description="Generate fast tensor programs by search.")
+def build_parser() -> ArgumentParser:
+    """The `tensorgen` argument parser, with every command."""
+    parser = ArgumentParser(
+        prog="tensorgen", description="Generate fast tensor programs by search: tune a model (or an operator) on "
+        "this machine, then build, run and time it. `tensorgen COMMAND --help` shows a command's options and examples.",
+        epilog=examples("tensorgen tune bert_tiny --trials 256 && tensorgen bench bert_tiny   # the main job",
+                        "tensorgen info model.onnx                      # what a model takes and returns",
+                        "tensorgen build model.onnx -o out && tensorgen run out --inputs in.npz -o out.npz",
+                        "tensorgen report -o report.html                # the tuning database as one page"))
     parser.add_argument("--version", action="version", version=f"tensorgen {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="hand-scheduled matmul and conv2d: compile, check, time next to NumPy").set_defaults(
-        fn=_demo
-    )
-    sub.add_parser("ops", help="list the operator benchmark suite (Ansor Appendix C)").set_defaults(fn=_ops)
-    for commands in (costmodel, graph, hw, records, report, tune, worker):
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for commands in (tune, graph, info, report, records, hw, costmodel, worker):  # the main job's first
         commands.register(sub)
-    args = parser.parse_args(argv)
+    sub.add_parser("demo", help="hand-scheduled matmul and conv2d: compile, check, time next to NumPy",
+                   epilog=examples("tensorgen demo")).set_defaults(fn=_demo)
+    sub.add_parser("ops", help="list the operator benchmark suite (Ansor Appendix C)",
+                   epilog=examples("tensorgen ops", "tensorgen tune gmm --shape 1024,1024,1024 --trials 64")
+                   ).set_defaults(fn=_ops)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     args.argv = ["tensorgen", *(sys.argv[1:] if argv is None else argv)]  # the command, as typed
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None

@@ -8,7 +8,7 @@ import math
 import os
 from collections import Counter
 
-from tensorgen.cli.args import output_file, target_name, write_json
+from tensorgen.cli.args import examples, output_file, target_name, write_json
 from tensorgen.errors import TensorgenError
 from tensorgen.records.database import SQLiteDatabase
 from tensorgen.records.jsonl import export, import_
@@ -26,30 +26,37 @@ def interrupted_line(trials: int, db: str) -> str:
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the `db` command group to a `tensorgen` argument parser's subparsers."""
-    db = subparsers.add_parser("db", help="inspect, export and import tuning records")
+    db = subparsers.add_parser("db", help="inspect, export and import tuning records",
+                               epilog=examples("tensorgen db stats", "tensorgen db best 14d8405700b7",
+                                               "tensorgen db export records.jsonl --db tuning.db",
+                                               "tensorgen db import records.jsonl --db other.db"))
     sub = db.add_subparsers(dest="db_command", required=True)
 
     def with_db(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         p.add_argument("--db", default=DEFAULT_DB, help=f"the tuning database (default {DEFAULT_DB})")
         return p
 
-    stats = with_db(sub.add_parser("stats", help="workloads with record counts, best cost and errors by kind"))
+    stats = with_db(sub.add_parser("stats", help="workloads with record counts, best cost and errors by kind",
+                                   epilog=examples("tensorgen db stats --db tuning.db --json stats.json")))
     stats.add_argument("--json", type=output_file, metavar="F", help="also write the statistics to this JSON file")
     stats.set_defaults(fn=_stats)
 
-    best = with_db(sub.add_parser("best", help="the best program of a workload as Python steps, with its speed"))
+    best = with_db(sub.add_parser("best", help="the best program of a workload as Python steps, with its speed",
+                                  epilog=examples("tensorgen db best 14d8405700b7   # a key of `tensorgen db stats`")))
     best.add_argument("workload_key", help="a workload key (or a unique prefix of one)")
     best.add_argument("--target", type=target_name,
                       help="only this target (default: every target the workload was tuned for)")
     best.add_argument("--json", type=output_file, metavar="F", help="also write the result to this JSON file")
     best.set_defaults(fn=_best)
 
-    exp = with_db(sub.add_parser("export", help="write records as JSON lines"))
+    exp = with_db(sub.add_parser("export", help="write records as JSON lines",
+                                 epilog=examples("tensorgen db export records.jsonl --db tuning.db")))
     exp.add_argument("file", type=output_file, help="the JSON-lines file to write")
     exp.add_argument("--workload", metavar="KEY", help="only this workload")
     exp.set_defaults(fn=_export)
 
-    imp = with_db(sub.add_parser("import", help="add the records of a JSON-lines file (creates the database)"))
+    imp = with_db(sub.add_parser("import", help="add the records of a JSON-lines file (creates the database)",
+                                 epilog=examples("tensorgen db import records.jsonl --db tuning.db")))
     imp.add_argument("file", help="the JSON-lines file to read")
     imp.set_defaults(fn=_import)
     return db

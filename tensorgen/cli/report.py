@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from tensorgen.cli.args import output_file, positive_int, target_name, thread_count, usable_cpus
+from tensorgen.cli.args import examples, output_file, positive_int, target_name, thread_count, usable_cpus
 from tensorgen.cli.inputs import add_input_args, model_inputs
 from tensorgen.cli.records import DEFAULT_DB, open_existing, report_unreadable
 from tensorgen.errors import TensorgenError
@@ -24,14 +24,18 @@ def report_hint(db: str, model: str | None = None, batch: int = 1, shape: str | 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("report", help="a tuning database as one self-contained HTML page: best speed per task "
-                                             "against trials and time, a model's estimated latency, errors, hardware")
+                                             "against trials and time, a model's estimated latency, errors, hardware",
+                              epilog=examples("tensorgen report -o report.html                 # tuning.db",
+                                              "tensorgen report --db my.db --model bert_tiny --profile -o report.html",
+                                              "tensorgen hw --measure    # once: the report's % of peak needs it"))
     p.add_argument("--db", default=DEFAULT_DB, help=f"the tuning database (default {DEFAULT_DB})")
     p.add_argument("-o", "--out", type=output_file, default=DEFAULT_OUT,
                    help=f"the HTML file to write (default {DEFAULT_OUT})")
     p.add_argument("--model", metavar="MODEL",
                    help="a zoo name or .onnx file: its estimated latency from its own tasks and weights (default: "
                         "the models the tuning runs recorded)")
-    p.add_argument("--batch", type=positive_int, default=1, help="batch size of a zoo model (default 1)")
+    p.add_argument("--batch", type=positive_int, default=1, metavar="N",
+                   help="the batch size of a zoo model: its inputs' first dimension (default 1)")
     add_input_args(p)
     p.add_argument("--target", type=target_name,
                    help="the target whose records to show (default: the one with the most records)")

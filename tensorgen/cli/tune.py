@@ -1,4 +1,5 @@
-"""`tensorgen tune OP --shape ...` and `tensorgen show OP --shape ...`: tune a suite operator, show its best program."""
+"""`tensorgen tune MODEL|OP` and `tensorgen show OP --shape ...`: tune a model (see cli.graph.tune_model) or a suite
+operator, show an operator's best program."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import math
 import os
 import sys
 
-from tensorgen.cli.args import local_target, nonneg_int, output_file, positive_int, write_json
+from tensorgen.cli.args import examples, local_target, nonneg_int, output_file, positive_int, write_json
 from tensorgen.cli.records import DEFAULT_DB, interrupted_line, open_existing
 from tensorgen.cli.report import report_hint
 from tensorgen.dag import ComputeDAG
@@ -34,18 +35,33 @@ def cost_model_arg(text: str) -> str:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `tune` and `show` commands to a `tensorgen` argument parser's subparsers."""
 
-    def workload(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument("op", metavar="OP", help="a suite operator (see `tensorgen ops`), e.g. gmm, c2d, nrm; "
-                                                "for tune also a model: a zoo name (see `tensorgen models`) or .onnx")
-        p.add_argument("--shape", help="the operator's shape config, comma separated, e.g. 1024,1024,1024; for a "
-                                       "model, its inputs' symbolic dimensions, e.g. input_ids=1x64")
-        p.add_argument("--batch", type=positive_int, default=1, help="batch size of the operator (default 1)")
+    def workload(p: argparse.ArgumentParser, what: str, metavar: str) -> argparse.ArgumentParser:
+        p.add_argument("op", metavar=metavar, help=what)
+        p.add_argument("--shape", help="an operator's shape config, comma separated, e.g. 1024,1024,1024; for a "
+                                       "model, its inputs' symbolic dimensions, e.g. input_ids=1x64 (see `tensorgen "
+                                       "info MODEL`)")
+        p.add_argument("--batch", type=positive_int, default=1, metavar="N",
+                       help="the batch size of the workload's input: a zoo model's or an operator's first dimension "
+                            "(default 1). Not --batch-size")
         p.add_argument("--db", default=DEFAULT_DB, help=f"the tuning database (default {DEFAULT_DB})")
         p.add_argument("--target", type=local_target, default="cpu",
                        help="the target (default cpu), e.g. 'cpu -cores=2'")
         return p
 
-    tune = workload(subparsers.add_parser("tune", help="search fast programs for a suite operator"))
+    tune = workload(subparsers.add_parser(
+        "tune", help="tune a model (every task of it) or one suite operator: search fast programs, measure them, "
+                     "keep them in the database",
+        description="Search fast programs for a model (a zoo name or an .onnx file: each of its fused subgraphs is "
+                    "a task, and the task scheduler gives rounds of trials to the tasks where they gain most) or "
+                    "for one suite operator, measure them on this machine and store every measurement in the "
+                    "database. It resumes: run it again to add trials. Timings need a quiet machine; a small "
+                    "budget leaves tasks at their default programs (give a model about 20 trials per task).",
+        epilog=examples("tensorgen tune bert_tiny --trials 256          # a zoo model; then: tensorgen bench bert_tiny",
+                        "tensorgen tune model.onnx --shape input_ids=1x64 --trials 500 --db my.db",
+                        "tensorgen tune resnet50 --batch 8 --policy pruner --trials 2000",
+                        "tensorgen tune gmm --shape 1024,1024,1024 --trials 64   # an operator (see `tensorgen ops`)")),
+        "a model (a zoo name, see `tensorgen models`, or an .onnx file) or a suite operator (see `tensorgen ops`), "
+        "e.g. bert_tiny, model.onnx, gmm, c2d", "MODEL|OP")
     tune.add_argument("--trials", type=nonneg_int, default=256, help="programs to measure in this run (default 256)")
     tune.add_argument("--policy", choices=POLICIES.names(), default="ansor", help="search policy (default ansor)")
     tune.add_argument("--cost-model", type=cost_model_arg, default="auto", metavar="NAME[:FILE]",
@@ -54,21 +70,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            "with --policy pruner (and PyTorch installed) PaCM, starting from the model pretrained for "
                            "this kind of CPU that ships with tensorgen where there is one (Intel or AMD x86)")
     tune.add_argument("--ablation", choices=ABLATIONS, default=None,
-                      help="a search variant of the paper's ablation (Figure 7); overrides --policy: "
-                           "no-fine-tuning = evolution with 0 generations, limited-space = only the plain "
-                           "multi-level-tiling sketch, random = the random policy")
+                      help="operators: a search variant of Ansor's ablation (Figure 7), in place of --policy: "
+                           "ansor = the full search; no-crossover = evolution by mutations only; no-fine-tuning = no "
+                           "evolution, the cost model ranks random programs; limited-space = only the plain "
+                           "multi-level tiling sketch (no cache write, fusion or rfactor); uniform-tiles = tile "
+                           "sizes drawn uniformly (no preference for register-sized tiles); random = random "
+                           "programs, no cost model")
     tune.add_argument("--prefilter", choices=("psa",), default=None,
                       help="operators, policy ansor: keep the best of 4x as many random programs per round by "
                            "Pruner's static analyzer (default: none, Ansor as published)")
     tune.add_argument("--seed", type=nonneg_int, default=0, help="random seed (default 0)")
-    tune.add_argument("--batch-size", type=positive_int, default=None,
-                      help="programs measured per round (default 64 for an operator, 16 per task round for a model)")
+    tune.add_argument("--batch-size", type=positive_int, default=None, metavar="N",
+                      help="candidate programs measured per round (default 64 for an operator, 16 per task round "
+                           "for a model). Not --batch, the workload's input batch")
     tune.add_argument("--warmup-trials", type=positive_int, default=None, metavar="N",
                       help="models: programs measured in each task's first round (default: the batch size); the "
                            "model has an estimate once every task has had one")
     tune.add_argument("--json", type=output_file, metavar="FILE", help="also write the result to this JSON file")
     tune.add_argument("--early-stopping", type=positive_int, metavar="ROUNDS",
-                      help="models: stop tuning a task after this many rounds without improvement (objective f4)")
+                      help="models: stop tuning a task after this many of its rounds without a faster program (the "
+                           "scheduler then counts it at its best: Ansor's objective f4, early stopping)")
     tune.add_argument("--strategy", choices=STRATEGIES.names(), default="gradient",
                       help="models: how rounds are given to tasks (default: Ansor's gradient scheduler)")
     tune.add_argument("--no-transfer", dest="transfer", action="store_false",
@@ -77,7 +98,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="build and time candidates on a Ray cluster (its head's HOST:PORT), on its nodes "
                            "started with `tensorgen worker --ray ADDRESS --target` this --target")
     tune.set_defaults(fn=_tune)
-    show = workload(subparsers.add_parser("show", help="print the best tuned program of a suite operator"))
+    show = workload(subparsers.add_parser(
+        "show", help="print the best tuned program of a suite operator",
+        description="The fastest program the database holds for a suite operator: its schedule steps (Python) and "
+                    "its generated C.",
+        epilog=examples("tensorgen tune gmm --shape 1024,1024,1024 --trials 64 && "
+                        "tensorgen show gmm --shape 1024,1024,1024")),
+        "a suite operator (see `tensorgen ops`), e.g. gmm, c2d, nrm", "OP")
     show.set_defaults(fn=_show)
 
 

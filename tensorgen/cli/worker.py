@@ -6,13 +6,16 @@ import argparse
 import os
 import shlex
 
-from tensorgen.cli.args import local_target, positive_int
+from tensorgen.cli.args import examples, local_target, positive_int
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `worker` command to a `tensorgen` argument parser's subparsers."""
     p = subparsers.add_parser("worker", help="join a Ray cluster as a node that measures one target's programs "
-                                             "(for tune --ray)")
+                                             "(for tune --ray)",
+                              epilog=examples("ray start --head --port 6379 --num-cpus 0   # on the head",
+                                              "tensorgen worker --ray HEAD:6379            # on each measuring machine",
+                                              "tensorgen tune resnet50 --ray HEAD:6379     # anywhere"))
     p.add_argument("--ray", required=True, metavar="ADDRESS",
                    help="the Ray head node's address, HOST:PORT (what `ray start --head` prints)")
     p.add_argument("--target", type=local_target, default="cpu",

@@ -21,13 +21,15 @@ class ErrorKind(str, enum.Enum):
     RUN_TIMEOUT = "run_timeout"
     WRONG_ANSWER = "wrong_answer"
     UNKNOWN = "unknown"  # the harness or the build machinery failed, not the candidate
+    # timed while the machine was busy (a calibration kernel timed around it ran slower than quiet): the costs
+    # are kept in the record but are not the program's, which is measured again once the machine is quiet
+    BUSY = "busy"
 
     @property
     def retryable(self) -> bool:
         """Whether the error may describe the machine rather than the program (a timeout under another
         process's load, a failed harness or build worker): such a program is measured again on resume."""
-        return self in (ErrorKind.COMPILE_TIMEOUT, ErrorKind.RUN_TIMEOUT, ErrorKind.UNKNOWN)
-
+        return self in (ErrorKind.COMPILE_TIMEOUT, ErrorKind.RUN_TIMEOUT, ErrorKind.UNKNOWN, ErrorKind.BUSY)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tensorgen.errors import TensorgenError
+from tensorgen.hardware import load_cache
 from tensorgen.records.database import SQLiteDatabase
 from tensorgen.records.history import Measurement, Run
 from tensorgen.records.record import running_best
@@ -283,13 +284,29 @@ def gather(db: SQLiteDatabase, target: str | None = None, model: ModelSpec | Non
                      "rounds are not known")
     has_history = db.history and legacy < len(rows)
     hw = next((dict(r.info["hw"]) for r in reversed(runs) if isinstance(r.info.get("hw"), dict)), None)
-    hw = hw if hw is not None else _latest_hw(db, rows)
+    hw, measured = with_measured_peak(hw if hw is not None else _latest_hw(db, rows))
+    notes += [measured] if measured else []
     errors = Counter()
     for t in tasks:
         errors.update(t.errors)
     return ReportData(db.path, target, {t: n for t, n in counts.most_common() if t != target}, hw, runs,
                       tuple(tasks), models, dict(errors.most_common()), len(rows),
                       max(clock.values(), default=0.0), has_history, tuple(notes))
+
+
+def with_measured_peak(hw: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """`hw` (the hardware parameters a tuning run recorded) with the peak FLOP/s and bandwidth that `tensorgen hw
+    --measure` cached for a machine of the same fingerprint, where the run recorded none (it ran before the
+    measurement), and a note saying so ("" when nothing was added)."""
+    extra = hw.get("extra")
+    key = extra.get("fingerprint") if isinstance(extra, dict) else None
+    entry = load_cache().get(key, {}) if isinstance(key, str) else {}
+    if hw.get("peak_gflops") or not entry.get("peak_gflops"):
+        return hw, ""
+    return ({**hw, "peak_gflops": entry["peak_gflops"], "bandwidth_gbs": hw.get("bandwidth_gbs")
+             or entry.get("bandwidth_gbs")},
+            f"% of peak is of the peak `tensorgen hw --measure` measured on this kind of machine ({key}, "
+            f"{entry.get('measured_at', 'at an unknown time')}); the tuning runs recorded none")
 
 
 def _latest_hw(db: SQLiteDatabase, rows: Sequence[Measurement]) -> dict[str, Any]:

@@ -13,6 +13,8 @@ from html import escape
 from tensorgen.report import figures
 from tensorgen.report.data import ModelCurve, ReportData
 from tensorgen.report.profile import Profile
+from tensorgen.target import GPU_FIELDS
+from tensorgen.tuning.tune import RETIMES
 from tensorgen.version import __version__
 
 CSS = """
@@ -106,6 +108,18 @@ def _cards(data: ReportData) -> str:
                                            for v, k in cards) + "</div>"
 
 
+def _measurements_note(data: ReportData) -> str:
+    """Why the page counts more measurements than trials (a trial is a program measured for the first time)."""
+    trials = sum(t.trials for t in data.tasks)
+    again = data.measurements - trials
+    if again <= 0:
+        return ""
+    return (f"<p>{data.measurements} measurements of {trials} trials: {again} measured a program again. A program "
+            f"that becomes its task's best is timed {RETIMES} more times (its cost is the median, so one lucky or "
+            "disturbed timing does not decide), and one whose measurement failed in a way that may be the "
+            "machine's (a timeout, a busy machine) is measured again.</p>")
+
+
 def _models_section(models: Sequence[ModelCurve]) -> str:
     if not models:
         return ""
@@ -145,13 +159,18 @@ def _tasks_section(data: ReportData) -> str:
              _table(("#", "task", "FLOPs", "weight", "trials", "rounds", "best (ms)", "GFLOP/s", "% of peak",
                      "errors"), _task_rows(data), left=(1, 9))]
     if not data.hw.get("peak_gflops"):
-        parts.append(_notes(["% of peak needs the measured peak: run `tensorgen hw --measure` once on this machine"]))
+        parts.append(_notes([f"% of peak: no peak FLOP/s is known for this machine ({_machine(data)}): the tuning "
+                             "runs recorded none, and `tensorgen hw --measure` has not measured one like it. Run "
+                             "`tensorgen hw --measure` once (about a second, on a quiet machine), then make this "
+                             "report again."]))
     drawable = [t for t in tasks if t.costs]
     if drawable:
         more = (f" (the first {figures.MAX_PANELS} of {len(drawable)}; all are in the table)"
                 if len(drawable) > figures.MAX_PANELS else "")
         parts.append(_figure("task-trials", f"Best GFLOP/s of each task against its trials{more} (a task without "
-                                            "FLOPs: its best time, in green)",
+                                            "FLOPs: its best time, in green). A curve can step down: a new best is "
+                                            f"timed {RETIMES} more times and costs the median of its timings, so a "
+                                            "first timing that was lucky is corrected.",
                              lambda: figures.task_curves(drawable, "trials")))
         parts.append(_figure("task-time", f"Best GFLOP/s of each task against tuning time{more}",
                              lambda: figures.task_curves(drawable, "time")))
@@ -210,8 +229,16 @@ def _runs_section(data: ReportData) -> str:
                                            rows, left=(1, 3, 4, 6, 7))
 
 
+def _machine(data: ReportData) -> str:
+    extra = data.hw.get("extra")
+    return str(extra.get("fingerprint", "unknown")) if isinstance(extra, dict) else "unknown"
+
+
 def _hardware_section(data: ReportData) -> str:
-    rows = [(k, "-" if v is None else v) for k, v in sorted(data.hw.items()) if k != "extra"]
+    gpu = bool(data.hw.get("sm_count"))  # a CPU's GPU fields are defaults that describe nothing
+    unmeasured = "not measured (tensorgen hw --measure)"
+    rows = [(k, unmeasured if v is None else f"{v:.1f}" if isinstance(v, float) else v)
+            for k, v in sorted(data.hw.items()) if k != "extra" and (gpu or k not in GPU_FIELDS)]
     extra = data.hw.get("extra")
     if isinstance(extra, dict):
         rows += [(f"extra.{k}", v) for k, v in sorted(extra.items())]
@@ -228,6 +255,7 @@ def render(data: ReportData, page: Page) -> str:
         f"<h1>Tuning report: {escape(title)}</h1>",
         f'<p class="sub">{escape(data.db_path)} &middot; {data.measurements} measurements &middot; made '
         f"{_when(time.time())} by tensorgen {escape(__version__)}</p>",
+        _measurements_note(data),
         _cards(data),
         f"<p>Made with:</p><pre>{escape(page.command)}</pre>",
         _notes(data.notes),

@@ -145,12 +145,17 @@ def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, hw: Ha
             funcs.append(_kernel(graph, sub, state, name, f"k{i}", backend))
         kernels.append(KernelInfo(name, sub.workload_key, len(sub.nodes), how == "tuned", cost, how,
                                   ranks[i] if ranks and how == "tuned" else 0, failed.get(i, "")))
-    if progress:
+    if progress:  # every kernel is in one of the counts, so they add up to the total
         tuned = sum(k.tuned for k in kernels)
         transferred = sum(k.schedule == "transferred" for k in kernels)
-        fallbacks = f", {len(failed)} fell back to the default schedule" if failed else ""
-        progress(f"{graph.name}: {len(kernels)} kernels ({tuned} tuned, {transferred} adapted from tuned ones"
-                 f"{fallbacks}), compiling")
+        counts = {f"{tuned} tuned": tuned,
+                  f"{transferred} adapted from the tuned program of a similar kernel": transferred,
+                  f"{len(kernels) - tuned - transferred - len(failed)} with the default schedule (no record)":
+                      len(kernels) - tuned - transferred - len(failed),
+                  f"{len(failed)} with the default schedule (their program failed to build: see the warnings)":
+                      len(failed)}
+        progress(f"{graph.name}: {len(kernels)} kernel{'s' * (len(kernels) != 1)}: "
+                 f"{', '.join(text for text, n in counts.items() if n)}; compiling")
     blob, weight_offsets = pack_weights(part)
     plan = plan_memory(part, _in_place(part))
     for k, victim in plan.overwritten.items():

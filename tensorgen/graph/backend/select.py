@@ -85,6 +85,13 @@ def kernel_times(directories: Sequence[Path], threads: int | None, runs: int, ro
     return np.median(np.array(times), axis=0)
 
 
+def _fastest(rank: int) -> str:
+    """A record's rank in words: fastest, 2nd fastest, 3rd fastest, ..."""
+    n = rank + 1
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return "fastest" if rank == 0 else f"{n}{suffix} fastest"
+
+
 def select_in_model(build: Callable[[Sequence[int], Path], Path], kernels: int, candidates: int, *,
                     runs: int = 20, rounds: int = 3, threads: int | None = None,
                     progress: Callable[[str], None] | None = None) -> Selection:
@@ -97,13 +104,17 @@ def select_in_model(build: Callable[[Sequence[int], Path], Path], kernels: int, 
         rank_ms = kernel_times(builds, threads, runs, rounds)
         totals = rank_ms.sum(axis=1)
         if progress:
-            progress("in-model selection: every kernel with its rank-r record, r = 0.."
-                     f"{candidates - 1}: {', '.join(f'{t:.3f}' for t in totals)} ms")
+            progress(f"in-model selection: the model timed with each kernel's {candidates} fastest records (fastest "
+                     "when timed alone): every kernel with its "
+                     + ", ".join(f"{_fastest(r)} {t:.3f} ms" for r, t in enumerate(totals)))
         best, mix = int(totals.argmin()), [int(r) for r in rank_ms.argmin(axis=0)]
         mixed_ms = kernel_times([builds[best], build(mix, Path(tmp) / "mixed")], threads, runs, rounds)
     mixed = bool(mixed_ms[1].sum() < mixed_ms[0].sum())
     if progress:
-        progress(f"in-model selection: {sum(r != 0 for r in mix)} of {kernels} kernels are faster with a "
-                 f"lower-ranked record; their mix {mixed_ms[1].sum():.3f} ms vs {mixed_ms[0].sum():.3f} ms with "
-                 f"every kernel at rank {best}: {'the mix' if mixed else f'rank {best}'} kept")
+        progress(f"in-model selection: {sum(r != 0 for r in mix)} of {kernels} kernels ran faster inside the model "
+                 f"with a record other than their fastest alone; each kernel with the record that ran fastest inside "
+                 f"the model {mixed_ms[1].sum():.3f} ms, every kernel with its {_fastest(best)} "
+                 f"{mixed_ms[0].sum():.3f} ms: built with "
+                 + ("each kernel's record that ran fastest inside the model" if mixed else
+                    f"every kernel's {_fastest(best)} record"))
     return Selection(mix if mixed else [best] * kernels, rank_ms, mixed_ms, mixed)

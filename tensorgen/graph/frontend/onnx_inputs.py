@@ -50,6 +50,12 @@ def shape_text(shape: Sequence[int | str]) -> str:
     return "x".join(map(str, shape))
 
 
+def declared_dims(value: onnx.ValueInfoProto) -> tuple[int | str, ...]:
+    """The dimensions a graph input or output declares: a str is a symbolic one ('?' if unnamed)."""
+    return tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                 for d in value.type.tensor_type.shape.dim)
+
+
 def model_inputs(model: onnx.ModelProto) -> list[ModelInput]:
     """The graph inputs of `model` that are not initializers, in order."""
     weights = {t.name for t in model.graph.initializer}  # IR < 4 files list initializers among the inputs
@@ -62,7 +68,7 @@ def model_inputs(model: onnx.ModelProto) -> list[ModelInput]:
             raise GraphError(f"graph input {vi.name!r} is not a typed tensor")
         if not t.HasField("shape"):
             raise GraphError(f"graph input {vi.name!r} declares no shape; tensorgen needs at least its rank")
-        dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in t.shape.dim)
+        dims = declared_dims(vi)
         if any(isinstance(d, int) and d < 0 for d in dims):
             raise GraphError(f"graph input {vi.name!r} declares a negative dimension: shape {list(dims)}")
         found.append(ModelInput(vi.name, dims, np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type))))

@@ -1,0 +1,126 @@
+"""How busy the machine is: one fixed, tiny kernel timed by the candidates' harness, against its quiet time.
+
+Tuning times candidates with every core. Another process on one of them stretches a call of a small parallel
+kernel from microseconds to a scheduler time slice (milliseconds): on 2 cores with other work running, transposes
+were stored at 7 ms that take 3 us. The calibration kernel (a 32x32 matmul, its rows split over the threads) is
+hit the same way, so its time over its quiet time says how far the candidates' times timed with it can be trusted.
+
+Its quiet time is the fastest it was ever timed with that many threads on this machine, kept in the kernel cache
+(a tuning run that starts on a busy machine still knows it), unless one is given ($TENSORGEN_QUIET_SECONDS, or
+`quiet_s`): on a machine that is never quiet, or to simulate a busy one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tensorgen.build import compile_state
+from tensorgen.codegen.backend import backend_for
+from tensorgen.codegen.toolchain import atomic_write, cache_dir, usable_cache_dir
+from tensorgen.dag import ComputeDAG
+from tensorgen.errors import TensorgenError
+from tensorgen.hardware import local_hardware
+from tensorgen.measure.harness import HarnessConfig, arg_specs, run_harness
+from tensorgen.schedule.state import State
+from tensorgen.target import Target
+from tensorgen.te.ops.linalg import matmul
+from tensorgen.te.tensor import placeholder
+
+BUSY_BOUND = 1.5  # the calibration kernel this many times slower than quiet: the machine is busy
+BOUND_ENV = "TENSORGEN_BUSY_BOUND"  # another bound; 0 turns the check off
+QUIET_ENV = "TENSORGEN_QUIET_SECONDS"  # the calibration kernel's quiet time, instead of the fastest seen
+SIZE = 32  # the calibration matmul's n: ~3 us on 2 cores, so that a time slice lost shows at once
+KERNEL = "calibration"
+#: one call per repeat: a repeat of many calls averages a lost time slice away; 5 repeats, their median
+HARNESS = HarnessConfig(number=1, repeat=5)
+
+
+def _env_float(name: str, default: float) -> float:
+    text = os.environ.get(name, "")
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise TensorgenError(f"{name}={text!r} is not a number >= 0")
+    return value
+
+
+def busy_bound() -> float:
+    """The slowdown of the calibration kernel past which measurements are marked: $TENSORGEN_BUSY_BOUND, else
+    BUSY_BOUND (0: never)."""
+    return _env_float(BOUND_ENV, BUSY_BOUND)
+
+
+def given_quiet_s() -> float:
+    """$TENSORGEN_QUIET_SECONDS (0 where unset: the fastest time seen is the quiet one)."""
+    return _env_float(QUIET_ENV, 0.0)
+
+
+def calibration_dag() -> ComputeDAG:
+    a = placeholder((SIZE, SIZE), name="A")
+    b = placeholder((SIZE, SIZE), name="B")
+    return ComputeDAG([a, b, matmul(a, b)])
+
+
+def calibration_state(dag: ComputeDAG) -> State:
+    """The naive program with its rows split over the threads, as a tuned candidate's outer loop is."""
+    state = State(dag)
+    last = len(state.stages) - 1
+    state.parallel(last, state.stages[last].iters[0].name)
+    return state
+
+
+@dataclass
+class Calibration:
+    """The calibration kernel timed with `threads` threads by the harness `exe`."""
+
+    exe: Path
+    threads: int
+    _so: str = field(default="", init=False, repr=False)
+    _specs: list[str] = field(default_factory=list, init=False, repr=False)
+
+    def seconds(self) -> float:
+        """One timing of the kernel: the median of its repeats (inf if the harness failed)."""
+        if not self._so:
+            dag = calibration_dag()
+            hw = local_hardware()
+            self._so = str(compile_state(calibration_state(dag), backend_for(Target("cpu"), hw), KERNEL).path)
+            self._specs = arg_specs(dag)
+        config = HarnessConfig(number=HARNESS.number, repeat=HARNESS.repeat, threads=self.threads)
+        run = run_harness(self.exe, self._so, KERNEL, self._specs, config, timeout=10.0)
+        ok = run.returncode == 0 and len(run.costs) == HARNESS.repeat
+        return statistics.median(run.costs) if ok else math.inf
+
+    def slowdown(self, quiet_s: float = 0.0) -> float:
+        """How many times slower than `quiet_s` (0: the fastest seen, stored in the kernel cache per thread count
+        and kernel) the kernel runs now; 1.0 also when it could not be timed (the harness failing says nothing of
+        the load, and the candidates' own errors say the rest)."""
+        now = self.seconds()
+        if not math.isfinite(now):
+            return 1.0
+        return now / (quiet_s or self._fastest(now))
+
+    def _path(self) -> Path:
+        key = hashlib.sha256(f"{self._so}|{self.threads}".encode()).hexdigest()[:16]
+        return cache_dir() / f"quiet-{key}.json"
+
+    def _fastest(self, now: float) -> float:
+        """The fastest time seen (stored), `now` included."""
+        path = self._path()
+        try:
+            stored = float(json.loads(path.read_text())["seconds"])
+        except (OSError, ValueError, KeyError, TypeError):
+            stored = math.inf
+        if now < stored:
+            usable_cache_dir()
+            atomic_write(path, json.dumps({"seconds": now, "threads": self.threads}))
+        return min(now, stored)
