@@ -148,6 +148,8 @@ def tune_model(args: argparse.Namespace) -> int:
     if extra is not None:
         print(f"layout tasks: {extra.trials} trials in {extra.wall_s:.1f} s ({extra.stopped})")
     print(report_hint(args.db, args.op, args.batch, args.shape))
+    if warning := result.busy.warning():
+        print(f"tensorgen: warning: {warning}", file=sys.stderr)
     if result.skipped:
         print("skipped (search faults): " + ", ".join(f"{n} {k}" for k, n in result.skipped.items()))
     if args.json:

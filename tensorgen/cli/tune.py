@@ -212,6 +212,8 @@ def _tune(args: argparse.Namespace) -> int:
                   batch_size=args.batch_size or 64, progress=True, policy_options=options, measure=measure)
     print(summary_table(result, args.db))
     print(report_hint(args.db))
+    if warning := result.busy.warning():
+        print(f"tensorgen: warning: {warning}", file=sys.stderr)
     if args.json:
         data = {**result.to_dict(), "op": name, "shape": list(config), "batch": args.batch, "policy": policy,
                 "ablation": args.ablation, "prefilter": args.prefilter,

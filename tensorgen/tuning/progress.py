@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from tensorgen.schedule.state import State
 from tensorgen.task import SearchTask
+from tensorgen.tuning.busy import BusySummary
 
 if TYPE_CHECKING:  # tune.py shows its progress with ProgressLine
     from tensorgen.tuning.tune import TuneProgress
@@ -84,6 +85,7 @@ class ScheduleResult:
     search_s: float = 0.0
     build_s: float = 0.0
     run_s: float = 0.0
+    busy: BusySummary = BusySummary()  # the machine's load seen while measuring (tuning.busy)
 
     @property
     def best_costs(self) -> list[float]:
@@ -104,7 +106,7 @@ class ScheduleResult:
                  for t, r, s in zip(self.tasks, self.rows, self.best_states)]
         return {"tasks": tasks, "models": {k: seconds(v) for k, v in self.models.items()}, "trials": self.trials,
                 "rounds": self.rounds, "stopped": self.stopped, "wall_s": self.wall_s, "skipped": dict(self.skipped),
-                "search_s": self.search_s, "build_s": self.build_s, "run_s": self.run_s}
+                "search_s": self.search_s, "build_s": self.build_s, "run_s": self.run_s, "busy": self.busy.to_dict()}
 
 
 SchedulerCallback = Callable[[SchedulerProgress], None]

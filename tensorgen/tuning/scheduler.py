@@ -27,7 +27,7 @@ import numbers
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -339,7 +339,7 @@ class TaskScheduler:
             models = {m.name: [(self.tasks[i].workload_key, w) for i, w in zip(m.task_indices, m.weights)]
                       for m in self.models}
             setup.begin_run(model_run(self.tasks, models, trials, policy, self.config.strategy))
-            result = self.run(tuners, trials, skips, shown)
+            result = replace(self.run(tuners, trials, skips, shown), busy=setup.watch.seen)
             for table in shown:
                 table.close()
             setup.end_run({"trials": result.trials, "rounds": result.rounds, "stopped": result.stopped})
@@ -424,11 +424,14 @@ class TaskScheduler:
                 if i not in session.dead and not (stop is not None and stalled(h, stop))]
 
     def _pick(self, session: _Session) -> int | None:
-        """Warm-up first (tasks without a round, in order), then the strategy."""
+        """Warm-up first (tasks without a round, in order), then a second round for each task without FLOPs (a
+        transpose: its times are a few microseconds, the ones a busy moment disturbs most, and the gradient gives
+        it no other), then the strategy."""
         open_tasks = self._open_tasks(session)
         if not open_tasks:
             return None
         fresh = [i for i in open_tasks if not session.history[i]]
+        fresh = fresh or [i for i in open_tasks if self.flops[i] == 0 and len(session.history[i]) == 1]
         return fresh[0] if fresh else STRATEGIES.get(self.config.strategy)(self, session, open_tasks)
 
     # ---- reporting ------------------------------------------------------------------------------

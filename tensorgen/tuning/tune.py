@@ -26,8 +26,16 @@ from tensorgen.dag import ComputeDAG
 from tensorgen.errors import TensorgenError, TuneError
 from tensorgen.hardware import hardware_for
 from tensorgen.measure.builder import Builder
+from tensorgen.measure.calibration import busy_bound
 from tensorgen.measure.runner import Runner
-from tensorgen.measure.types import BuildResult, ErrorKind, MeasureInput, MeasureResult, measure_again
+from tensorgen.measure.types import (
+    MEASURE_ATTEMPTS,
+    BuildResult,
+    ErrorKind,
+    MeasureInput,
+    MeasureResult,
+    measure_again,
+)
 from tensorgen.records.database import Database, SQLiteDatabase
 from tensorgen.records.record import Record, program_cost, steps_hash
 from tensorgen.runtime.cuda import cuda_available
@@ -37,6 +45,7 @@ from tensorgen.search.skips import Skips
 from tensorgen.target import HardwareParams, Target
 from tensorgen.task import SearchTask
 from tensorgen.te.tensor import Tensor
+from tensorgen.tuning.busy import BusySummary, BusyWatch
 from tensorgen.tuning.progress import ProgressLine, shows_progress
 from tensorgen.tuning.registry import BUILDERS, COST_MODELS, POLICIES, RUNNERS
 from tensorgen.tuning.runinfo import operator_run
@@ -89,6 +98,7 @@ class TuneResult:
     interrupted: bool = False
     skipped: dict[str, int] = field(default_factory=dict)  # search operations that raised, per kind (search.skips)
     retimed: int = 0  # extra measurements of programs that became the best (see RETIMES)
+    busy: BusySummary = BusySummary()  # the machine's load seen while measuring (tuning.busy)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly summary (no State; `best_steps` is its step list as JSON text)."""
@@ -99,6 +109,7 @@ class TuneResult:
             "tuning_wall_s": self.tuning_wall_s, "search_overhead_s": self.search_overhead_s,
             "build_s": self.build_s, "run_s": self.run_s, "errors": dict(self.errors),
             "interrupted": self.interrupted, "skipped": dict(self.skipped), "retimed": self.retimed,
+            "busy": self.busy.to_dict(),
             "best_steps": self.best_state.to_json() if self.best_state is not None else None,
         }
 
@@ -210,6 +221,9 @@ class MeasureConfig:
     program's, times a candidate GIVE_UP_FACTOR times slower than the task's fastest by its first call alone and
     kills one SLOW_FACTOR times slower (tuning.registry.local_runner); `run_timeout` bounds every call. It times
     hot unless `runner_options={"evict_weights": True}` (a model's tasks: TaskScheduler.tune's default).
+    `busy_bound`: a calibration kernel timed with each batch this many times slower than quiet marks the batch's
+    measurements (tuning.busy; None: $TENSORGEN_BUSY_BOUND, else 1.5; 0: off); the local runner's option `quiet_s`
+    gives the kernel's quiet time (default: the fastest seen on this machine).
     """
 
     builder: str | Builder = "local"
@@ -217,8 +231,11 @@ class MeasureConfig:
     build_timeout: float = 15.0  # seconds per candidate
     run_timeout: float = 10.0
     runner_options: Mapping[str, Any] = field(default_factory=dict)
+    busy_bound: float | None = None
 
     def __post_init__(self) -> None:
+        if self.busy_bound is not None and not self.busy_bound >= 0:
+            raise TuneError(f"busy_bound must be >= 0 (0: off), got {self.busy_bound}")
         if not (self.build_timeout > 0 and self.run_timeout > 0):
             raise TuneError(f"timeouts must be positive; got build_timeout={self.build_timeout}, "
                             f"run_timeout={self.run_timeout}")
@@ -235,19 +252,26 @@ class MeasureConfig:
 @dataclass
 class MeasureSetup:
     """Where programs are measured and recorded: one builder, runner and database, shared by every task of a
-    tuning session (a model's tasks share them); `close()` closes only what `open` made itself."""
+    tuning session (a model's tasks share them), and the watch on the machine's load (`bound` 0: none);
+    `close()` closes only what `open` made itself."""
 
     db: Database
     builder: Builder
     runner: Runner
     _owned: list[Any] = field(default_factory=list, repr=False)
     rounds: int = 0  # rounds begun in the current run, by every tuner sharing this setup
+    bound: float = 0.0
+    watch: BusyWatch = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.watch = BusyWatch(self.runner, self.bound)
 
     @classmethod
     def open(cls, db: str | Path | Database | None = None, config: MeasureConfig = MeasureConfig()) -> MeasureSetup:
         """`db` is a path, a Database, or None (in memory, gone on close); `config` names or holds the builder
         and runner."""
         owned: list[Any] = []
+        bound = config.busy_bound if config.busy_bound is not None else busy_bound()
         if db is None or isinstance(db, (str, Path)):
             db = SQLiteDatabase.in_memory() if db is None else SQLiteDatabase(db)
             owned.append(db)
@@ -258,7 +282,7 @@ class MeasureSetup:
         if isinstance(runner, str):
             runner = RUNNERS.create(runner, timeout=config.run_timeout, **config.runner_options)
             owned.append(runner)
-        return cls(db, builder, runner, owned)
+        return cls(db, builder, runner, owned, bound=bound)
 
     def begin_run(self, info: Mapping[str, Any]) -> None:
         """A tuning run starts (see Database.begin_run; `info` from tensorgen.tuning.runinfo)."""
@@ -365,6 +389,8 @@ class TaskTuner:
         self.tally = _Tally(task, trials, time.perf_counter(), policy_s=search_s, busy_s=search_s)
         self._measured: set[str] | None = None  # step hashes in the database, known after resume()
         self._again: list[Record] = []  # resumed records to measure again (see measure_again)
+        self._busy: list[Record] = []  # ... of those, the ones marked busy: measured again when it is quiet
+        self._marks: Counter[str] = Counter()  # step hash -> times marked busy in this run
 
     @property
     def costs(self) -> list[float]:
@@ -400,7 +426,8 @@ class TaskTuner:
                 same = tries[record.steps_hash]
                 if measure_again([r.result for r in same]):  # it failed for the machine's sake, not its own
                     if record is same[0]:
-                        self._again.append(record)
+                        busy = same[-1].result.error_kind == ErrorKind.BUSY
+                        (self._busy if busy else self._again).append(record)
                     continue
                 self._measured.add(record.steps_hash)
                 try:
@@ -430,7 +457,10 @@ class TaskTuner:
         tally.since = time.perf_counter()
         self.setup.next_round()
         try:
-            proposed = self._measure_again(n_trials)
+            quiet = self.setup.watch.begin_batch(self.task)
+            proposed = self._measure_again(self._again, n_trials)
+            quiet_again = self._measure_again(self._busy, n_trials - len(proposed)) if quiet else []
+            proposed += quiet_again
             if len(proposed) < n_trials:
                 with self.skips.guard("policy proposal", str(self.task)):
                     proposed += self.policy.next_batch(n_trials - len(proposed))
@@ -444,7 +474,7 @@ class TaskTuner:
             if not states:
                 return 0
             inputs = [MeasureInput(self.task, s) for s in states]
-            results = self._measure(inputs)
+            results = self._measure(inputs, len(quiet_again))
             t0 = time.perf_counter()
             with self.skips.guard("policy update", str(self.task)):
                 self.policy.update(inputs, results)
@@ -454,11 +484,12 @@ class TaskTuner:
         finally:
             tally.busy_s += time.perf_counter() - tally.since
 
-    def _measure_again(self, n: int) -> list[State]:
-        """Up to `n` of the resumed programs whose measurements failed only for the machine's sake."""
+    def _measure_again(self, records: list[Record], n: int) -> list[State]:
+        """Up to `n` of `records` (taken from that list): programs whose measurements failed only for the machine's
+        sake."""
         states = []
-        while self._again and len(states) < n:
-            record = self._again.pop(0)
+        while records and len(states) < n:
+            record = records.pop(0)
             try:
                 states.append(record.state(self.task.dag))
             except TensorgenError as err:
@@ -491,24 +522,41 @@ class TaskTuner:
         finally:
             tally.busy_s += time.perf_counter() - tally.since
 
-    def _measure(self, inputs: list[MeasureInput]) -> list[MeasureResult]:
-        tally = self.tally
+    def _measure(self, inputs: list[MeasureInput], remeasured: int = 0) -> list[MeasureResult]:
+        """Build and time `inputs` (`remeasured` of them programs marked busy before), commit them (marked busy
+        where the machine was, see tuning.busy), re-time a new best; the results as measured, for the policy."""
+        tally, watch = self.tally, self.setup.watch
         t0 = time.perf_counter()
         built = self.setup.builder.build(inputs)
         tally.build_s += time.perf_counter() - t0
         results: list[MeasureResult] = [None] * len(inputs)  # type: ignore[list-item]
-        t0 = time.perf_counter()
-        for i, res in self.setup.runner.run_each(inputs, built):  # in the order they finish
-            tally.run_s += time.perf_counter() - t0
-            self._commit(inputs[i], res)
-            results[i] = res
-            tally.done += 1
-            if res.error_kind != ErrorKind.NONE:
-                tally.errors[ErrorKind(res.error_kind).value] += 1
+        held: list[int] = []  # measured, committed at the next timing of the calibration kernel
+        try:
             t0 = time.perf_counter()
-        tally.run_s += time.perf_counter() - t0
+            for i, res in self.setup.runner.run_each(inputs, built):  # in the order they finish
+                tally.run_s += time.perf_counter() - t0
+                results[i] = res
+                held.append(i)
+                tally.done += 1
+                if res.error_kind != ErrorKind.NONE:
+                    tally.errors[ErrorKind(res.error_kind).value] += 1
+                if watch.due():
+                    self._commit_held(inputs, results, held, watch.check(self.task))
+                t0 = time.perf_counter()
+            tally.run_s += time.perf_counter() - t0
+            self._commit_held(inputs, results, held, watch.check(self.task))
+        finally:
+            self._commit_held(inputs, results, held, watch.latest)  # interrupted: what the last timing said
         self._retime(inputs, built)
+        watch.end_batch(remeasured)
         return results
+
+    def _commit_held(self, inputs: list[MeasureInput], results: list[MeasureResult], held: list[int],
+                     slowdown: float) -> None:
+        """Commit the `held` results (emptied), marked busy if `slowdown` is past the bound."""
+        while held:
+            i = held.pop(0)
+            self._commit(inputs[i], self.setup.watch.mark(results[i], slowdown))
 
     def _retime(self, inputs: Sequence[MeasureInput], built: Sequence[BuildResult]) -> None:
         """A best program among `inputs` that is not confirmed yet is measured until it has 1 + RETIMES
@@ -527,12 +575,20 @@ class TaskTuner:
         t0 = time.perf_counter()
         (res,) = self.setup.runner.run([inp], [br])
         self.tally.run_s += time.perf_counter() - t0
-        return self._commit(inp, res)
+        watch = self.setup.watch
+        return self._commit(inp, watch.mark(res, watch.check(self.task)))
 
     def _commit(self, inp: MeasureInput, res: MeasureResult) -> MeasureResult:
-        """Commit one measured program's record and count it."""
-        self.setup.db.commit_record(Record.from_measure(self.task, inp.state, res))
+        """Commit one measured program's record and count it; one marked busy is measured again when it is
+        quiet."""
+        record = Record.from_measure(self.task, inp.state, res)
+        self.setup.db.commit_record(record)
         self.tally.observe(inp.state, res)
+        if res.error_kind == ErrorKind.BUSY:
+            self._marks[record.steps_hash] += 1
+            if self._marks[record.steps_hash] < MEASURE_ATTEMPTS:
+                self._busy.append(record)
+                self._measured.discard(record.steps_hash)  # type: ignore[union-attr]
         return res
 
     def _report(self, progress: TuneProgress) -> TuneProgress:
@@ -544,7 +600,7 @@ class TaskTuner:
         t = self.tally
         return TuneResult(self.task, t.best_state, t.best_cost, t.best_gflops, t.done, len(t.costs), t.busy_s,
                           t.policy_s, t.build_s, t.run_s, {k: n for k, n in sorted(t.errors.items())}, interrupted,
-                          self.skips.summary(), t.retimed)
+                          self.skips.summary(), t.retimed, self.setup.watch.seen)
 
     def seconds(self) -> tuple[float, float, float]:
         """(search, build, run) seconds so far: what result() reports as search overhead, build and run."""
