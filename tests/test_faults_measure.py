@@ -3,17 +3,27 @@ a --ray address where no Ray head answers, a damaged database file, a compiler t
 
 from __future__ import annotations
 
+import json
+import random
 import socket
+import sqlite3
 import threading
 from collections.abc import Iterator
+from contextlib import closing
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 from test_faults_env import assert_one_line_error, cli
+from test_faults_records import A, tiled
+from test_faults_records import cli as cli_main
 
 from tensorgen.errors import ClusterError
 from tensorgen.measure.ray import check_head
 from tensorgen.measure.ray_probe import probe
+from tensorgen.measure.types import ErrorKind, MeasureResult
+from tensorgen.records import DatabaseDamagedError, Record, RecordsError, SQLiteDatabase
+from tensorgen.tuning.tune import tune
 
 TUNE = ["tune", "gmm", "--shape", "32,32,32", "--policy", "random"]
 
@@ -57,3 +67,84 @@ def test_cli_ray_at_a_web_server_is_one_line(command, web_server, tmp_path):
     proc = cli([*command, "--ray", web_server], {}, tmp_path, timeout=120)
     assert_one_line_error(proc, f"{web_server} is not a Ray head (it answers ")
     assert "ray start --head" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
+
+# ---- fault 5: bytes written over the middle of a database file -------------------------------------------------
+
+ROWS = 160
+PAGE = 4096  # SQLite's default page size
+
+
+def marker(i: int) -> bytes:
+    return f"marker-{i:04d}".encode()
+
+
+@pytest.fixture
+def damaged_db(tmp_path) -> tuple[Path, set[int]]:
+    """A real database of ROWS records (each failure message a marker), and one page in its middle that holds
+    records overwritten with random bytes: (its path, the numbers of the records that were on that page)."""
+    path = tmp_path / "tuning.db"
+    with SQLiteDatabase(path) as db:
+        for i in range(ROWS):
+            db.commit_record(Record.from_measure(A, tiled(A, 2), MeasureResult((), ErrorKind.RUNTIME_ERROR,
+                                                                              marker(i).decode())))
+    with closing(sqlite3.connect(path)) as conn:  # closed: its write-ahead log goes into the file
+        conn.execute("VACUUM")  # each row in one place: no stale copy of a page split while it was written
+    data = bytearray(path.read_bytes())
+    page = data.index(marker(ROWS // 2)) // PAGE
+    lost = {i for i in range(ROWS) if data.index(marker(i)) // PAGE == page}
+    data[page * PAGE:(page + 1) * PAGE] = random.Random(5).randbytes(PAGE)
+    path.write_bytes(data)
+    return path, lost
+
+
+@pytest.mark.parametrize("command", [["db", "stats"], ["report", "-o", "report.html"]], ids=["stats", "report"])
+def test_a_damaged_database_is_one_line_naming_the_file_and_the_way_out(command, damaged_db, capsys,
+                                                                        monkeypatch):
+    # before: a sqlite3.DatabaseError traceback (database disk image is malformed)
+    path, _ = damaged_db
+    monkeypatch.chdir(path.parent)
+    assert cli_main([*command, "--db", str(path)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"tensorgen: error: tuning database {str(path)!r} is damaged (database disk image is "
+                           f"malformed; PRAGMA integrity_check: ") and "Traceback" not in line
+    assert f"`tensorgen db export SAVED.jsonl --db {path}` saves the records that can still be read" in line
+
+
+def test_tuning_into_a_damaged_database_raises_one_error(damaged_db):
+    with pytest.raises(DatabaseDamagedError, match="is damaged .*PRAGMA integrity_check"):
+        tune(A, trials=2, db=damaged_db[0], policy="random", batch_size=2)
+
+
+def test_export_saves_every_record_sqlite_can_still_read(damaged_db, tmp_path, capsys):
+    path, lost = damaged_db
+    assert 0 < len(lost) < ROWS // 2
+    out = tmp_path / "saved.jsonl"
+    assert cli_main(["db", "export", str(out), "--db", str(path)]) == 0
+    printed = capsys.readouterr().out
+    saved = {json.loads(line)["result"]["error_msg"] for line in out.read_text().splitlines()}
+    assert saved == {marker(i).decode() for i in range(ROWS) if i not in lost}
+    assert f"{len(lost)} unreadable record(s) skipped (damaged page: {len(lost)})" in printed
+    assert f"exported {ROWS - len(lost)} record(s)" in printed
+    assert cli_main(["db", "import", str(out), "--db", str(tmp_path / "new.db")]) == 0
+
+
+def test_a_database_whose_table_of_tables_is_damaged_says_nothing_can_be_read(damaged_db, tmp_path, capsys):
+    path, _ = damaged_db
+    with open(path, "r+b") as f:
+        f.seek(100)  # past the file's header: the rest of page 1, where SQLite lists the tables
+        f.write(random.Random(7).randbytes(PAGE - 100))
+    for command in (["db", "stats"], ["db", "export", str(tmp_path / "saved.jsonl")]):
+        assert cli_main([*command, "--db", str(path)]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert "is damaged" in line and "no record can be read from it" in line, line
+
+
+def test_a_directory_given_as_the_database_says_so(tmp_path, capsys):
+    # before: "tuning database 'DIR' does not exist (pass --db FILE)"
+    assert cli_main(["db", "stats", "--db", str(tmp_path)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (f"tensorgen: error: tuning database {str(tmp_path)!r} is a directory; give a database file, "
+                    f"e.g. {str(tmp_path / 'tuning.db')!r}")
+    with pytest.raises(RecordsError, match="is a directory"):
+        SQLiteDatabase(tmp_path)

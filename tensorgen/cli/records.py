@@ -10,8 +10,9 @@ from collections import Counter
 
 from tensorgen.cli.args import examples, output_file, target_name, write_json
 from tensorgen.errors import TensorgenError
+from tensorgen.records.damage import DatabaseDamagedError
 from tensorgen.records.database import SQLiteDatabase
-from tensorgen.records.jsonl import export, import_
+from tensorgen.records.jsonl import export, import_, write_lines
 from tensorgen.records.record import Record, RecordsError
 from tensorgen.schedule.state import State
 
@@ -65,7 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def open_existing(path: str) -> SQLiteDatabase:
     """Open a database that must already exist, for reading: reading must not create an empty file by accident,
     and needs no write access."""
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise RecordsError(f"tuning database {path!r} does not exist (pass --db FILE)")
     return SQLiteDatabase(path, readonly=True)
 
@@ -165,7 +166,11 @@ def _best(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     with open_existing(args.db) as db:
-        n = export(db, args.file, args.workload)
+        try:
+            n = export(db, args.file, args.workload)
+        except DatabaseDamagedError as err:  # save what SQLite can still read, row by row
+            print(f"{args.db} is damaged ({err.sqlite_error}): exporting the records that can still be read")
+            n = write_lines(db.salvage(args.workload), args.file)
         report_unreadable(db)
     print(f"exported {n} record(s) to {args.file}")
     return 0

@@ -6,11 +6,13 @@ the workload. `SQLiteDatabase` stores records durably and answers "best program 
 """
 
 from tensorgen.records.apply import apply_best
+from tensorgen.records.damage import DatabaseDamagedError
 from tensorgen.records.database import Database, SQLiteDatabase
 from tensorgen.records.jsonl import ImportReport, export, import_
 from tensorgen.records.record import RECORD_FORMAT, Record, RecordFormatError, RecordsError
 
 __all__ = [
-    "RECORD_FORMAT", "Database", "ImportReport", "Record", "RecordFormatError", "RecordsError", "SQLiteDatabase",
+    "RECORD_FORMAT", "Database", "DatabaseDamagedError", "ImportReport", "Record", "RecordFormatError",
+    "RecordsError", "SQLiteDatabase",
     "apply_best", "export", "import_",
 ]

@@ -32,6 +32,14 @@ from typing import Any, Protocol, runtime_checkable
 
 from tensorgen.dag import ComputeDAG
 from tensorgen.dag_json import dag_from_json
+from tensorgen.records.columns import RowFault, Undecodable, decode_text, json_column, json_object
+from tensorgen.records.damage import (
+    DatabaseDamagedError,
+    GuardedConnection,
+    damaged_error,
+    is_damage,
+    readable_rows,
+)
 from tensorgen.records.history import Measurement, Run
 from tensorgen.records.record import (
     RECORD_FORMAT,
@@ -132,35 +140,6 @@ def canonical_target(target: str | Target) -> str:
     return str(Target.parse(target))
 
 
-class _Undecodable(str):
-    """A TEXT value whose bytes are not UTF-8 (held with replacement characters, to be reported, never used)."""
-
-
-def _text(raw: bytes) -> str:
-    """The connection's text factory: a non-UTF-8 value is marked instead of failing the whole query."""
-    try:
-        return raw.decode()
-    except UnicodeDecodeError:
-        return _Undecodable(raw.decode(errors="replace"))
-
-
-class _Fault(Exception):
-    """Why a stored row cannot be read: `kind` groups the warnings, `reason` names the column and the damage."""
-
-    def __init__(self, kind: str, reason: str):
-        super().__init__(reason)
-        self.kind, self.reason = kind, reason
-
-
-def _json_column(name: str, value: object) -> object:
-    if isinstance(value, _Undecodable):
-        raise _Fault("not UTF-8", f"{name} holds bytes that are not UTF-8")
-    try:
-        return json.loads(value)
-    except (TypeError, ValueError) as err:
-        raise _Fault("invalid JSON", f"{name} is not valid JSON ({err})") from None
-
-
 def _unwritable(path: str) -> str | None:
     """Why `path` (or the journal files SQLite creates beside it) cannot be written, if the OS says so."""
     file = Path(path).absolute()
@@ -184,10 +163,13 @@ class SQLiteDatabase:
         self.path = str(path)
         self.readonly = readonly
         self.corrupt: dict[int, str] = {}
-        self._dags: dict[tuple[str, str], dict | _Fault] = {}  # each workload's DAG, checked once
+        self._dags: dict[tuple[str, str], dict | RowFault] = {}  # each workload's DAG, checked once
         self._run: int | None = None  # the run and round the records committed now belong to
         self._round: int | None = None
         self.history = False  # whether the file keeps runs and rounds (see _add_history)
+        if Path(self.path).is_dir():  # SQLite would say "unable to open database file"
+            raise RecordsError(f"tuning database {self.path!r} is a directory; give a database file, e.g. "
+                               f"{str(Path(self.path) / 'tuning.db')!r}")
         try:
             self._open(immutable=False)
         except sqlite3.DatabaseError as err:
@@ -210,18 +192,21 @@ class SQLiteDatabase:
                                    isolation_level=None)
         else:
             conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-        conn.text_factory = _text
-        self._conn = conn
+        conn.text_factory = decode_text
+        self._conn = GuardedConnection(conn, self.path)
         try:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             if self.path != ":memory:" and not self.readonly:
                 self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL"))
                 # NORMAL in WAL mode survives a killed process; only a power cut may lose the last commits.
                 conn.execute("PRAGMA synchronous = NORMAL")
-            self._init_schema()
-            if not self.readonly:
-                self._add_history()
-            self.history = self._has_history()
+            try:
+                self._init_schema()
+                if not self.readonly:
+                    self._add_history()
+                self.history = self._has_history()
+            except DatabaseDamagedError as err:  # what opening reads is SQLite's table of tables
+                raise damaged_error(self.path, err.sqlite_error, salvageable=False) from None
             if not self.readonly:
                 self._probe_write()
         except BaseException:
@@ -233,6 +218,8 @@ class SQLiteDatabase:
         return cls(":memory:")
 
     def _open_error(self, err: sqlite3.Error) -> RecordsError:
+        if is_damage(err):
+            return damaged_error(self.path, str(err), salvageable=False)
         why = None if self.path == ":memory:" else _unwritable(self.path)
         if not self.readonly and (why or "readonly" in str(err)):
             return DatabaseWriteError(f"cannot write to tuning database {self.path!r}: {why or err}; tuning stores "
@@ -337,7 +324,7 @@ class SQLiteDatabase:
             "INSERT OR IGNORE INTO workloads (workload_key, target, dag, created) VALUES (?, ?, ?, ?)",
             (r.workload_key, target, dag_text, now),
         )
-        if isinstance(self._workload_dag(r.workload_key, target), _Fault):  # it would hide the new record
+        if isinstance(self._workload_dag(r.workload_key, target), RowFault):  # it would hide the new record
             self._conn.execute("UPDATE workloads SET dag = ? WHERE workload_key = ? AND target = ?",
                                (dag_text, r.workload_key, target))
             del self._dags[(r.workload_key, target)]
@@ -379,7 +366,7 @@ class SQLiteDatabase:
 
     # ---- reading -----------------------------------------------------------------------------
 
-    def _workload_dag(self, key: str, target: str) -> dict | _Fault:
+    def _workload_dag(self, key: str, target: str) -> dict | RowFault:
         """The workload's DAG data, or why it is unusable; read and checked once per connection."""
         found = self._dags.get((key, target))
         if found is None:
@@ -387,15 +374,15 @@ class SQLiteDatabase:
                                      (key, target)).fetchone()
             try:
                 if row is None:
-                    raise _Fault("bad DAG", "no DAG is stored for its workload")
-                found = _json_column("the workload's DAG", row[0])
+                    raise RowFault("bad DAG", "no DAG is stored for its workload")
+                found = json_column("the workload's DAG", row[0])
                 check_dag(found, key)
-            except _Fault as fault:
-                found = _Fault("bad DAG", fault.reason)
+            except RowFault as fault:
+                found = RowFault("bad DAG", fault.reason)
             except RecordFormatError as err:
-                found = _Fault("newer format", f"the workload's DAG: {err}")
+                found = RowFault("newer format", f"the workload's DAG: {err}")
             except RecordsError as err:
-                found = _Fault("bad DAG", f"the workload's DAG: {err}")
+                found = RowFault("bad DAG", f"the workload's DAG: {err}")
             self._dags[(key, target)] = found
         return found
 
@@ -404,24 +391,24 @@ class SQLiteDatabase:
         rid, key, target, hw, steps, result, version, fmt = row
         try:
             for name, value in (("workload_key", key), ("target", target), ("version", version)):
-                if isinstance(value, _Undecodable):
-                    raise _Fault("not UTF-8", f"{name} holds bytes that are not UTF-8")
+                if isinstance(value, Undecodable):
+                    raise RowFault("not UTF-8", f"{name} holds bytes that are not UTF-8")
             data = {"format": fmt, "version": version, "workload_key": key, "target": target,
-                    "hw": _json_column("hw", hw), "steps": _json_column("steps", steps),
-                    "result": _json_column("result", result)}
+                    "hw": json_column("hw", hw), "steps": json_column("steps", steps),
+                    "result": json_column("result", result)}
             dag = self._workload_dag(key, target)
-            if isinstance(dag, _Fault):
+            if isinstance(dag, RowFault):
                 raise dag
             return Record.from_dict(data, dag=dag)
-        except _Fault as fault:
+        except RowFault as fault:
             self._skip(rid, fault)
         except RecordFormatError as err:
-            self._skip(rid, _Fault("newer format", str(err)))
+            self._skip(rid, RowFault("newer format", str(err)))
         except RecordsError as err:
-            self._skip(rid, _Fault("malformed", str(err)))
+            self._skip(rid, RowFault("malformed", str(err)))
         return None
 
-    def _skip(self, rid: int, fault: _Fault) -> None:
+    def _skip(self, rid: int, fault: RowFault) -> None:
         if rid in self.corrupt:
             return
         first = fault.kind not in self.corrupt.values()
@@ -489,8 +476,8 @@ class SQLiteDatabase:
         ).fetchall()
         out = []
         for key, target, n, first in rows:
-            if isinstance(key, _Undecodable) or isinstance(target, _Undecodable):
-                fault = _Fault("not UTF-8", "its workload_key or target holds bytes that are not UTF-8")
+            if isinstance(key, Undecodable) or isinstance(target, Undecodable):
+                fault = RowFault("not UTF-8", "its workload_key or target holds bytes that are not UTF-8")
                 for (rid,) in self._conn.execute(
                         "SELECT r.id FROM records r JOIN records f ON f.id = ? "
                         "WHERE r.workload_key = f.workload_key AND r.target = f.target ORDER BY r.id", (first,)):
@@ -528,13 +515,13 @@ class SQLiteDatabase:
         for row in self._conn.execute(f"SELECT {columns} FROM records {where}ORDER BY id", args).fetchall():
             rid, key, target, cost, kind, shash, created, *tags = row
             try:
-                if any(isinstance(v, _Undecodable) for v in (key, target, kind, shash)):
-                    raise _Fault("not UTF-8", "a text column holds bytes that are not UTF-8")
+                if any(isinstance(v, Undecodable) for v in (key, target, kind, shash)):
+                    raise RowFault("not UTF-8", "a text column holds bytes that are not UTF-8")
                 if not all(v is None or isinstance(v, (int, float)) for v in (cost, created, *tags)):
-                    raise _Fault("malformed", "a number column holds text")
+                    raise RowFault("malformed", "a number column holds text")
                 out.append(Measurement(rid, key, target, math.inf if cost is None else float(cost), str(kind),
                                        str(shash), float(created), *tags))
-            except _Fault as fault:
+            except RowFault as fault:
                 self._skip(rid, fault)
         return out
 
@@ -547,13 +534,33 @@ class SQLiteDatabase:
                 "SELECT id, started, finished, info, outcome FROM runs ORDER BY id").fetchall():
             if isinstance(started, (int, float)) and (finished is None or isinstance(finished, (int, float))):
                 out.append(Run(rid, float(started), None if finished is None else float(finished),
-                               _json_object(info), _json_object(outcome)))
+                               json_object(info), json_object(outcome)))
         return out
+
+    def salvage(self, workload_key: str | None = None) -> Iterator[Record]:
+        """Every record (of one workload, or all) that SQLite can still read from a damaged file, in commit order
+        (see damage.readable_rows); a row on a damaged page, or whose workload's DAG is on one, is counted in
+        `corrupt` as a "damaged page"."""
+        for row in readable_rows(self._conn.raw, _COLUMNS):
+            if isinstance(row, int):
+                self._skip(row, RowFault("damaged page", "it is on a page SQLite cannot read"))
+                continue
+            rid, key, target = row[:3]
+            if workload_key is not None and key != workload_key:
+                continue
+            try:
+                record = self._decode(row)
+            except DatabaseDamagedError:
+                self._dags[(key, target)] = RowFault("damaged page", "its workload's DAG is on a page SQLite "
+                                                                   "cannot read")
+                record = self._decode(row)
+            if record is not None:
+                yield record
 
     def workload_dag(self, workload_key: str, target: str) -> ComputeDAG | None:
         """The workload's DAG as stored with its records (None if it is missing or unreadable)."""
         found = self._workload_dag(workload_key, canonical_target(target))
-        return None if isinstance(found, _Fault) else dag_from_json(found)
+        return None if isinstance(found, RowFault) else dag_from_json(found)
 
     def __iter__(self) -> Iterator[Record]:
         for key, target, _ in self.workloads():
@@ -572,15 +579,6 @@ class SQLiteDatabase:
 
     def __repr__(self) -> str:
         return f"SQLiteDatabase({self.path!r})"
-
-
-def _json_object(value: object) -> dict[str, Any]:
-    """A JSON object column of the runs table as a dict; {} for NULL or anything damaged (a run is only shown)."""
-    try:
-        data = json.loads(value) if isinstance(value, str) and not isinstance(value, _Undecodable) else None
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _representative(runs: list[tuple[float, int]]) -> tuple[float, int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,12 +26,16 @@ class ImportReport:
 def export(db: Database, path: str | Path, workload_key: str | None = None) -> int:
     """Write every record (or one workload's) to `path`; returns how many were written."""
     keys = [workload_key] if workload_key else list(dict.fromkeys(k for k, _, _ in db.workloads()))
+    return write_lines((record for key in keys for record in db.records(key)), path)
+
+
+def write_lines(records: Iterable[Record], path: str | Path) -> int:
+    """Write `records` to `path`, one JSON line each; returns how many were written."""
     n = 0
     with open(path, "w", encoding="utf-8") as f:
-        for key in keys:
-            for record in db.records(key):
-                f.write(record.to_json_line() + "\n")
-                n += 1
+        for record in records:
+            f.write(record.to_json_line() + "\n")
+            n += 1
     return n
 
 
