@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import shlex
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -182,3 +183,14 @@ def test_build_says_where_every_kernels_program_comes_from(tmp_path):
         build_model(graph, tmp_path / "out", db=db, progress=lines.append)
     assert lines == ["three: 3 kernels: 1 tuned, 1 adapted from the tuned program of a similar kernel, 1 with the "
                      "default schedule (no record); compiling"]
+
+
+def test_bench_without_onnxruntime_says_it_compared_with_nothing(tmp_path, monkeypatch):
+    """`pip install -e .` has no ONNX Runtime: bench printed tensorgen's time alone, and no word why."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime raises ImportError
+    three_kernels(tmp_path / "three.onnx")
+    code, out, err = cli(["bench", "three.onnx", "--blocks", "2", "--candidates", "1", "--threads", "1"])
+    assert code == 0, err
+    assert "  onnxruntime  not installed: no time to compare with, no outputs to check against (pip install " \
+           "onnxruntime, or tensorgen's [bench] extra)" in out

@@ -258,6 +258,9 @@ def _bench(args: argparse.Namespace) -> int:
     if result.onnxruntime_ms is not None:
         speedup = f"   tensorgen is {ratios['onnxruntime']:.2f}x as fast" if ratios else ""
         print(f"  onnxruntime  {result.onnxruntime_ms:9.3f} ms{speedup}")
+    else:
+        print("  onnxruntime  not installed: no time to compare with, no outputs to check against "
+              "(pip install onnxruntime, or tensorgen's [bench] extra)")
     if result.output_ok is not None:
         print(f"  max |tensorgen - onnxruntime| = {result.max_abs_err_vs_onnxruntime:.3g} "
               f"({result.max_rel_err_vs_onnxruntime:.3g} of max |onnxruntime|; tolerance {result.output_rtol:g})")
