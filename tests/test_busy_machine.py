@@ -21,6 +21,9 @@ from tensorgen.measure.types import ErrorKind, MeasureResult
 from tensorgen.records.database import SQLiteDatabase
 from tensorgen.records.jsonl import export, import_
 from tensorgen.records.record import Record
+from tensorgen.report.data import gather
+from tensorgen.report.page import Page, render
+from tensorgen.report.profile import KernelTime, Profile
 from tensorgen.schedule.state import State
 from tensorgen.target import HardwareParams, Target
 from tensorgen.task import SearchTask
@@ -135,6 +138,26 @@ def test_tune_cli_prints_one_warning_line(tmp_path):
     assert len(warnings) == 1, proc.stderr
     assert warnings[0].startswith("tensorgen: warning: the machine was busy during 1 of 1 batch")
     assert "measurements are marked" in warnings[0]
+
+
+def test_the_report_flags_marked_measurements_and_kernels_whose_times_disagree(tmp_path):
+    pytest.importorskip("matplotlib")
+    task = matmul_task()
+    path = tmp_path / "t.db"
+    with SQLiteDatabase(path) as db:
+        db.commit_record(Record.from_measure(task, State(task.dag), MeasureResult((3e-3,), ErrorKind.BUSY, "busy")))
+        state = State(task.dag)
+        state.split(len(state.stages) - 1, state.stages[-1].iters[0].name, [2])
+        db.commit_record(Record.from_measure(task, state, MeasureResult((1e-5,))))
+    kernels = (KernelTime("fused_matmul", 0.031, 0.9, None, None, "tuned", 0.01),  # 3.1x its tuned time
+               KernelTime("transpose_7", 0.003, 0.1, None, None, "tuned", 0.002))
+    assert [k.flagged for k in kernels] == [True, False]
+    with SQLiteDatabase(path, readonly=True) as db:
+        html = render(gather(db), Page("tensorgen report", Profile("m", 2, 20, kernels, None, None)))
+    assert "1 measurements of 1 task(s) were timed while the machine was busy" in html
+    assert "0.0100 (!)" in html and "0.0020 (!)" not in html
+    assert "(!) 1 kernel(s) ran more than 2x faster or slower in the model than their tuned time alone " \
+           "(fused_matmul)" in html
 
 
 class _Fake:

@@ -12,7 +12,7 @@ from html import escape
 
 from tensorgen.report import figures
 from tensorgen.report.data import ModelCurve, ReportData
-from tensorgen.report.profile import Profile
+from tensorgen.report.profile import DISAGREE, Profile
 from tensorgen.target import GPU_FIELDS
 from tensorgen.tuning.tune import RETIMES
 from tensorgen.version import __version__
@@ -163,6 +163,12 @@ def _tasks_section(data: ReportData) -> str:
                              "runs recorded none, and `tensorgen hw --measure` has not measured one like it. Run "
                              "`tensorgen hw --measure` once (about a second, on a quiet machine), then make this "
                              "report again."]))
+    busy = [t for t in tasks if t.errors.get("busy")]
+    if busy:
+        parts.append(_notes([f"{sum(t.errors['busy'] for t in busy)} measurements of {len(busy)} task(s) were timed "
+                             "while the machine was busy (their 'busy' errors: a calibration kernel timed with them "
+                             "ran slower than quiet) and count as no program's time; `tensorgen tune` with this "
+                             "database measures them again, on a quiet machine."]))
     drawable = [t for t in tasks if t.costs]
     if drawable:
         more = (f" (the first {figures.MAX_PANELS} of {len(drawable)}; all are in the table)"
@@ -193,7 +199,14 @@ def _profile_section(page: Page) -> str:
     kernels = sorted(p.kernels, key=lambda k: -k.ms)
     krows = [(k.name, f"{k.ms:.4f}", f"{100 * k.share:.1f}", f"{k.gflops:.3g}" if k.gflops else "-",
               f"{100 * k.peak_share:.1f}" if k.peak_share is not None else "-", k.schedule,
-              f"{k.tuned_ms:.4f}" if k.tuned_ms is not None else "-") for k in kernels]
+              f"{k.tuned_ms:.4f}" + (" (!)" if k.flagged else "") if k.tuned_ms is not None else "-") for k in kernels]
+    flagged = [k for k in kernels if k.flagged]
+    if flagged:
+        parts.append(_notes([f"(!) {len(flagged)} kernel(s) ran more than {DISAGREE:g}x faster or slower in the model "
+                             f"than their tuned time alone ({', '.join(k.name for k in flagged[:5])}"
+                             f"{', ...' if len(flagged) > 5 else ''}): a time measured while the machine was busy, or "
+                             "a kernel that runs in the model unlike alone. Tune again on a quiet machine (the tuned "
+                             "time), and make this report there (the time in the model)."]))
     side = ["<div>" + _table(("kernel", "ms", "% of time", "GFLOP/s", "% of peak", "schedule", "alone (ms)"), krows,
                              left=(0, 5)) + "</div>"]
     if p.nodes:

@@ -20,6 +20,7 @@ from tensorgen.records.database import Database
 from tensorgen.runtime.model import CompiledModel
 
 WARM_RUNS = 3
+DISAGREE = 2.0  # a kernel this many times slower or faster in the model than its tuned time alone is flagged
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,19 @@ class KernelTime:
     peak_share: float | None  # of the hardware's measured peak (None: not measured)
     schedule: str  # "tuned" | "transferred" | "default"
     tuned_ms: float | None  # what its record measured alone
+
+    @property
+    def disagreement(self) -> float | None:
+        """How many times its time in the model and its tuned time differ (>= 1), where both are known."""
+        if not self.tuned_ms or self.ms <= 0:
+            return None
+        return max(self.ms / self.tuned_ms, self.tuned_ms / self.ms)
+
+    @property
+    def flagged(self) -> bool:
+        """Its tuned time and its time in the model disagree by more than DISAGREE times: one of them was measured
+        on a busy machine, or the kernel runs in the model unlike alone (its inputs elsewhere in the caches)."""
+        return (self.disagreement or 0.0) > DISAGREE
 
 
 @dataclass(frozen=True)
