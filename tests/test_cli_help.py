@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import shlex
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +23,7 @@ from tensorgen.cli.args import ArgumentParser
 from tensorgen.cli.main import build_parser
 from tensorgen.graph import build_model, extract_tasks, load_graph
 from tensorgen.graph.backend.model_target import model_target
+from tensorgen.graph.backend.select import select_in_model
 from tensorgen.graph.frontend.onnx_inputs import check_feed, load_npz
 from tensorgen.measure.types import MeasureResult
 from tensorgen.records import Record, SQLiteDatabase
@@ -95,6 +98,14 @@ def test_tune_help_names_models_and_tells_the_batches_apart():
     assert "Ansor's objective f4, early stopping" in text
     for ablation in ("ansor", "no-crossover", "no-fine-tuning", "limited-space", "uniform-tiles", "random"):
         assert f"{ablation} = " in text  # each variant said in words
+
+
+def test_an_ablation_for_a_model_is_refused(tmp_path):
+    """Regression: `tensorgen tune bert_tiny --ablation random` tuned with the default policy, the flag ignored."""
+    code, out, err = cli(["tune", "bert_tiny", "--ablation", "random", "--trials", "1", "--db", str(tmp_path / "t.db")])
+    assert code == 2 and out == "" and not (tmp_path / "t.db").exists()
+    assert err == ("tensorgen: error: --ablation is a variant of one operator's search (Ansor's Figure 7), not for a "
+                   "model such as 'bert_tiny'; a model's search is chosen with --policy\n")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,3 +205,23 @@ def test_bench_without_onnxruntime_says_it_compared_with_nothing(tmp_path, monke
     assert code == 0, err
     assert "  onnxruntime  not installed: no time to compare with, no outputs to check against (pip install " \
            "onnxruntime, or tensorgen's [bench] extra)" in out
+
+
+def test_in_model_selection_says_what_it_timed_in_words(tmp_path):
+    """Regression: "every kernel with its rank-r record, r = 0..1: ..." and "faster with a lower-ranked record;
+    their mix ... vs ... with every kernel at rank 0: rank 0 kept" read as jargon."""
+    three_kernels(tmp_path / "three.onnx")
+    built = build_model(str(tmp_path / "three.onnx"), tmp_path / "built")
+
+    def build(ranks, directory: Path) -> Path:  # every rank the same build: what is tested is the wording
+        shutil.copytree(built, directory)
+        return directory
+
+    lines: list[str] = []
+    select_in_model(build, 3, 2, runs=2, rounds=1, threads=1, progress=lines.append)
+    assert re.fullmatch(r"in-model selection: the model timed with each kernel's 2 fastest records \(fastest when "
+                        r"timed alone\): every kernel with its fastest [\d.]+ ms, 2nd fastest [\d.]+ ms", lines[0])
+    assert re.fullmatch(r"in-model selection: [0-3] of 3 kernels ran faster inside the model with a record other "
+                        r"than their fastest alone; each kernel with the record that ran fastest inside the model "
+                        r"[\d.]+ ms, every kernel with its (2nd )?fastest [\d.]+ ms: built with (each kernel's record "
+                        r"that ran fastest inside the model|every kernel's (2nd )?fastest record)", lines[1]), lines[1]

@@ -197,6 +197,9 @@ def _tune(args: argparse.Namespace) -> int:
     if not _is_operator(args.op) and (args.shape is None or "=" in args.shape):
         from tensorgen.cli.graph import tune_model
 
+        if args.ablation:  # it was ignored for a model, in silence
+            raise TensorgenError(f"--ablation is a variant of one operator's search (Ansor's Figure 7), not for a "
+                                 f"model such as {args.op!r}; a model's search is chosen with --policy")
         return tune_model(args)
     name, config, dag = parse_workload(args.op, args.shape, args.batch)
     task = make_task(dag, Target.parse(args.target), desc=_desc(name, config, args.batch))
