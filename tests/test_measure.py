@@ -19,7 +19,7 @@ from tensorgen import ComputeDAG, State, te
 from tensorgen.measure import BuildResult, ErrorKind, MeasureInput, MeasureResult
 from tensorgen.measure.builder import KERNEL_NAME, LocalBuilder
 from tensorgen.measure.guard import ErrorGuard, TooManyErrors
-from tensorgen.measure.harness import HarnessConfig, arg_specs, harness_executable, run_harness
+from tensorgen.measure.harness import REPEAT_CAP, HarnessConfig, arg_specs, harness_executable, run_harness
 from tensorgen.measure.runner import LocalRunner, compare_outputs
 from tensorgen.target import HardwareParams, Target
 from tensorgen.task import SearchTask
@@ -33,6 +33,16 @@ AT_START = {
     "syntax": "this is not C;",
 }
 AT_END = {"nan": "C[0] = NAN;", "wrong": "C[5] += 1000.0f;"}
+SLOWS_DOWN = """  static double first = -1.0;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  double at = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9, t = at;
+  if (first < 0) first = at;
+  while (at - first > 0.15 && t - at < 0.005) {
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+  }
+"""
 
 
 def inject(inp: MeasureInput, source: str) -> str:
@@ -49,6 +59,10 @@ def inject(inp: MeasureInput, source: str) -> str:
         head = source.index("void tensorgen_produce(")
         brace = source.index("{\n", head) + 2
         return source[:brace] + "  abort();\n" + source[brace:]
+    if what == "slows-down":  # fast for its first 150 ms of calls, then 5 ms a call (a time slice lost each)
+        head = source.index(f"void {KERNEL_NAME}(")
+        brace = source.index("{\n", head) + 2
+        return "#include <time.h>\n" + source[:brace] + SLOWS_DOWN + source[brace:]
     if what == "kill-worker":
         os.kill(os.getpid(), signal.SIGKILL)
     if what == "slow-build":
@@ -237,15 +251,30 @@ def test_a_busy_machine_stretches_the_kill_floor(builder):
     The floor is ten times the median wall time of the runner's last runs; long repeats stand in for the load."""
     inp = tiled(task(32))
     (build,) = builder.build([inp])
-    runner = LocalRunner(timeout=60.0, number=1, repeat=3, min_repeat_ms=100.0, give_up_factor=4.0,
-                         timeout_factor=20.0)
+    runner = LocalRunner(timeout=60.0, number=1, repeat=3, min_repeat_ms=100.0, timeout_factor=20.0)
     for res in runner.run([inp] * 3, [build] * 3):  # runs of >= 0.3 s: the floor is >= 3 s
         assert_good(res)
-    assert runner.kill_floor() >= 10 * 3 * 0.1 and runner.timeout_for(inp.task) == runner.kill_floor()
+    assert runner.kill_floor() >= 10 * 3 * 0.1 and runner.timeout_for(inp.task) >= runner.kill_floor()
     runner.min_repeat_ms = 350.0  # a run of >= 1.05 s, past the fixed floor
     (res,) = runner.run([inp], [build])
     assert_good(res)
     assert res.all_cost > 1.0
+
+
+def test_a_repeat_ends_when_its_calls_turn_slow(builder):
+    """`number` is counted from fast calls; on a busy machine a parallel kernel's later calls can each wait out a
+    time slice, and a 32x32 matmul's repeats of 100 ms took 2-16 s. A repeat ends at REPEAT_CAP x min_repeat_ms
+    with the calls it made (checked every 16 calls). The candidate here (one thread: its fast calls stay fast on a
+    busy machine) turns slow, 5 ms a call, 150 ms after its first call: past the warm-up and the first count."""
+    inp = tiled(task(32, desc="slows-down"))
+    (build,) = builder.build([inp])
+    config = HarnessConfig(number=1, repeat=3, min_repeat_ms=100.0, threads=1)
+    run = run_harness(harness_executable(), build.path, KERNEL_NAME, arg_specs(inp.task.dag), config, 60.0)
+    assert run.returncode == 0 and len(run.costs) == 3, run.stderr
+    assert max(run.costs) > 1e-3  # the slow calls were timed
+    # each repeat: the cap and at most 16 slow calls past it, each up to 50 ms on a busy machine (without the cap:
+    # the count of fast calls, thousands, at 5 ms or more each)
+    assert all(n * c < REPEAT_CAP * 0.1 + 16 * 0.05 for n, c in zip(run.numbers, run.costs)), (run.numbers, run.costs)
 
 
 def test_cache_flush_and_cooldown(builder):

@@ -31,6 +31,7 @@ from tensorgen.loopir.nodes import row_major
 from tensorgen.schedule.layout_rewrite import LayoutRewrite
 
 MAX_ARGS = 64
+REPEAT_CAP = 3.0  # a repeat of min_repeat_ms ends after this many times as long, with the calls it made
 HARNESS_FAILED = 3  # the harness's exit status when it fails itself (die(): dlopen, allocation, its output file)
 #: dtype -> (harness kind letter, numpy dtype of the bytes it writes)
 KINDS: dict[str, tuple[str, str]] = {
@@ -252,6 +253,10 @@ int main(int argc, char **argv) {
   }
   unsigned char *flush = flush_bytes > 0 ? malloc((size_t)flush_bytes) : NULL;
   int evict_weights = flush_bytes < 0;
+  /* a repeat ends after REPEAT_CAP times min_ms with the calls made so far: on a busy machine a call of a parallel
+     kernel may wait out a time slice, and `number` counted from fast calls then ran a 32x32 matmul's 100 ms
+     repeats for 2-16 s in all */
+  double cap = min_ms * 1e-3 * @REPEAT_CAP@;
   volatile unsigned char sink = 0;
   for (int r = 0; r < repeat; r++) {
     if (r > 0 && cooldown > 0) {
@@ -275,11 +280,15 @@ int main(int argc, char **argv) {
           double t0 = now();
           call(fn, nargs, args);
           el += now() - t0;
+          if (cap > 0 && now() - wall > cap) number = k + 1;
         }
         wall = now() - wall;
       } else {
         double t0 = now();
-        for (int k = 0; k < number; k++) call(fn, nargs, args);
+        for (int k = 0; k < number; k++) {
+          call(fn, nargs, args);
+          if (cap > 0 && (k & 15) == 15 && now() - t0 > cap) number = k + 1;
+        }
         el = wall = now() - t0;
       }
       if (wall * 1e3 >= min_ms || number >= (1 << 30)) break;
@@ -305,7 +314,7 @@ def harness_source() -> str:
         cases.append(f"    case {n}: ((void (*)({params}))fn)({args}); break;")
         int_cases.append(f"      case {n}: err = ((int (*)({params}))fn)({args}); break;")
     return _HARNESS_C.replace("@CASES@", "\n".join(cases)).replace("@INT_CASES@", "\n".join(int_cases)) \
-        .replace("@MAX@", str(MAX_ARGS))
+        .replace("@MAX@", str(MAX_ARGS)).replace("@REPEAT_CAP@", repr(float(REPEAT_CAP)))
 
 
 def harness_executable(cc: str | None = None, timeout: float = 120.0) -> Path:
