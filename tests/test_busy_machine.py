@@ -58,6 +58,16 @@ def test_calibration_slowdown_against_its_quiet_time(fresh_kernel_cache):
     assert list(fresh_kernel_cache.glob("quiet-*.json")) == [stored]
 
 
+def test_a_gpu_task_is_not_calibrated_on_the_cpu():
+    x = placeholder((8,), name="x")
+    gpu = SearchTask(ComputeDAG([x, ops.relu(x)]), Target.parse("cuda -emulate=1"), HardwareParams(cores=2), "relu")
+    runner = local_runner()
+    try:
+        assert runner.slowdown(gpu) is None and runner.slowdown(matmul_task()) > 0
+    finally:
+        runner.close()
+
+
 def test_bound_from_the_environment(monkeypatch):
     monkeypatch.setenv("TENSORGEN_BUSY_BOUND", "2")
     assert busy_bound() == 2.0

@@ -219,7 +219,10 @@ class LocalRunner(Runner):
             self._fastest[task.key] = min(self._fastest.get(task.key, math.inf), cost)
 
     def slowdown(self, task: SearchTask) -> float | None:
-        """The calibration kernel's slowdown on this machine, timed with the threads `task`'s candidates get."""
+        """The calibration kernel's slowdown on this machine, timed with the threads `task`'s candidates get; None
+        for a GPU's task (its times are the GPU's, and an emulated GPU's rank nothing)."""
+        if task.target.kind != "cpu":
+            return None
         threads = self.config(task).threads
         if threads not in self._calibrations:
             self._calibrations[threads] = Calibration(self.executable(), threads)
