@@ -166,6 +166,17 @@ def test_info_of_a_file_with_symbolic_dimensions_says_how_to_fix_them(tmp_path, 
     assert code == 2 and err.startswith("tensorgen: error: --shape ids gives input 'ids' the shape 2x5x3")
 
 
+def test_info_of_a_model_tensorgen_cannot_import_lists_it_and_says_why(tmp_path):
+    graph = helper.make_graph([helper.make_node("Det", ["x"], ["y"])], "det",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), tmp_path / "d.onnx")
+    code, out, err = cli(["info", str(tmp_path / "d.onnx")])
+    assert code == 2 and "  x  float32[3, 3]\noutputs, as the file declares them:\n  y  float32[]\n" in out
+    assert "then: tensorgen run" not in out and err.count("\n") == 1
+    assert err.startswith("tensorgen: error: model 'det' has unsupported ops: node 'det_0' (Det): unsupported op")
+
+
 # ---------------------------------------------------------------------------------------------
 # build's kernel counts
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from tensorgen.cli.args import examples, positive_int
 from tensorgen.cli.inputs import add_shape_arg, parse_input_shapes
+from tensorgen.errors import TensorgenError
 
 NPZ = "inputs.npz"
 
@@ -113,11 +114,16 @@ def _info(args: argparse.Namespace) -> int:
     print(f"{args.model}: ONNX opset {opset}, {_count(len(declared), 'input')}, "
           f"{_count(len(proto.graph.output), 'output')}, {size} weights")
     print(f"inputs (what --inputs {NPZ} holds: one array per name, of this type and shape):")
-    if symbolic:
+    failure = None
+    if not symbolic:
+        try:
+            graph = load_graph(proto, input_shapes=static)  # its outputs are what `run` returns
+        except TensorgenError as err:  # still worth listing what the model takes; the reason comes last
+            failure = err
+    if symbolic or failure:
         heading = "outputs, as the file declares them:"
         outputs = [Port(o.name, _elem_type(o.type.tensor_type.elem_type), declared_dims(o)) for o in proto.graph.output]
     else:
-        graph = load_graph(proto, input_shapes=static)  # its outputs are what `run` returns
         heading = "outputs (what `tensorgen run` writes, by name):"
         outputs = [Port(name, graph.value(name).dtype, graph.value(name).shape) for name in graph.outputs]
     print(_rows(inputs, [*inputs, *outputs]))
@@ -129,6 +135,8 @@ def _info(args: argparse.Namespace) -> int:
               "--inputs); `tensorgen info` with them shows every shape")
     print("an inputs file, in Python (your own values in place of these):")
     print(f"  import numpy as np; {savez_line(inputs, static, bounds)}")
+    if failure is not None:  # no `run` line: tensorgen cannot run it
+        raise failure
     batch = f" --batch {args.batch}" if args.batch != 1 else ""
     print(f"then: tensorgen run {args.model}{batch} --inputs {NPZ} -o outputs.npz   (the arrays fix the shapes)")
     return 0
