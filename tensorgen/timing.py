@@ -227,3 +227,28 @@ def competing_load(enabled: bool = True) -> Iterator[int | None]:
 def describe_load(pid: int | None) -> dict[str, Any]:
     """What the JSON records about the competing load and the machine's load average."""
     return {"competing_process": pid is not None, "loadavg_1m": os.getloadavg()[0], "cpus": os.cpu_count()}
+
+
+CALIBRATION_LOOP = 200_000  # iterations of calibrate()'s pure-Python loop
+CALIBRATION_QUIET_S = 0.02  # the loop's time on a quiet 2-core x86 machine of 2026 (the CI runner's kind)
+
+
+def calibrate(samples: int = 5) -> float:
+    """How many times slower than quiet this machine runs a fixed single-threaded workload right now (>= 1): the
+    median of `samples` timings of a pure-Python loop over CALIBRATION_QUIET_S.
+
+    Tests multiply their wall-clock limits by it (the `slowdown` fixture of tests/conftest.py), so that a limit
+    chosen on a quiet machine holds on a slower or busy one: on 2 cores beside other work the loop takes 2-3x.
+
+    Args:
+        samples: timings of the loop (~20 ms each when quiet); their median is taken, so that one lost time
+            slice does not count.
+    """
+    times = []
+    for _ in range(samples):
+        start = time.perf_counter()
+        x = 0
+        for i in range(CALIBRATION_LOOP):
+            x += i * i % 7
+        times.append(time.perf_counter() - start)
+    return max(1.0, float(np.median(times)) / CALIBRATION_QUIET_S)

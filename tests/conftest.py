@@ -7,6 +7,7 @@ from te_eval import evaluate as te_evaluate
 
 from tensorgen.build import build
 from tensorgen.dag import ComputeDAG
+from tensorgen.timing import calibrate
 
 
 def compiled_evaluate(outputs, feed):
@@ -39,6 +40,13 @@ def _kernel_cache(tmp_path_factory):
     # tuning marks the measurements of a busy machine (tuning.busy): a loaded CI machine would mark the tests'
     # and change what they count; tests/test_busy_machine.py turns it on where it is the subject
     os.environ.setdefault("TENSORGEN_BUSY_BOUND", "0")
+
+
+@pytest.fixture
+def slowdown() -> float:
+    """How many times slower than quiet this machine is right now (tensorgen.timing.calibrate, >= 1), measured
+    as the test starts: a test multiplies its wall-clock limits by it, so that they hold on a busy machine."""
+    return calibrate()
 
 
 @pytest.fixture

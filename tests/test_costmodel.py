@@ -176,7 +176,7 @@ def test_metrics():
     assert r2_score(y, y) == 1.0 and r2_score(y, np.full(4, y.mean())) == 0.0
 
 
-def test_predict_speed():
+def test_predict_speed(slowdown):
     """10,000 programs x 3 statements x 164 features (the Ansor feature width)."""
     rng = np.random.default_rng(0)
     train = [rng.random((3, 164)).astype(np.float32) for _ in range(500)]
@@ -189,4 +189,4 @@ def test_predict_speed():
     rate = len(progs) / (time.perf_counter() - t0)
     print(f"\nXGBModel.predict: {rate:,.0f} programs/s (10,000 x 3 x 164, {model.nthread} threads)")
     assert scores.shape == (10_000,) and np.all(np.isfinite(scores))
-    assert rate > 10_000
+    assert rate > 10_000 / slowdown

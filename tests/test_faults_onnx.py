@@ -49,12 +49,12 @@ def assert_named_error(proc: subprocess.CompletedProcess, fragment: str) -> None
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
-def test_bench_of_a_bad_onnx_file_is_one_named_error(fault, tmp_path: Path) -> None:
+def test_bench_of_a_bad_onnx_file_is_one_named_error(fault, tmp_path: Path, slowdown: float) -> None:
     write, fragment = FAULTS[fault]
     start = time.perf_counter()
     proc = cli(command("bench", write(tmp_path / f"{fault}.onnx"), tmp_path), tmp_path)
     assert_named_error(proc, fragment)
-    assert time.perf_counter() - start < 60
+    assert time.perf_counter() - start < 60 * slowdown
 
 
 @pytest.mark.parametrize("cmd", ["build", "tune"])

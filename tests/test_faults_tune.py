@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tensorgen.timing import calibrate
 from tensorgen.tuning.tune import RETIMES
 
 pytestmark = pytest.mark.serial  # measures with real timeouts: run alone, not beside other tests
@@ -74,7 +75,8 @@ def _alive(pids: set[int]) -> set[int]:
 
 
 def _wait_until(predicate, timeout: float, proc: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + timeout
+    """Wait until `predicate()` holds, `timeout` seconds on a quiet machine (scaled by how busy it is now)."""
+    deadline = time.monotonic() + timeout * calibrate()
     while not predicate():
         if proc is not None and proc.poll() is not None:
             raise AssertionError(f"the tuner ended early (exit {proc.returncode}): {proc.communicate()}")
@@ -99,7 +101,7 @@ def _running_tuner(db: Path, records: int = 4, **kw) -> tuple[subprocess.Popen, 
     return proc, _descendants(proc.pid)
 
 
-def test_kill_9_leaves_no_worker_and_the_resume_loses_and_repeats_nothing(tmp_path, reap):
+def test_kill_9_leaves_no_worker_and_the_resume_loses_and_repeats_nothing(tmp_path, reap, slowdown):
     db = tmp_path / "t.db"
     proc, workers = _running_tuner(db)
     reap |= workers
@@ -108,7 +110,7 @@ def test_kill_9_leaves_no_worker_and_the_resume_loses_and_repeats_nothing(tmp_pa
     _wait_until(lambda: not _alive(workers), 5)  # prctl(PR_SET_PDEATHSIG) / end of the parent's pipe
     before = _records(db)
     resumed = _start(db, "--trials", "4", "--json", "resumed.json")
-    out, err = resumed.communicate(timeout=120)
+    out, err = resumed.communicate(timeout=120 * slowdown)
     assert resumed.returncode == 0, err
     after = _records(db)
     retimed = json.loads((tmp_path / "resumed.json").read_text())["retimed"]  # a new best is measured again
@@ -119,12 +121,12 @@ def test_kill_9_leaves_no_worker_and_the_resume_loses_and_repeats_nothing(tmp_pa
     assert f"+{resumed_programs} resumed from the database" in err
 
 
-def test_two_tuners_on_one_database_both_finish_with_all_their_records(tmp_path):
+def test_two_tuners_on_one_database_both_finish_with_all_their_records(tmp_path, slowdown):
     db = tmp_path / "t.db"
     procs = [_start(db, "--trials", "8", "--seed", str(seed), "--policy", "random", "--json", f"r{seed}.json")
              for seed in (1, 2)]
     for p in procs:
-        out, err = p.communicate(timeout=120)
+        out, err = p.communicate(timeout=120 * slowdown)
         assert p.returncode == 0 and "Traceback" not in err, err
     results = [json.loads((tmp_path / f"r{seed}.json").read_text()) for seed in (1, 2)]
     assert [r["trials"] for r in results] == [8, 8]
@@ -132,7 +134,7 @@ def test_two_tuners_on_one_database_both_finish_with_all_their_records(tmp_path)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_an_interrupt_prints_one_line_keeps_the_records_and_stops_every_worker(tmp_path, sig, reap):
+def test_an_interrupt_prints_one_line_keeps_the_records_and_stops_every_worker(tmp_path, sig, reap, slowdown):
     db, log = tmp_path / "t.db", tmp_path / "stderr.txt"
     with open(log, "w") as err:
         proc, workers = _running_tuner(db, stderr=err)
@@ -142,7 +144,7 @@ def test_an_interrupt_prints_one_line_keeps_the_records_and_stops_every_worker(t
             os.killpg(proc.pid, sig)  # Ctrl-C: the whole foreground group
         else:
             os.kill(proc.pid, sig)
-        out, _ = proc.communicate(timeout=30)
+        out, _ = proc.communicate(timeout=30 * slowdown)
     text = log.read_text()
     new = [line for line in text.splitlines()[seen:] if not line.startswith(("[tune", "measure error", "1 consec"))]
     assert "Traceback" not in text

@@ -136,14 +136,14 @@ def test_deterministic():
     assert np.isfinite(a).all() and (a >= 0).all()
 
 
-def test_extractor_cache_and_failures():
+def test_extractor_cache_and_failures(slowdown):
     ex = FeatureExtractor(HW)
     states = [tiled(256, ti, tj) for ti in (2, 4, 8) for tj in (4, 8, 16)]
     first = ex.extract(states)
     assert ex.stats["misses"] == len(states) and len(ex) == len(states)
     t0 = time.perf_counter()
     again = ex.extract([s.copy() for s in states])
-    assert time.perf_counter() - t0 < 0.05
+    assert time.perf_counter() - t0 < 0.05 * slowdown
     assert ex.stats["hits"] == len(states)
     assert all(x is y for x, y in zip(first, again))
     assert len({x.tobytes() for x in first}) == len(states)  # different tilings, different features

@@ -177,14 +177,14 @@ def test_two_processes_write_concurrently(task, tmp_path):
         assert db.best(task.workload_key, TARGET).cost == costs[200]  # one program: the upper median of its costs
 
 
-def test_sigkill_loses_nothing_committed(task, tmp_path):
+def test_sigkill_loses_nothing_committed(task, tmp_path, slowdown):
     path = str(tmp_path / "tuning.db")
     line = Record.from_measure(task, tiled(task, 4), ok(1.0)).to_json_line()
     ctx = multiprocessing.get_context("spawn")
     start, committed = ctx.Barrier(1), ctx.Value("i", 0)  # keep both alive until the child has them
     proc = ctx.Process(target=_writer, args=(path, line, 1, 50, start, committed))
     proc.start()
-    deadline = time.time() + 60
+    deadline = time.time() + 60 * slowdown
     while committed.value < 50 and time.time() < deadline and proc.is_alive():
         time.sleep(0.01)
     assert committed.value == 50
