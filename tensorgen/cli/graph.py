@@ -11,13 +11,13 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 from tensorgen.cli.args import (
     examples,
     local_target,
     output_file,
     positive_int,
-    target_name,
     thread_count,
     usable_cpus,
     write_json,
@@ -67,7 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=examples("tensorgen build bert_tiny -o bert_tiny_build          # with tuning.db",
                         "tensorgen build model.onnx --shape input_ids=1x64 --db my.db -o out",
                         "tensorgen run bert_tiny_build --inputs inputs.npz -o outputs.npz   # run what it built")),
-                       target=target_name)
+                       target=local_target)
     build.add_argument("-o", "--out", required=True, help="output directory (model.so, weights.bin, ...)")
     build.set_defaults(fn=_build)
     bench = model_args(subparsers.add_parser(
@@ -283,27 +283,35 @@ def _bench(args: argparse.Namespace) -> int:
     return 1 if result.output_ok is False else 0
 
 
+def _build_for_run(args: argparse.Namespace, directory: Path) -> tuple[Path, dict | None]:
+    """The model `tensorgen run` names built into `directory`, and its inputs. Neither the ONNX model nor its graph
+    outlives the call: each holds a copy of the weights."""
+    from tensorgen.graph.backend.build import build_model
+
+    given = model_inputs(args.model, args.batch, args.shape, args.inputs)
+    graph, feed = given.graph(), given.feed
+    del given  # the ONNX model's copy, not needed while building
+    return build_model(graph, directory, db=_records(args.db), **_build_options(args)), feed
+
+
 def _run(args: argparse.Namespace) -> int:
     """`tensorgen run MODEL --inputs in.npz -o out.npz`: the model's outputs on a user's inputs, by output name."""
-    import tempfile
-    from pathlib import Path
-
     import numpy as np
 
-    from tensorgen.graph.backend.build import MANIFEST, build_model
     from tensorgen.graph.frontend.onnx_inputs import load_npz
     from tensorgen.runtime.model import CompiledModel
+    from tensorgen.runtime.model_files import MANIFEST
+    from tensorgen.tempdirs import owned_tempdir
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with owned_tempdir("tensorgen-run-") as tmp:  # and those of runs killed by SIGKILL are removed
         if (Path(args.model) / MANIFEST).is_file():  # a `tensorgen build` directory: its shapes are fixed
             if args.shape or args.batch != 1 or args.target:
                 raise TensorgenError(f"{args.model} is a built model with fixed shapes and target; --shape, --batch "
                                      "and --target apply to zoo models and .onnx files")
             compiled, feed = CompiledModel(args.model), load_npz(args.inputs)
         else:
-            given = model_inputs(args.model, args.batch, args.shape, args.inputs)
-            compiled = CompiledModel(build_model(given.graph(), tmp, db=_records(args.db), **_build_options(args)))
-            feed = given.feed
+            built, feed = _build_for_run(args, tmp)
+            compiled = CompiledModel(built)  # after the graph's weights are freed: it maps the built copy
         outputs = compiled.run(feed)
     named = {name: array for (name, _, _), array in zip(compiled.outputs, outputs)}
     with open(args.out, "wb") as f:

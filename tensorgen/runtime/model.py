@@ -1,39 +1,60 @@
-"""CompiledModel: load a built model directory (model.so + weights.bin + model.json) and run it."""
+"""CompiledModel: load a built model directory (model.so + weights.bin + model.json) and run it.
+
+The weights file is mapped read-only, after its size and digest are checked against model.json
+(runtime.model_files); a host model of format 4 reads its weights where they are mapped (the page cache's copy,
+shared by every process running the model), older ones and device models copy them in init and the mapping is
+dropped then.
+"""
 
 from __future__ import annotations
 
 import ctypes
 import json
+import mmap
 import os
-import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
 from tensorgen.errors import RuntimeCallError
 from tensorgen.runtime.cuda import cuda_available
-from tensorgen.runtime.module import aligned_empty
+from tensorgen.runtime.model_files import CHUNK, LIBRARY, MANIFEST, REBUILD, WEIGHTS, open_checked
+from tensorgen.runtime.module import aligned_empty, check_threads
 
 #: each model library path this process has loaded, with the identity (inode, mtime, size) of the file it loaded
 _LOADED: dict[str, tuple[int, int, int]] = {}
 
 
-def load_library(path: Path) -> ctypes.CDLL:
-    """dlopen `path`. dlopen hands back the library it already loaded from a path even after the file there was
-    rebuilt (running the old kernels with the new model's manifest crashed), so a library rebuilt since this process
-    first loaded its path is loaded through a private copy, unlinked once mapped."""
-    stat = path.stat()
+def load_library(path: Path, opened: BinaryIO) -> ctypes.CDLL:
+    """dlopen the library at `path`, whose file `opened` is (checked against its manifest). dlopen hands back the
+    library it already loaded from a path even after the file there was rebuilt (running the old kernels with the
+    new model's manifest crashed), so a library rebuilt since this process first loaded its path, or replaced since
+    `opened` was opened, is loaded through a private copy of `opened`, unlinked once mapped."""
+    stat = os.fstat(opened.fileno())
     identity, key = (stat.st_ino, stat.st_mtime_ns, stat.st_size), str(path.resolve())
-    if _LOADED.setdefault(key, identity) == identity:
+    now = path.stat()
+    if _LOADED.setdefault(key, identity) == identity and (now.st_ino, now.st_mtime_ns, now.st_size) == identity:
         return ctypes.CDLL(key)
-    with path.open("rb") as built, tempfile.NamedTemporaryFile(suffix=".so", delete=False) as copy:
-        shutil.copyfileobj(built, copy)
+    opened.seek(0)
+    with tempfile.NamedTemporaryFile(suffix=".so", delete=False) as copy:
+        while chunk := opened.read(CHUNK):
+            copy.write(chunk)
     try:
         return ctypes.CDLL(copy.name)
     finally:
         os.unlink(copy.name)
+
+
+def map_weights(opened: BinaryIO) -> np.ndarray:
+    """The open weights file mapped read-only, as bytes (a one-byte zero array for an empty file, which mmap
+    refuses: a model without weights never reads them)."""
+    size = os.fstat(opened.fileno()).st_size
+    if size == 0:
+        return np.zeros(1, np.uint8)
+    return np.frombuffer(mmap.mmap(opened.fileno(), size, access=mmap.ACCESS_READ), dtype=np.uint8)
 
 
 class CompiledModel:
@@ -42,11 +63,15 @@ class CompiledModel:
     def __init__(self, directory: str | os.PathLike[str], threads: int | None = None):
         self.directory = Path(directory)
         try:
-            self.manifest = json.loads((self.directory / "model.json").read_text())
-            weights = np.fromfile(self.directory / "weights.bin", dtype=np.uint8)
-            self._lib = load_library(self.directory / "model.so")
-        except (OSError, ValueError) as err:
-            raise RuntimeCallError(f"{self.directory} is not a built tensorgen model: {err}") from err
+            self.manifest = json.loads((self.directory / MANIFEST).read_text())
+            with open_checked(self.directory, WEIGHTS, self.manifest) as weights_file, \
+                    open_checked(self.directory, LIBRARY, self.manifest) as library_file:
+                weights = map_weights(weights_file)  # the mapping outlives the file
+                self._lib = load_library(self.directory / LIBRARY, library_file)
+        except RuntimeCallError:
+            raise
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise RuntimeCallError(f"{self.directory} is not a built tensorgen model: {err}; {REBUILD}") from err
         self.inputs = [(v["name"], tuple(v["shape"]), np.dtype(v["dtype"])) for v in self.manifest["inputs"]]
         self.outputs = [(v["name"], tuple(v["shape"]), np.dtype(v["dtype"])) for v in self.manifest["outputs"]]
         lib = self._lib
@@ -60,8 +85,10 @@ class CompiledModel:
             self._error.argtypes, self._error.restype = [ctypes.c_void_p], ctypes.c_char_p
         if self._run_timed is not None:
             self._run_timed.argtypes, self._run_timed.restype = [ctypes.c_void_p] * 4, ctypes.c_int
-        self._handle = lib.tensorgen_model_init(weights.ctypes.data)  # format 2 on: init copies the weights
-        self._weights = weights if self.manifest.get("format", 1) < 2 else None  # format 1 keeps reading ours
+        self._handle = lib.tensorgen_model_init(weights.ctypes.data)
+        # formats 2 and 3, and device models, copy the weights in init; 1 and a format 4 host model read ours
+        reads_ours = self.manifest.get("format", 1) < 2 or self.manifest.get("weights") == "mapped"
+        self._weights = weights if reads_ours else None
         if not self._handle:
             target = self.manifest.get("target", "cpu")
             if target.startswith("cuda") and "-emulate=1" not in target and not cuda_available():
@@ -77,6 +104,8 @@ class CompiledModel:
             self._handle = None
 
     def set_num_threads(self, n: int) -> None:
+        """Run the model's kernels on `n` threads (an integer >= 1; RuntimeCallError otherwise)."""
+        check_threads(n)
         fn = self._lib.tensorgen_set_num_threads
         fn.argtypes, fn.restype = [ctypes.c_int], None
         fn(int(n))

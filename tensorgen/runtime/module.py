@@ -42,6 +42,12 @@ def aligned(array: np.ndarray) -> np.ndarray:
     return out
 
 
+def check_threads(n: object) -> None:
+    """RuntimeCallError unless `n` is an integer >= 1 (a thread count: 0 or -1 would reach the C side as a count)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise RuntimeCallError(f"number of threads must be an integer >= 1, got {n!r}")
+
+
 def _describe(dtype: Any, shape: Sequence[int]) -> str:
     return f"{np.dtype(dtype).name}[{', '.join(str(d) for d in shape)}]"
 
@@ -134,8 +140,7 @@ class Module:
 
     def set_num_threads(self, n: int) -> None:
         """Set the OpenMP thread count used by this module's kernels."""
-        if n < 1:
-            raise ValueError(f"number of threads must be >= 1, got {n}")
+        check_threads(n)
         fn = self._function("tensorgen_set_num_threads")
         fn.argtypes, fn.restype = [ctypes.c_int], None
         fn(int(n))

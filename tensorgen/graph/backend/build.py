@@ -7,15 +7,16 @@ declared in model_target. The output directory holds:
     model.so        kernels + executor, C ABI in tensorgen/graph/backend/executor.py
     model.c         its source, for people to read (model.cu for CUDA)
     weights.bin     the constants, at the offsets the executor uses
-    model.json      inputs, outputs, kernels and which of them were tuned
+    model.json      inputs, outputs, kernels and which of them were tuned; the size and SHA-256 of weights.bin
+                    and model.so (runtime.model_files: the loader checks them), written last
+Every file is written under a temporary name and renamed into place (runtime.model_files.commit): a build killed
+at any point leaves the directory's earlier build, the new one, or one the loader refuses in one line.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -26,7 +27,7 @@ from tensorgen.codegen.backend import Backend, backend_for
 from tensorgen.errors import CompileError, LoweringError, TensorgenError
 from tensorgen.graph.backend import LAYOUT_MODES
 from tensorgen.graph.backend.align import align_partitions
-from tensorgen.graph.backend.executor import executor_source, pack_weights, plan_memory
+from tensorgen.graph.backend.executor import executor_source, plan_memory, weight_offsets, write_weights
 from tensorgen.graph.backend.layout_choice import absorber, charged, plan_for
 from tensorgen.graph.backend.layouts import default_laid_out, laid_out_dag, laid_out_state
 from tensorgen.graph.backend.model_target import model_target, times_kernels
@@ -38,13 +39,13 @@ from tensorgen.graph.passes.fusion import Partition, Subgraph, partition
 from tensorgen.hardware import hardware_for
 from tensorgen.loopir.nodes import PrimFunc
 from tensorgen.records.database import Database
+from tensorgen.runtime.model_files import FORMAT, LIBRARY, PARTIAL, WEIGHTS, StagedFile, commit, digests, sweep_orphans
 from tensorgen.schedule.layout_rewrite import rewrite_layout
 from tensorgen.schedule.lower import lower
 from tensorgen.schedule.state import State
 from tensorgen.target import HardwareParams, Target
 
 LOGGER = logging.getLogger("tensorgen.graph")
-MANIFEST = "model.json"
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,7 @@ def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, hw: Ha
                       len(failed)}
         progress(f"{graph.name}: {len(kernels)} kernel{'s' * (len(kernels) != 1)}: "
                  f"{', '.join(text for text, n in counts.items() if n)}; compiling")
-    blob, weight_offsets = pack_weights(part)
+    offsets, weight_bytes = weight_offsets(part)
     plan = plan_memory(part, _in_place(part))
     for k, victim in plan.overwritten.items():
         args = funcs[k].args
@@ -165,7 +166,7 @@ def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, hw: Ha
     if kind.aligns_partitions:
         funcs = align_partitions(funcs, [[part.aliases.get(n, n) for n in sub.inputs + sub.outputs]
                                          for sub in part.subgraphs], hw.cores)
-    executor = executor_source(part, [k.name for k in kernels], weight_offsets, len(blob), plan, kind.memory)
+    executor = executor_source(part, [k.name for k in kernels], offsets, weight_bytes, plan, kind.memory)
     try:
         source = backend.render_module(funcs, executor)  # a GPU program over the block's limits fails here
         library = backend.compile(source)
@@ -175,14 +176,29 @@ def _build(graph: Graph, out_dir: str | os.PathLike[str], target: Target, hw: Ha
             raise
         return _build(graph_in, out_dir, target, hw, db, ranks, pools, progress, {**failed, **culprits}, layouts)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    staged = out / "model.so.partial"  # replaced, not overwritten: a process running the old one keeps its file
-    shutil.copyfile(library, staged)
-    os.replace(staged, out / "model.so")
-    (out / kind.source).write_text(source)
-    (out / "weights.bin").write_bytes(blob)
-    (out / MANIFEST).write_text(json.dumps(_manifest(graph, part, kernels, plan, target), indent=1))
+    _write(out, part, offsets, library, kind.source, source, _manifest(graph, part, kernels, plan, target))
     return out
+
+
+def _write(out: Path, part: Partition, offsets: dict[str, int], library: Path, source_name: str, source: str,
+           manifest: dict) -> None:
+    """The build's files into `out`, each under a temporary name until all are written, then put in place with
+    `manifest` (completed with the files' digests) last. Replaced, not overwritten: a process running the old
+    build keeps its files."""
+    out.mkdir(parents=True, exist_ok=True)
+    sweep_orphans(out, PARTIAL)  # what builds killed here left
+    staged = [StagedFile(out, name) for name in (WEIGHTS, LIBRARY, source_name)]
+    weights, lib, text = staged
+    try:
+        write_weights(part, offsets, weights.write)
+        lib.copy_from(library)
+        text.write(source.encode())
+        files = {f.name: f.close() for f in staged}
+    except BaseException:
+        for f in staged:
+            f.discard()
+        raise
+    commit(out, staged, {**manifest, "files": digests({name: files[name] for name in (WEIGHTS, LIBRARY)})})
 
 
 def _follow_layouts(part: Partition, schedules: list[Schedule], target: Target, db: Database | None, cores: int,
@@ -264,8 +280,9 @@ def _manifest(graph: Graph, part: Partition, kernels: list[KernelInfo], plan, ta
         return [{"name": n, "shape": list(graph.value(n).shape), "dtype": graph.value(n).dtype} for n in names]
 
     return {
-        "format": 3, "model": graph.name, "target": str(target),
+        "format": FORMAT, "model": graph.name, "target": str(target),
         "inputs": values(graph.inputs), "outputs": values(graph.outputs),
         "kernels": [k.__dict__ for k in kernels],
         "arena_bytes": plan.arena_bytes, "unshared_bytes": plan.naive_bytes,
+        "weights": "mapped" if model_target(target).memory.maps_weights else "copied",  # read in place, or copied
     }

@@ -2,7 +2,7 @@
 
 The C ABI of a compiled model (see examples/run_model.c):
 
-    tensorgen_model* tensorgen_model_init(const void* weights);   // the weights file's bytes (copied)
+    tensorgen_model* tensorgen_model_init(const void* weights);   // the weights file's bytes, kept until _free
     int tensorgen_model_run(tensorgen_model* m, const void* const* inputs, void* const* outputs);
     int tensorgen_model_run_timed(m, inputs, outputs, double* seconds);  // + each kernel's time
     const char* tensorgen_model_error(const tensorgen_model* m);  // why the last run returned nonzero
@@ -10,10 +10,13 @@ The C ABI of a compiled model (see examples/run_model.c):
     int tensorgen_model_num_inputs(void), tensorgen_model_num_outputs(void);
     long tensorgen_model_input_bytes(int i), tensorgen_model_output_bytes(int i);
 
-init copies the weights into 64-byte aligned memory of its own: a buffer read from a file is 16-byte
-aligned, and every vector load of a weight then splits a cache line (tuned 3x3 convs ran 1.3x slower).
-Intermediate values live in one arena allocated by init; values whose lifetimes do not overlap
-share memory. Reshape-like values alias their source, graph outputs are written in place.
+A host model reads its weights where init is given them: the caller maps weights.bin read-only (page aligned,
+so every weight is 64-byte aligned as tuning measured it; a buffer read from a file is 16-byte aligned, and every
+vector load of a weight then splits a cache line: tuned 3x3 convs ran 1.3x slower) and keeps the mapping until
+tensorgen_model_free. No process then holds a second copy of the weights (a copy in init made a built model take
+2x its weights in memory), and the kernels never write them (they are const in the executor).
+Intermediate values live in one arena allocated by init; values whose lifetimes do not overlap share memory.
+Reshape-like values alias their source, graph outputs are written in place.
 
 A CUDA model has the same ABI (inputs and outputs in host memory; executor_memory.DEVICE copies them to and from
 the device, init copies the weights there; a failing CUDA call fails the run with CUDA's reason), and its
@@ -107,21 +110,33 @@ def _coalesce(blocks: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def pack_weights(part: Partition) -> tuple[bytes, dict[str, int]]:
-    """The constants the kernels read, concatenated at aligned offsets: (blob, offset by name)."""
+def weight_offsets(part: Partition) -> tuple[dict[str, int], int]:
+    """Where each constant the kernels read lies in the weights file, at aligned offsets in the order they are
+    read: (offset by name, the file's size)."""
     graph = part.graph
     offsets: dict[str, int] = {}
-    chunks: list[bytes] = []
     size = 0
     read = [name for sub in part.subgraphs for name in sub.inputs]
     read += [part.aliases.get(name, name) for name in graph.outputs]
     for name in read:
         if graph.is_constant(name) and name not in offsets:
-            data = np.ascontiguousarray(graph.constants[name], dtype=graph.value(name).dtype).tobytes()
             offsets[name] = size
-            chunks.append(data + bytes(_aligned(len(data)) - len(data)))
-            size += _aligned(len(data))
-    return b"".join(chunks), offsets
+            size += _aligned(graph.value(name).nbytes)
+    return offsets, size
+
+
+def write_weights(part: Partition, offsets: dict[str, int], write: Callable[[object], None]) -> None:
+    """Stream the constants at `offsets` (weight_offsets) to `write` (a file's write: bytes or a uint8 array), one
+    constant at a time and without a copy of one already contiguous in its dtype: the build holds the weights once,
+    not a second time in one blob and a third in its pieces."""
+    graph = part.graph
+    at = 0
+    for name, offset in sorted(offsets.items(), key=lambda item: item[1]):
+        write(bytes(offset - at))  # the previous constant's padding
+        data = np.ascontiguousarray(graph.constants[name], dtype=graph.value(name).dtype).reshape(-1).view(np.uint8)
+        write(data)
+        at = offset + data.size
+    write(bytes(_aligned(at) - at))
 
 
 def executor_source(part: Partition, kernel_names: list[str], weight_offsets: dict[str, int], weight_bytes: int,

@@ -22,6 +22,9 @@ class Memory(Protocol):
 
     #: graph inputs and outputs are read and written in the caller's arrays (else copied through arena slots)
     in_place: bool
+    #: the kernels read the weights where the caller of init holds them (the loader's read-only mapping of
+    #: weights.bin), else init copies them
+    maps_weights: bool
 
     def input(self, i: int) -> str:
         """The pointer expression of graph input i where kernels read it ("": an arena slot)."""
@@ -63,6 +66,7 @@ class HostMemory:
     """Tensors in host memory; the kernels run on the module's thread pool (codegen.pool)."""
 
     in_place: bool = True
+    maps_weights: bool = True
 
     def input(self, i: int) -> str:
         return f"inputs[{i}]"
@@ -90,10 +94,9 @@ class HostMemory:
 #include <sys/mman.h>
 #endif
 
-typedef struct {{ char* arena; char* weights; char* scratch; char error[256]; }} tensorgen_model;
+typedef struct {{ char* arena; const char* weights; char* scratch; char error[256]; }} tensorgen_model;
 
-/* weights and activations on huge pages where the kernel allows them (THP "madvise"): a layer streams megabytes
-   of weights, and 4 KB pages cost it a TLB miss every 64 cache lines */
+/* activations on huge pages where the kernel allows them (THP "madvise") */
 static void* tensorgen_big_alloc(size_t bytes) {{
   size_t huge = (size_t)1 << 21, size = (bytes + huge - 1) / huge * huge;
   void* p = aligned_alloc(huge, size);
@@ -107,18 +110,17 @@ tensorgen_model* tensorgen_model_init(const void* weights) {{
   tensorgen_model* m = (tensorgen_model*)malloc(sizeof(tensorgen_model));
   if (!m) return NULL;
   m->arena = (char*)tensorgen_big_alloc({max(arena_bytes, 1)});
-  m->weights = (char*)tensorgen_big_alloc({max(weight_bytes, 1)});
+  m->weights = (const char*)weights;  /* {weight_bytes} bytes, read in place: the caller keeps them until _free */
   m->scratch = (char*)aligned_alloc({ALIGN}, TENSORGEN_SCRATCH_BYTES + {ALIGN});
-  if (!m->arena || !m->weights || !m->scratch) {{
-    free(m->arena); free(m->weights); free(m->scratch); free(m); return NULL;
+  if (!m->arena || !m->scratch) {{
+    free(m->arena); free(m->scratch); free(m); return NULL;
   }}
-  memcpy(m->weights, weights, {weight_bytes});
   m->error[0] = 0;
   return m;
 }}
 
 void tensorgen_model_free(tensorgen_model* m) {{
-  if (m) {{ free(m->arena); free(m->weights); free(m->scratch); free(m); }}
+  if (m) {{ free(m->arena); free(m->scratch); free(m); }}
 }}
 
 #define TENSORGEN_SYNC(k) ((void)0)
@@ -134,6 +136,7 @@ class DeviceMemory:
     host entry points of codegen.cuda that return a CUDA error."""
 
     in_place: bool = False
+    maps_weights: bool = False
 
     def input(self, i: int) -> str:
         return ""
