@@ -2,7 +2,7 @@
 
 Tuning times candidates with every core. Another process on one of them stretches a call of a small parallel
 kernel from microseconds to a scheduler time slice (milliseconds): on 2 cores with other work running, transposes
-were stored at 7 ms that take 3 us. The calibration kernel (a 32x32 matmul, its rows split over the threads) is
+were stored at 7 ms that take 3 us. The calibration kernel (a 64x64 matmul, its rows split over the threads) is
 hit the same way, so its time over its quiet time says how far the candidates' times timed with it can be trusted.
 
 Its quiet time is the fastest it was ever timed with that many threads on this machine, kept in the kernel cache
@@ -35,7 +35,9 @@ from tensorgen.te.tensor import placeholder
 BUSY_BOUND = 1.5  # the calibration kernel this many times slower than quiet: the machine is busy
 BOUND_ENV = "TENSORGEN_BUSY_BOUND"  # another bound; 0 turns the check off
 QUIET_ENV = "TENSORGEN_QUIET_SECONDS"  # the calibration kernel's quiet time, instead of the fastest seen
-SIZE = 32  # the calibration matmul's n: ~3 us on 2 cores, so that a time slice lost shows at once
+#: the calibration matmul's n: tens of microseconds on 2 cores (steadier than a few), so that a time slice lost
+#: (milliseconds) shows at once
+SIZE = 64
 KERNEL = "calibration"
 #: one call per repeat: a repeat of many calls averages a lost time slice away; 5 repeats, their median
 HARNESS = HarnessConfig(number=1, repeat=5)

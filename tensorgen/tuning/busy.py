@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tensorgen.measure.calibration import BOUND_ENV
 from tensorgen.measure.runner import Runner
 from tensorgen.measure.types import ErrorKind, MeasureResult
 from tensorgen.task import SearchTask
@@ -53,7 +54,7 @@ class BusySummary:
                  "this database (a quiet machine gives the right times)")
         return (f"the machine was busy during {self.busy_batches} of {self.batches} batch{plural} (calibration "
                 f"kernel up to {self.worst:.1f}x slower than quiet); their {self.marked} measurements are marked and "
-                f"count as no program's time; {again}")
+                f"count as no program's time; {again} ({BOUND_ENV}=0: take the times of a busy machine as they come)")
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "overhead": self.overhead}
