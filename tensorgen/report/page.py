@@ -14,7 +14,7 @@ from tensorgen.report import figures
 from tensorgen.report.data import ModelCurve, ReportData
 from tensorgen.report.profile import DISAGREE, Profile
 from tensorgen.target import GPU_FIELDS
-from tensorgen.tuning.tune import RETIMES
+from tensorgen.tuning.tally import RETIMES
 from tensorgen.version import __version__
 
 CSS = """
