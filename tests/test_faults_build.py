@@ -222,3 +222,51 @@ def test_build_and_run_hold_the_weights_about_once(tmp_path: Path) -> None:
     ratio = {k: (got[k] - base[k]) / weights for k in got}
     assert ratio["run built"] <= 1.3, ratio
     assert ratio["build"] <= 2.3 and ratio["run onnx"] <= 2.3, ratio
+
+
+def test_an_onnx_file_is_checked_against_the_memory_budget_before_it_is_read(tmp_path: Path, capsys,
+                                                                            monkeypatch) -> None:
+    """Reading holds the file twice (its bytes, the model parsed from them), then the model and its arrays: the
+    budget counts that, not the weights once (a model of 2.7 GB passed the check and died at 5.3 GB)."""
+    model = mlp(tmp_path / "m.onnx", N, 0)
+    monkeypatch.setenv("TENSORGEN_MEMORY_LIMIT", str(int(1.5 * model.stat().st_size)))
+    assert main(["build", str(model), "-o", str(tmp_path / "out")]) == 2
+    assert "takes 1.0 MB to import (twice its size); the limit is" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("threads", [0, -1])
+def test_a_model_refuses_a_thread_count_below_one(builds, threads: int) -> None:
+    with pytest.raises(RuntimeCallError, match=f"number of threads must be an integer >= 1, got {threads}"):
+        CompiledModel(builds["a"]).set_num_threads(threads)
+
+
+@pytest.mark.parametrize("command", ["build", "run"])
+def test_build_and_run_refuse_more_cores_than_the_process_may_use_as_tune_does(builds, command: str, tmp_path: Path,
+                                                                              capsys) -> None:
+    cores = len(os.sched_getaffinity(0)) + 1
+    args = {"build": ["-o", str(tmp_path / "out")], "run": ["--inputs", str(builds["input"]), "-o", "o.npz"]}
+    for cmd in (["tune", "bert_tiny", "--trials", "1"], [command, str(builds["a"].parent / "a.onnx"), *args[command]]):
+        with pytest.raises(SystemExit) as exit_:
+            main([*cmd, "--target", f"cpu -cores={cores}"])
+        assert exit_.value.code == 2
+        assert f"-cores={cores}, but this process may run on {cores - 1} CPU(s)" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_run_killed_leaves_a_build_directory_that_the_next_run_removes(builds, tmp_path: Path) -> None:
+    """`tensorgen run MODEL.onnx` builds into the temp dir; SIGKILL runs no clean-up, so each kill left a
+    tensorgen-run-* directory there for good."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    environ = {**env(tmp_path), "TMPDIR": str(temp)}
+    run = [sys.executable, "-m", "tensorgen.cli", "run", str(builds["a"].parent / "a.onnx"), "--inputs",
+           str(builds["input"]), "-o", str(tmp_path / "o.npz"), "--db", str(empty_db(tmp_path))]
+    proc = subprocess.Popen(run, env=environ, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while proc.poll() is None and not list(temp.glob("tensorgen-run-*")):
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    left = list(temp.glob("tensorgen-run-*"))
+    assert left
+    subprocess.run(run, env=environ, cwd=tmp_path, check=True, capture_output=True, timeout=300)
+    assert not list(temp.glob("tensorgen-run-*"))

@@ -117,6 +117,8 @@ def read_onnx(path: str | os.PathLike) -> onnx.ModelProto:
     path = Path(path)
     if not path.is_file():
         raise GraphError(f"ONNX file '{path}' does not exist")
+    size = path.stat().st_size  # read whole, then parsed: twice in memory, then the model and its arrays
+    check_memory_budget(2 * size, f"ONNX file '{path}' takes {format_bytes(2 * size)} to import (twice its size)")
     try:
         loaded = onnx.load(path, load_external_data=False)
     except Exception as e:  # protobuf decode errors
