@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xgboost as xgb
 
 from tensorgen.costmodel.base import CostModel, CostModelError, normalize_throughput, pack_features
 
 __all__ = ["XGBModel", "pack_sum_loss", "pack_sum_objective", "pack_sum_predict"]
 
 _FORMAT = "tensorgen.costmodel.xgb/1"
+
+if TYPE_CHECKING:  # imported where a model trains or loads: importing xgboost costs ~1 s of CPU, which every
+    import xgboost as xgb  # process importing tensorgen paid (each CLI command, each builder worker of a tuning)
 
 
 def pack_sum_predict(row_preds: np.ndarray, program_ids: np.ndarray, n_programs: int) -> np.ndarray:
@@ -138,6 +140,8 @@ class XGBModel(CostModel):
         rows, ids = pack_features(self._features, self._n_features)
         if rows.shape[0] == 0 or not np.any(w > 0):
             return  # nothing informative yet (no statements, or every measurement failed)
+        import xgboost as xgb
+
         dtrain = xgb.DMatrix(rows, label=y[ids], nthread=self.nthread)
 
         def obj(preds: np.ndarray, _: xgb.DMatrix) -> tuple[np.ndarray, np.ndarray]:
@@ -189,5 +193,7 @@ class XGBModel(CostModel):
         self._trained_on = meta["trained_on"]
         self._loaded_best = {str(k): float(v) for k, v in meta["task_best_throughput"].items()}
         if meta["booster"] is not None:
+            import xgboost as xgb
+
             self.booster = xgb.Booster(params={"nthread": self.nthread})
             self.booster.load_model(bytearray(meta["booster"].encode()))

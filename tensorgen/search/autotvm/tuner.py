@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xgboost as xgb
 
 from tensorgen.costmodel.base import CostModel, normalize_throughput
 from tensorgen.errors import TuneError
@@ -39,6 +38,9 @@ from tensorgen.search.autotvm.templates import template_for
 from tensorgen.search.policy import SearchPolicy, state_key
 from tensorgen.search.skips import Skips
 from tensorgen.task import SearchTask
+
+if TYPE_CHECKING:
+    import xgboost as xgb
 
 
 def standardized(scores: np.ndarray) -> np.ndarray:
@@ -60,6 +62,8 @@ class RankModel:
 
     def fit(self, features: np.ndarray, y: np.ndarray) -> None:
         """Retrain from scratch on all of (features, y): y is higher for faster programs."""
+        import xgboost as xgb  # here, not at the top: see tensorgen.costmodel.xgb
+
         self.booster = xgb.train(self.params, xgb.DMatrix(features, label=y), num_boost_round=self.num_rounds)
 
     def predict(self, features: np.ndarray) -> np.ndarray:
