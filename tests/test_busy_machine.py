@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from tensorgen.dag import ComputeDAG
 from tensorgen.errors import TensorgenError
 from tensorgen.measure.calibration import Calibration, busy_bound
 from tensorgen.measure.harness import harness_executable
+from tensorgen.measure.runner import LocalRunner
 from tensorgen.measure.types import ErrorKind, MeasureResult
 from tensorgen.records.database import SQLiteDatabase
 from tensorgen.records.jsonl import export, import_
@@ -119,6 +121,26 @@ def test_marked_programs_are_measured_again_in_the_next_quiet_batch(tmp_path):
     assert result.busy.remeasured == result.busy.marked > 0
     assert 0 < result.best_cost < math.inf
     assert f"{result.busy.marked} of them were measured again while it was quiet" in result.busy.warning()
+
+
+@dataclass
+class CountingRunner(LocalRunner):
+    """Counts the records in `db` each time it is asked for the next candidate's result."""
+
+    db: Path | None = None
+    committed: list[int] = field(default_factory=list)
+
+    def run_each(self, inputs, build_results):
+        for item in super().run_each(inputs, build_results):
+            yield item
+            with SQLiteDatabase(self.db, readonly=True) as d:
+                self.committed.append(len(d))
+
+
+def test_with_the_watch_off_each_measurement_is_committed_as_it_arrives(tmp_path):
+    runner = CountingRunner(db=tmp_path / "t.db")
+    tune(matmul_task(), trials=3, batch_size=3, db=runner.db, measure=MeasureConfig(runner=runner, busy_bound=0))
+    assert runner.committed == [1, 2, 3]
 
 
 def test_marked_records_round_trip_through_sqlite_and_json_lines(tmp_path):

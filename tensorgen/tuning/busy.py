@@ -88,8 +88,9 @@ class BusyWatch:
         return max(before, self.latest)
 
     def due(self) -> bool:
-        """Whether the last timing is more than `interval_s` old."""
-        return self.bound > 0 and time.perf_counter() - self._checked > self.interval_s
+        """Whether the results held are to be marked and committed now: the last timing is more than `interval_s`
+        old, or the watch is off (then nothing is held)."""
+        return self.bound <= 0 or time.perf_counter() - self._checked > self.interval_s
 
     def begin_batch(self, task: SearchTask) -> bool:
         """A batch of `task` is about to be measured: time the kernel; whether the machine is quiet."""
