@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import random
+import shlex
 import socket
 import sqlite3
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import closing
@@ -148,3 +150,52 @@ def test_a_directory_given_as_the_database_says_so(tmp_path, capsys):
                     f"e.g. {str(tmp_path / 'tuning.db')!r}")
     with pytest.raises(RecordsError, match="is a directory"):
         SQLiteDatabase(tmp_path)
+
+
+# ---- fault 6: a compiler that breaks in the middle of a run ----------------------------------------------------
+
+BREAKING_CC = """#!/bin/sh
+# gcc, until the second candidate program (they call tensorgen_produce) it is given once the tuning database
+# holds a batch of records: from then on it fails every call, as if its install were removed under it
+here=$(dirname "$0")
+exec 9>> "$here/lock"
+flock 9  # builds run in parallel: one counts, and is told whether it works, at a time
+count='import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute("SELECT COUNT(*) FROM records").fetchone()[0])'
+if [ ! -e "$here/broken" ]; then
+  committed=$({python} -c "$count" "{db}" 2>/dev/null || echo 0)
+  for arg; do case "$arg" in *.c) if [ "$committed" -ge {batch} ] && grep -q tensorgen_produce "$arg"; then
+    echo >> "$here/candidates"; fi;; esac; done
+  if [ -e "$here/candidates" ] && [ "$(wc -l < "$here/candidates")" -ge 2 ]; then touch "$here/broken"; fi
+fi
+if [ -e "$here/broken" ]; then echo "cc: fatal error: cannot execute 'cc1': No such file or directory" >&2; exit 1; fi
+flock -u 9
+exec gcc "$@"
+"""
+
+
+def test_programs_failed_by_a_compiler_that_broke_are_measured_again_on_resume(tmp_path):
+    # before: the batch the compiler broke in stored its compile errors as the programs' own (compile_error, never
+    # measured again); the run stopped one batch later; a resume re-measured none of them
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    cc = bin_dir / "cc.sh"
+    cc.write_text(BREAKING_CC.format(python=shlex.quote(sys.executable), db=tmp_path / "tuning.db", batch=4))
+    cc.chmod(0o755)
+    env = {"CC": str(cc), "TENSORGEN_CACHE_DIR": str(tmp_path / "cache")}
+    tune_args = [*TUNE, "--batch-size", "4", "--db", "tuning.db"]
+    proc = cli([*tune_args, "--trials", "16"], env, tmp_path)  # batches left after the second: the run stops
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert any(line.startswith("the C toolchain broke during this batch (") for line in lines), proc.stderr
+    assert lines[-1].startswith("tensorgen: error: the C compiler (") and "cannot build a trivial kernel" in lines[-1]
+    assert "cannot execute 'cc1'" in lines[-1]
+    with closing(sqlite3.connect(tmp_path / "tuning.db")) as conn:
+        kinds = dict(conn.execute("SELECT error_kind, COUNT(*) FROM records GROUP BY error_kind").fetchall())
+        failed = {h for (h,) in conn.execute("SELECT steps_hash FROM records WHERE error_kind = 'unknown'")}
+    assert "compile_error" not in kinds and kinds.get("unknown", 0) >= 1, kinds
+
+    proc = cli([*tune_args, "--trials", "4"], {**env, "CC": "gcc"}, tmp_path)  # the compiler is fixed
+    assert proc.returncode == 0, proc.stderr
+    with closing(sqlite3.connect(tmp_path / "tuning.db")) as conn:
+        again = {h for (h,) in conn.execute("SELECT steps_hash FROM records WHERE run = 2")}
+    assert failed <= again, (failed, again)

@@ -6,20 +6,23 @@ process costs only that candidate: the worker is killed or replaced and the othe
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from tensorgen.build import compile_state
-from tensorgen.codegen.backend import backend_for
+from tensorgen.codegen.backend import Backend, backend_for
 from tensorgen.errors import CompileError, LoweringError, ScheduleError, ToolchainError
 from tensorgen.measure.harness import PRODUCER_C
 from tensorgen.measure.types import BuildResult, ErrorKind, MeasureInput
 from tensorgen.measure.worker import WorkerDied, WorkerPool, WorkerTimeout
 from tensorgen.schedule.layout_rewrite import rewrite_layout
+
+LOGGER = logging.getLogger("tensorgen.measure")
 
 #: Name of the kernel in every candidate module, so the runner knows what to call.
 KERNEL_NAME = "tg_candidate"
@@ -99,13 +102,15 @@ class LocalBuilder(Builder):
     timeout: float = 15.0
     source_hook: SourceHook | None = None
     _pool: WorkerPool | None = field(default=None, init=False, repr=False)
+    _recheck: bool = field(default=False, init=False, repr=False)  # the toolchain failed after the last batch
 
     def build(self, inputs: list[MeasureInput]) -> list[BuildResult]:
         if not inputs:
             return []
         backends = {backend_for(inp.task.target, inp.task.hw) for inp in inputs}
         for backend in backends:
-            backend.preflight()
+            backend.preflight(again=self._recheck)  # still broken: the run stops here, with the compiler's words
+        self._recheck = False
         if self._pool is None:
             self._pool = WorkerPool(max(1, self.n_parallel or os.cpu_count() or 1))
         kill_after = self.timeout + _KILL_GRACE if self.timeout > 0 else None
@@ -123,9 +128,32 @@ class LocalBuilder(Builder):
             else:
                 kind, msg = ErrorKind.UNKNOWN, f"build raised in the worker:\n{out.error}"
             results.append(BuildResult(None, "", kind, msg, out.seconds))
-        if all(r.error_kind in _MAYBE_ENVIRONMENT for r in results):
+        return self.check_environment(backends, results)
+
+    def check_environment(self, backends: set[Backend], results: list[BuildResult]) -> list[BuildResult]:
+        """`results`, unless the batch's failures are the environment's: when every build failed, or one failed to
+        compile, the toolchain must still build a trivial kernel (else ToolchainError if nothing was built, as
+        it is when every build failed for the same fault of the machine). A compiler that breaks in the middle of
+        a batch fails the trivial kernel too: the batch's compile errors are returned as UNKNOWN, which a resumed
+        tuning measures again, and the next batch checks the toolchain first, so the run stops there if it is
+        still broken."""
+        suspects = [r.error_kind in _MAYBE_ENVIRONMENT for r in results]
+        if not (all(suspects) or any(r.error_kind == ErrorKind.COMPILE_ERROR for r in results)):
+            return results
+        try:
             for backend in backends:
                 backend.preflight(again=True)
+        except ToolchainError as err:
+            if all(suspects):
+                raise
+            self._recheck = True
+            LOGGER.warning("the C toolchain broke during this batch (%s): its %d failed build(s) are stored as the "
+                           "machine's failures, which a resumed tuning measures again", err.first_error(),
+                           sum(suspects))
+            why = f"the toolchain fails on a trivial kernel too ({err.first_error()}), not this program's fault"
+            return [replace(r, error_kind=ErrorKind.UNKNOWN, error_msg=f"{why}: {r.error_msg}") if suspect else r
+                    for r, suspect in zip(results, suspects)]
+        if all(suspects):
             causes = {environment_error(r.error_msg) for r in results}
             if len(causes) == 1 and None not in causes:
                 raise ToolchainError(f"every build of the batch failed with {causes.pop()!r}, a fault of the "
