@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -132,6 +133,7 @@ def tune_model(args: argparse.Namespace) -> int:
     # tasks of their own, known once the layouts are, tuned (their loops) with the last tenth of the budget; where
     # no layout was kept, the model's tasks get that tenth too (resumed from the database)
     layout_share = args.trials // 10 if args.policy == "alt" else 0
+    started = time.time()
     result = tune(args.trials - layout_share)
     extra = _tune_layout_tasks(graph, args, layout_share, config, measure) \
         if layout_share and not result.interrupted else None
@@ -155,7 +157,7 @@ def tune_model(args: argparse.Namespace) -> int:
     if args.json:
         write_json(args.json, {**result.to_dict(), "model": graph.name, "db": args.db}, indent=1)
     if result.interrupted or (extra is not None and extra.interrupted):
-        print(interrupted_line(result.trials, args.db), file=sys.stderr)
+        print(interrupted_line(result.trials, args.db, started), file=sys.stderr)
         return 130
     return 0
 

@@ -20,9 +20,24 @@ DEFAULT_DB = "tuning.db"
 LOGGER = logging.getLogger("tensorgen.records")
 
 
-def interrupted_line(trials: int, db: str) -> str:
-    """The one line `tensorgen tune` prints when Ctrl-C or SIGTERM stops it."""
-    return f"tensorgen: interrupted after {trials} trials; every measured record is in {db}"
+def interrupted_line(trials: int, db: str, since: float) -> str:
+    """The one line `tensorgen tune` prints when Ctrl-C or SIGTERM stops it, with what the run it started at `since`
+    (time.time()) or later committed to `db`, counted there: its `trials` leave out the re-timings of a best and
+    the interrupted batch's measurements, which are committed too."""
+    committed = run_committed(db, since)
+    if committed is None:
+        return f"tensorgen: interrupted after {trials} trials; every measured record is in {db}"
+    return f"tensorgen: interrupted after {trials} trials; this run's {committed} measurement(s) are in {db}"
+
+
+def run_committed(db: str, since: float) -> int | None:
+    """How many records the tuning runs started at `since` or later (a model's ALT tuning makes two) committed to
+    the database file `db` (None: an in-memory database, or no such run in it)."""
+    if not os.path.isfile(db):
+        return None
+    with SQLiteDatabase(db, readonly=True) as store:
+        runs = [run for run in store.runs() if run.started >= since]
+        return sum(store.run_records(run.id) for run in runs) if runs else None
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

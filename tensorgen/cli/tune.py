@@ -8,6 +8,7 @@ import inspect
 import math
 import os
 import sys
+import time
 
 from tensorgen.cli.args import examples, local_target, nonneg_int, output_file, positive_int, write_json
 from tensorgen.cli.records import DEFAULT_DB, interrupted_line, open_existing
@@ -211,6 +212,7 @@ def _tune(args: argparse.Namespace) -> int:
             raise TensorgenError(f"--prefilter prunes the ansor policy's random programs; not for {policy!r}")
         options = {**options, "prefilter": args.prefilter}
     measure = MeasureConfig().on_ray(args.ray) if args.ray else MeasureConfig()
+    started = time.time()
     result = tune(task, trials=args.trials, db=args.db, policy=policy, cost_model=args.cost_model, seed=args.seed,
                   batch_size=args.batch_size or 64, progress=True, policy_options=options, measure=measure)
     print(summary_table(result, args.db))
@@ -223,7 +225,7 @@ def _tune(args: argparse.Namespace) -> int:
                 "seed": args.seed, "db": args.db}
         write_json(args.json, data)
     if result.interrupted:
-        print(interrupted_line(result.trials, args.db), file=sys.stderr)
+        print(interrupted_line(result.trials, args.db, started), file=sys.stderr)
         return 130
     return 0
 

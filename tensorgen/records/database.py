@@ -557,6 +557,12 @@ class SQLiteDatabase:
             if record is not None:
                 yield record
 
+    def run_records(self, run: int) -> int:
+        """How many records tuning run `run` committed (0 in a database made before runs were kept)."""
+        if not self.history:
+            return 0
+        return self._conn.execute("SELECT COUNT(*) FROM records WHERE run = ?", (run,)).fetchone()[0]
+
     def workload_dag(self, workload_key: str, target: str) -> ComputeDAG | None:
         """The workload's DAG as stored with its records (None if it is missing or unreadable)."""
         found = self._workload_dag(workload_key, canonical_target(target))
