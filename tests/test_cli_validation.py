@@ -100,3 +100,16 @@ def test_a_failed_write_at_the_end_is_one_line(tmp_path):
     assert (tmp_path / "ok.json").read_text() == '{\n  "a": 1\n}\n'
     with pytest.raises(TensorgenError, match="cannot write .*gone/x.json: No such file or directory"):
         write_json(str(tmp_path / "gone" / "x.json"), {})
+
+
+def test_a_reader_that_goes_away_ends_a_listing_quietly():
+    """`tensorgen models | head -1`: the listing stops with a shell's SIGPIPE status, not a BrokenPipeError
+    traceback."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from tensorgen.cli import main; sys.exit(main())",
+                             "models"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # gone before the first line is written
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and "Traceback" not in err, err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -67,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     except TensorgenError as err:
         print(f"tensorgen: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `tensorgen models | head`: the reader has gone, so has the rest of the listing
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit must not raise again
+        return 141  # what a shell reports for a writer killed by SIGPIPE
     except KeyboardInterrupt as exc:
         print(f"tensorgen: {'terminated' if isinstance(exc, Terminated) else 'interrupted'}", file=sys.stderr)
         return 143 if isinstance(exc, Terminated) else 130
