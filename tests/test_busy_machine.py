@@ -34,7 +34,7 @@ from tensorgen.te.tensor import placeholder
 from tensorgen.timing import competing_load
 from tensorgen.tuning.registry import local_runner
 from tensorgen.tuning.scheduler import SchedulerConfig, TaskScheduler
-from tensorgen.tuning.tune import MeasureConfig, tune
+from tensorgen.tuning.tune import RETIMES, MeasureConfig, tune
 
 REPO = Path(__file__).resolve().parents[1]
 BUSY = {"quiet_s": 1e-12}  # the calibration kernel "quiet" at a picosecond: every timing is far past the bound
@@ -196,7 +196,7 @@ class _Fake:
     """A tuner whose every program costs 1 ms (the scheduler's RoundTuner)."""
 
     def __init__(self, task: SearchTask):
-        self.task, self.best_state, self.costs, self.rounds = task, None, [], 0
+        self.task, self.best_state, self.costs, self.rounds, self.remeasured = task, None, [], 0, 0
 
     best_cost = property(lambda self: min(self.costs, default=math.inf))
 
@@ -215,13 +215,18 @@ class _Fake:
     def seconds(self):
         return 0.0, 0.0, 0.0
 
+    def remeasure(self):
+        self.remeasured += 1
+        self.costs.append(1e-3)
+        return 1
+
     def round(self, n):
         self.rounds += 1
         self.costs += [1e-3] * n
         return n
 
 
-def test_scheduler_gives_a_task_without_flops_a_second_round():
+def test_scheduler_gives_a_task_without_flops_a_second_round_and_its_best_a_second_measurement():
     x = placeholder((64, 64), name="x")
     transpose = SearchTask(ComputeDAG([x, ops.transpose(x, (1, 0))]), Target.parse("cpu"), HardwareParams(cores=2),
                            "transpose")
@@ -230,8 +235,24 @@ def test_scheduler_gives_a_task_without_flops_a_second_round():
     order = []
     sched = TaskScheduler(tasks, config=SchedulerConfig(round_trials=4, eps_greedy=0.0),
                           callbacks=[lambda p: order.append(p.task) if p.phase == "round" else None])
-    sched.run([_Fake(t) for t in tasks], trials=16)
-    assert order[:4] == [0, 1, 2, 0]
+    tuners = [_Fake(t) for t in tasks]
+    sched.run(tuners, trials=16)
+    assert order[:4] == [0, 1, 2, 0]  # the transpose's second round, first after the warm-up ...
+    assert [t.remeasured for t in tuners] == [1, 0, 0]  # ... begins by measuring its best again
+
+
+def test_a_transposes_best_is_measured_again_in_its_second_round(tmp_path):
+    x = placeholder((64, 64), name="x")
+    transpose = SearchTask(ComputeDAG([x, ops.transpose(x, (1, 0))]), Target.parse("cpu"), HardwareParams(cores=2),
+                           "transpose")
+    sched = TaskScheduler([transpose, matmul_task()], config=SchedulerConfig(round_trials=2, eps_greedy=0.0))
+    sched.tune(6, db=tmp_path / "t.db", measure=MeasureConfig(busy_bound=0))
+    with SQLiteDatabase(tmp_path / "t.db") as d:
+        records = d.records(transpose.workload_key, "cpu")
+        best = d.best(transpose.workload_key, "cpu")
+    # its best of round 1 (a transpose has one program): the first timing and RETIMES re-timings in that round,
+    # then one more when its second round comes (which finds no new program)
+    assert best is not None and sum(r.steps_hash == best.steps_hash for r in records) >= 2 + RETIMES
 
 
 @pytest.mark.slow

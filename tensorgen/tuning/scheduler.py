@@ -95,6 +95,10 @@ class RoundTuner(Protocol):
         """Re-time the best program if it was measured fewer times than a best needs; return how many times."""
         ...
 
+    def remeasure(self) -> int:
+        """Measure the best program once more, now; return how many times (the default: never, 0)."""
+        return 0
+
     def offer(self, states: Sequence[State]) -> None:
         """Programs adapted from similar tasks, before a round (see SearchPolicy.offer); the default ignores them."""
 
@@ -373,6 +377,8 @@ class TaskScheduler:
                     self._offer_transfers(session, i)
                 size = self.config.round_trials if session.history[i] or self.config.warmup_trials is None \
                     else self.config.warmup_trials
+                if self.flops[i] == 0 and len(session.history[i]) == 1 and tuners[i].remeasure():  # see _pick
+                    session.history[i][-1] = tuners[i].best_cost
                 measured = tuners[i].round(min(size, trials - session.done))
                 tuners[i].release()  # a model has dozens of tasks: keep only one task's workers alive
                 if not measured:
@@ -424,9 +430,9 @@ class TaskScheduler:
                 if i not in session.dead and not (stop is not None and stalled(h, stop))]
 
     def _pick(self, session: _Session) -> int | None:
-        """Warm-up first (tasks without a round, in order), then a second round for each task without FLOPs (a
-        transpose: its times are a few microseconds, the ones a busy moment disturbs most, and the gradient gives
-        it no other), then the strategy."""
+        """Warm-up first (tasks without a round, in order), then a second round for each task without FLOPs, which
+        begins by measuring its best once more (a transpose: its times are a few microseconds, the ones a busy moment
+        disturbs most, and its first round timed them all in one stretch), then the strategy."""
         open_tasks = self._open_tasks(session)
         if not open_tasks:
             return None

@@ -434,14 +434,33 @@ class TaskTuner:
         try:
             while not tally.confirmed() and tally.best_key not in tried:
                 tried.add(tally.best_key)
-                inp = MeasureInput(self.task, tally.best_state)  # type: ignore[arg-type]
-                t0 = time.perf_counter()
-                built = self.setup.builder.build([inp])
-                tally.build_s += time.perf_counter() - t0
-                self._retime([inp], built)
+                self._retime(*self._build_best())
             return tally.retimed - before
         finally:
             tally.busy_s += time.perf_counter() - tally.since
+
+    def remeasure(self) -> int:
+        """Measure the best program once more, now (a re-timing, not a trial); returns how many measurements that
+        took (0: there is no best yet)."""
+        tally = self.tally
+        if tally.best_state is None:
+            return 0
+        tally.since = time.perf_counter()
+        try:
+            (inp,), (built,) = self._build_best()
+            self._run(inp, built)
+            tally.retimed += 1
+            return 1
+        finally:
+            tally.busy_s += time.perf_counter() - tally.since
+
+    def _build_best(self) -> tuple[list[MeasureInput], list[BuildResult]]:
+        """The best program as a batch of one, built."""
+        inp = MeasureInput(self.task, self.tally.best_state)  # type: ignore[arg-type]
+        t0 = time.perf_counter()
+        built = self.setup.builder.build([inp])
+        self.tally.build_s += time.perf_counter() - t0
+        return [inp], built
 
     def _measure(self, inputs: list[MeasureInput], remeasured: int = 0) -> list[MeasureResult]:
         """Build and time `inputs` (`remeasured` of them programs marked busy before), commit them (marked busy
