@@ -19,7 +19,10 @@ from tensorgen.measure.runner import Runner
 from tensorgen.measure.types import ErrorKind, MeasureResult
 from tensorgen.task import SearchTask
 
-INTERVAL_S = 2.0  # seconds of measuring between two timings of the calibration kernel within a batch
+#: seconds of measuring between two timings of the calibration kernel within a batch: a timing is one harness run
+#: (its 20 ms warm-up, the process): 100-150 ms on a loaded 2-core machine, where 2 s between them took 8% of the
+#: batches' time
+INTERVAL_S = 4.0
 
 
 @dataclass(frozen=True)
