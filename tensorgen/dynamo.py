@@ -95,7 +95,7 @@ def tensorgen_backend(gm: Any, example_inputs: Sequence[Any], options: Mapping[s
     config = CompileOptions.of(options)
     if _trains(gm, example_inputs):
         if not config.fallback:
-            return _refuse_training
+            return _refusal(TensorgenError(TRAINING))
         LOGGER.warning("tensorgen runs this graph in eager PyTorch: it computes gradients (tensorgen compiles "
                        "inference only; use model.eval() and torch.no_grad() to compile it)")
         return gm
@@ -117,7 +117,10 @@ def tensorgen_backend(gm: Any, example_inputs: Sequence[Any], options: Mapping[s
         return build(args)(*args)
 
     if all(isinstance(x, torch.Tensor) for x in example_inputs):  # static: compile now, errors surface here
-        build(example_inputs)
+        try:
+            build(example_inputs)
+        except TensorgenError as err:  # an op it cannot compile, a model over the memory budget, ...
+            return _refusal(err)
     return run
 
 
@@ -127,10 +130,14 @@ TRAINING = ("tensorgen compiles inference only: this graph runs with grad enable
             "such graphs in eager PyTorch")
 
 
-def _refuse_training(*args: Any) -> Any:
-    """The graph's stand-in when it would be trained: raises at the call (TorchDynamo wraps what a backend raises
-    while compiling into its BackendCompilerFailed; raised here the caller gets the TensorgenError itself)."""
-    raise TensorgenError(TRAINING)
+def _refusal(err: TensorgenError) -> Callable:
+    """The graph's stand-in when tensorgen refuses it (a model being trained, an op it cannot compile): raises `err`
+    at the call. TorchDynamo wraps what a backend raises while compiling into its BackendCompilerFailed, dozens of
+    lines around the reason; raised at the call, the caller gets the TensorgenError itself."""
+    def refuse(*args: Any) -> Any:
+        raise err
+
+    return refuse
 
 
 def _trains(gm: Any, example_inputs: Sequence[Any]) -> bool:

@@ -307,6 +307,15 @@ def test_an_unsupported_op_is_named_with_its_source_line():
         import_torch(Unsupported(), (torch.randn(2, 5),))
 
 
+def test_torch_compile_of_an_unsupported_op_raises_its_one_line_at_the_call():
+    """Without fallback the caller gets tensorgen's GraphError itself (the op it names), not TorchDynamo's
+    BackendCompilerFailed wrapped around it."""
+    torch._dynamo.reset()
+    compiled = torch.compile(Unsupported().eval(), backend="tensorgen")
+    with pytest.raises(GraphError, match=r"aten\.lgamma is not supported"), torch.no_grad():
+        compiled(torch.randn(2, 5))
+
+
 def test_fallback_compiles_the_parts_around_unsupported_ops(caplog, monkeypatch):
     """With fallback=True the linear layers around the lgamma are compiled by tensorgen, the rest runs eagerly."""
     import tensorgen.dynamo as dynamo
