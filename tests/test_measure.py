@@ -177,8 +177,8 @@ def test_build_worker_death_is_reported_and_next_builds():
     assert builds[1].error_kind == ErrorKind.NONE
 
 
-def test_build_timeout_kills_the_worker():
-    with LocalBuilder(n_parallel=2, timeout=0.5, source_hook=inject) as b:
+def test_build_timeout_kills_the_worker(slowdown):
+    with LocalBuilder(n_parallel=2, timeout=2.0 * slowdown, source_hook=inject) as b:  # the other builds in time
         builds = b.build([tiled(task(desc="slow-build")), tiled(task())])
         assert builds[0].error_kind == ErrorKind.COMPILE_TIMEOUT, builds[0].error_msg
         assert builds[1].error_kind == ErrorKind.NONE
@@ -203,14 +203,16 @@ def test_number_repeat_and_min_repeat_ms(builder):
 
 
 def test_give_up_times_slow_candidates_by_their_first_call(builder):
+    """One thread: with two, a competing process makes a call wait out time slices, and a warm-up call past
+    1 s / number makes the harness take one call per repeat (its own guard), whatever give_up_seconds says."""
     inp = tiled(task(256))
     (build,) = builder.build([inp])
     exe, specs = harness_executable(), arg_specs(inp.task.dag)
-    full = run_harness(exe, build.path, KERNEL_NAME, specs, HarnessConfig(number=50, repeat=3, threads=2), 30.0)
+    full = run_harness(exe, build.path, KERNEL_NAME, specs, HarnessConfig(number=20, repeat=3, threads=1), 30.0)
     quick = run_harness(exe, build.path, KERNEL_NAME, specs,
-                        HarnessConfig(number=50, repeat=3, threads=2, give_up_seconds=1e-7), 30.0)
+                        HarnessConfig(number=20, repeat=3, threads=1, give_up_seconds=1e-7), 30.0)
     assert quick.numbers == (1, 1, 1) and len(set(quick.costs)) == 1  # the warm-up call, reported 3 times
-    assert full.numbers == (50, 50, 50) and quick.wall_seconds < full.wall_seconds
+    assert full.numbers == (20, 20, 20) and quick.wall_seconds < full.wall_seconds
     (res,) = LocalRunner(number=50, give_up_seconds=1e-7).run([inp], [build])
     assert_good(res) and res.costs[0] == res.costs[1]
 
