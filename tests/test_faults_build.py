@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import resource
 import shutil
 import signal
 import subprocess
@@ -281,3 +282,27 @@ def test_a_run_killed_leaves_a_build_directory_that_the_next_run_removes(builds,
     assert left
     subprocess.run(run, env=environ, cwd=tmp_path, check=True, capture_output=True, timeout=300)
     assert not list(temp.glob("tensorgen-run-*"))
+
+
+def _small_files() -> None:
+    """A process that may write no file past 100 KB: a full disk, as a build sees it."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead of killing the process
+
+
+def test_a_build_that_cannot_write_is_one_line_and_leaves_the_old_build(builds, tmp_path: Path) -> None:
+    directory = Path(shutil.copytree(builds["a"], tmp_path / "model"))
+    proc = subprocess.run([sys.executable, "-m", "tensorgen.cli", "build", str(builds["b"].parent / "b.onnx"), "-o",
+                           str(directory), "--db", str(empty_db(tmp_path)), "--candidates", "1"], env=env(tmp_path),
+                          cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, preexec_fn=_small_files)
+    one_line(proc, f"cannot write the build into {directory}: File too large")
+    assert sorted(p.name for p in directory.iterdir()) == ["model.c", MANIFEST, LIBRARY, WEIGHTS]
+    np.testing.assert_array_equal(outputs(directory, builds["input"]), outputs(builds["a"], builds["input"]))
+
+
+def test_a_build_into_a_file_is_one_line(builds, tmp_path: Path, capsys) -> None:
+    (tmp_path / "file").write_text("mine")
+    assert main(["build", str(builds["a"].parent / "a.onnx"), "-o", str(tmp_path / "file")]) == 2
+    assert f"cannot build into {tmp_path / 'file'}: it is a file, not a directory" in capsys.readouterr().err
+    assert (tmp_path / "file").read_text() == "mine"

@@ -80,6 +80,8 @@ def build_model(model: object, out_dir: str | os.PathLike[str], *, target: str |
     run on this CPU under codegen.cuda_emu, with the same C ABI."""
     target = Target.parse(target)
     kind = model_target(target)
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise TensorgenError(f"cannot build into {out_dir}: it is a file, not a directory")
     if candidates < 1:
         raise TensorgenError(f"need at least 1 candidate record per kernel, got {candidates}")
     if candidates > 1 and not times_kernels(target):
@@ -184,21 +186,25 @@ def _write(out: Path, part: Partition, offsets: dict[str, int], library: Path, s
            manifest: dict) -> None:
     """The build's files into `out`, each under a temporary name until all are written, then put in place with
     `manifest` (completed with the files' digests) last. Replaced, not overwritten: a process running the old
-    build keeps its files."""
-    out.mkdir(parents=True, exist_ok=True)
-    sweep_orphans(out, PARTIAL)  # what builds killed here left
-    staged = [StagedFile(out, name) for name in (WEIGHTS, LIBRARY, source_name)]
-    weights, lib, text = staged
+    build keeps its files. TensorgenError where they cannot be written (a full disk, no permission): what was
+    written of them is removed, the directory's earlier build is left as it was."""
+    staged: list[StagedFile] = []
     try:
-        write_weights(part, offsets, weights.write)
-        lib.copy_from(library)
-        text.write(source.encode())
+        out.mkdir(parents=True, exist_ok=True)
+        sweep_orphans(out, PARTIAL)  # what builds killed here left
+        for name in (WEIGHTS, LIBRARY, source_name):
+            staged.append(StagedFile(out, name))
+        write_weights(part, offsets, staged[0].write)
+        staged[1].copy_from(library)
+        staged[2].write(source.encode())
         files = {f.name: f.close() for f in staged}
-    except BaseException:
+        commit(out, staged, {**manifest, "files": digests({name: files[name] for name in (WEIGHTS, LIBRARY)})})
+    except BaseException as err:
         for f in staged:
             f.discard()
+        if isinstance(err, OSError):
+            raise TensorgenError(f"cannot write the build into {out}: {err.strerror or err}") from None
         raise
-    commit(out, staged, {**manifest, "files": digests({name: files[name] for name in (WEIGHTS, LIBRARY)})})
 
 
 def _follow_layouts(part: Partition, schedules: list[Schedule], target: Target, db: Database | None, cores: int,
