@@ -181,7 +181,8 @@ def test_programs_failed_by_a_compiler_that_broke_are_measured_again_on_resume(t
     cc = bin_dir / "cc.sh"
     cc.write_text(BREAKING_CC.format(python=shlex.quote(sys.executable), db=tmp_path / "tuning.db", batch=4))
     cc.chmod(0o755)
-    env = {"CC": str(cc), "TENSORGEN_CACHE_DIR": str(tmp_path / "cache")}
+    # rounds of 4 new programs each (no busy machine's re-measurements between them): the break lands inside one
+    env = {"CC": str(cc), "TENSORGEN_CACHE_DIR": str(tmp_path / "cache"), "TENSORGEN_BUSY_BOUND": "0"}
     tune_args = [*TUNE, "--batch-size", "4", "--db", "tuning.db"]
     proc = cli([*tune_args, "--trials", "16"], env, tmp_path)  # batches left after the second: the run stops
     assert proc.returncode == 2, proc.stderr
