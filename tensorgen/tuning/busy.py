@@ -95,6 +95,10 @@ class BusyWatch:
         old, or the watch is off (then nothing is held)."""
         return self.bound <= 0 or time.perf_counter() - self._checked > self.interval_s
 
+    def current(self, task: SearchTask) -> float:
+        """The slowdown that marks a measurement just taken: the last timing's, timed again if it is old."""
+        return self.check(task) if self.due() else self.latest
+
     def begin_batch(self, task: SearchTask) -> bool:
         """A batch of `task` is about to be measured: time the kernel; whether the machine is quiet."""
         self._started = time.perf_counter()

@@ -516,7 +516,7 @@ class TaskTuner:
         (res,) = self.setup.runner.run([inp], [br])
         self.tally.run_s += time.perf_counter() - t0
         watch = self.setup.watch
-        return self._commit(inp, watch.mark(res, watch.check(self.task)))
+        return self._commit(inp, watch.mark(res, watch.current(self.task)))
 
     def _commit(self, inp: MeasureInput, res: MeasureResult) -> MeasureResult:
         """Commit one measured program's record and count it; one marked busy is measured again when it is
