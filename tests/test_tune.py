@@ -189,14 +189,20 @@ def test_progress_line_rewrites_on_a_tty(task):
         def flush(self):
             pass
 
+    resumed = TuneProgress(task, "resume", 0, 16, 16, 1e-3, 0.5, 0, 0.5)
     p = TuneProgress(task, "batch", 8, 16, 24, 1e-3, 0.5, 1, 1.0)
     tty, log = ProgressLine(Stream(), tty=True), ProgressLine(Stream(), tty=False)
     for line in (tty, log):
-        line(p)
+        line(resumed)
         line(p)
         line.close()
     assert tty.stream.text.count("\r") == 2 and tty.stream.text.endswith("\n")
     assert log.stream.text.count("\n") == 2 and "8/16 trials (+16 resumed" in log.stream.text
+    # resumed programs measured again (a timeout, a busy machine) are trials of this run, not fewer resumed ones
+    again = ProgressLine(Stream(), tty=False)
+    again(resumed)
+    again(TuneProgress(task, "batch", 8, 16, 16, 1e-3, 0.5, 0, 1.0))
+    assert "8/16 trials (+16 resumed" in again.stream.text and "+-" not in again.stream.text
 
 
 def test_runner_timeout_follows_the_fastest():

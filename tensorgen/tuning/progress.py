@@ -200,17 +200,17 @@ class ProgressLine:
     tty: bool | None = None
     _width: int = field(default=0, init=False)
     _resumed_s: float = field(default=0.0, init=False)  # when the batches began, for the ETA
+    _resumed: int = field(default=0, init=False)  # programs the database held at the resume
 
     def __post_init__(self) -> None:
         if self.tty is None:
             self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
 
     def __call__(self, p: TuneProgress) -> None:
-        if p.phase == "resume":
-            self._resumed_s = p.elapsed_s
+        if p.phase == "resume":  # counted here: a resumed program measured again is in trials_done and total_trials
+            self._resumed_s, self._resumed = p.elapsed_s, p.total_trials
         best = f"{p.best_gflops:.2f} GFLOP/s" if p.best_gflops > 0 else "-"
-        resumed = p.total_trials - p.trials_done
-        extra = f" (+{resumed} {RESUMED_NOTE})" if resumed else ""
+        extra = f" (+{self._resumed} {RESUMED_NOTE})" if self._resumed else ""
         left = eta(p.trials_done, p.trials, p.elapsed_s - self._resumed_s)
         line = (f"[tune {p.task.desc or p.task.workload_key}] {p.trials_done}/{p.trials} trials{extra}  "
                 f"best {best}  errors {p.errors}  {p.elapsed_s:.1f}s" + (f"  {left}" if left else ""))
