@@ -81,6 +81,21 @@ def test_in_model_selection_builds_with_the_chosen_records(tmp_path):
     np.testing.assert_allclose(ours[0], onnxruntime_runner(proto, graph, 2)([x])[0], rtol=1e-4, atol=1e-4)
 
 
+def test_no_selection_where_no_task_has_two_records(tmp_path):
+    """A database with at most one record per task offers nothing to choose: the model is built once, not
+    candidates + 1 more times the same (each such build held the weights again)."""
+    from tensorgen.tuning.tune import tune
+
+    proto = _two_layer_model()
+    db = SQLiteDatabase(tmp_path / "t.db")
+    messages: list[str] = []
+    build_model(proto, tmp_path / "empty", db=db, candidates=4, progress=messages.append)
+    task = extract_tasks(load_graph(proto))[0].task
+    tune(task, trials=1, db=db, policy="random", seed=1)
+    build_model(proto, tmp_path / "one", db=db, candidates=4, progress=messages.append)
+    assert messages and not any("in-model selection" in m for m in messages), messages
+
+
 def test_zero_candidates_is_a_one_line_cli_error(tmp_path, capsys):
     from tensorgen.cli import main as cli
 

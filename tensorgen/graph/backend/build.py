@@ -99,11 +99,14 @@ def build_model(model: object, out_dir: str | os.PathLike[str], *, target: str |
     pools: dict[str, tuple[int, list]] = {}  # the builds of one selection share their candidate records
     if candidates > 1 and db is not None and ranks is None:
         subs = partition(graph, kind.channels_last).subgraphs
+        offered = max((len(db.top_k(sub.workload_key, str(target), candidates)) for sub in subs), default=0)
         if layouts != "off" and _sets_layouts(db, subs, target):
             if progress:
                 progress("the fastest records lay out their kernels' arguments: built with them, no in-model "
                          "selection")
-        else:
+        elif offered > 1:  # else every build of a selection would be the same model (no task has 2 records)
+            candidates = min(candidates, offered)
+
             def build(ranks: Sequence[int], directory: Path) -> Path:
                 return _build(graph, directory, target, hw, db, ranks, pools, None)
 
