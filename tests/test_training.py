@@ -28,7 +28,7 @@ pytest.importorskip("torch")
 def db(tmp_path_factory):
     path = tmp_path_factory.mktemp("training") / "two.db"
     for task in (gmm(32), nrm()):
-        tune(task, trials=16, policy="random", batch_size=16, db=path)
+        tune(task, trials=8, policy="random", batch_size=8, db=path)
     return path
 
 
@@ -45,7 +45,7 @@ class Oracle(RandomModel):
 
 def test_the_databases_programs_come_back_with_their_throughputs(db):
     data = load_training_set([db])
-    assert len(data.tasks) == 2 and data.programs == 32 and data.unreplayable == 0
+    assert len(data.tasks) == 2 and data.programs == 16 and data.unreplayable == 0
     with SQLiteDatabase(db) as store:
         for task in data.tasks:
             records = first_records(store.records(task.workload_key, task.target))
@@ -53,7 +53,7 @@ def test_the_databases_programs_come_back_with_their_throughputs(db):
             np.testing.assert_allclose(task.throughputs, want)
             assert all(f.shape[1] == 164 and f[-1, -1] == -1 for f in task.features)  # the data-flow row last
     feats, y, groups = data.arrays()
-    assert len(feats) == len(y) == len(groups) == 32 and len(set(groups)) == 2
+    assert len(feats) == len(y) == len(groups) == 16 and len(set(groups)) == 2
     train, held = data.split(0.5)
     assert len(train.tasks) == len(held.tasks) == 1 and {t.group for t in train.tasks + held.tasks} == set(groups)
     first = data.tasks[0].workload_key  # a model's tasks held out: every one of them, whatever the random share
@@ -76,9 +76,9 @@ def test_the_command_trains_saves_and_evaluates_a_model(db, tmp_path, capsys):
     assert tensorgen_main(["costmodel", "train", "--db", str(db), "-o", str(model), "--steps", "20",
                            "--held-out", "0.5", "--json", str(figures)]) == 0
     out = capsys.readouterr().out
-    assert "2 tasks, 32 programs" in out and "trained PaCM on 1 tasks" in out and "held out, 1 tasks" in out
+    assert "2 tasks, 16 programs" in out and "trained PaCM on 1 tasks" in out and "held out, 1 tasks" in out
     saved = json.loads(figures.read_text())
-    assert saved["programs"] == 16 and 0 <= saved["held_out"]["pairwise"] <= 1
+    assert saved["programs"] == 8 and 0 <= saved["held_out"]["pairwise"] <= 1
     assert tensorgen_main(["costmodel", "eval", f"pacm:{model}", "--db", str(db)]) == 0
     assert "2 tasks: pairwise accuracy" in capsys.readouterr().out
     assert tensorgen_main(["costmodel", "train", "--db", str(db), "-o", str(model), "--steps", "2",
