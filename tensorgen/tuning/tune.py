@@ -202,8 +202,8 @@ class MeasureConfig:
     kills one SLOW_FACTOR times slower (tuning.registry.local_runner); `run_timeout` bounds every call. It times
     hot unless `runner_options={"evict_weights": True}` (a model's tasks: TaskScheduler.tune's default).
     `busy_bound`: a calibration kernel timed with each batch this many times slower than quiet marks the batch's
-    measurements (tuning.busy; None: $TENSORGEN_BUSY_BOUND, else 1.5; 0: off); the local runner's option `quiet_s`
-    gives the kernel's quiet time (default: the fastest seen on this machine).
+    measurements (tuning.busy; None: $TENSORGEN_BUSY_BOUND, else measure.calibration.BUSY_BOUND; 0: off); the local
+    runner's option `quiet_s` gives the kernel's quiet time (default: the 4th fastest seen on this machine).
     """
 
     builder: str | Builder = "local"
