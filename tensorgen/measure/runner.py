@@ -185,7 +185,7 @@ class LocalRunner(Runner):
     give_up_seconds: float = 0.0  # > 0: candidates whose first call takes longer are timed by that call alone
     give_up_factor: float = 0.0  # > 0: ... or that are this many times slower than the task's fastest so far
     timeout_factor: float = 0.0  # > 0: candidates this many times slower than the fastest are killed (run_timeout)
-    quiet_s: float = field(default_factory=given_quiet_s)  # the calibration kernel's quiet time (0: the one seen, QUIET_RANK)
+    quiet_s: float = field(default_factory=given_quiet_s)  # the calibration kernel's quiet time (0: the one seen)
     guard: ErrorGuard | None = field(default_factory=ErrorGuard)
     _exe: Path | None = field(default=None, init=False, repr=False)
     _references: dict[tuple[str, str], list[np.ndarray] | str] = field(default_factory=dict, init=False, repr=False)
