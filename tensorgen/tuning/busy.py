@@ -52,9 +52,13 @@ class BusySummary:
         if not self.busy_batches:
             return ""
         plural = "es" if self.batches != 1 else ""
-        again = (f"{self.remeasured} of them were measured again while it was quiet, the rest will be by the next "
-                 f"run on this database" if self.remeasured else "they will be measured again by the next run on "
-                 "this database (a quiet machine gives the right times)")
+        if self.remeasured >= self.marked:
+            again = "all of them were measured again while it was quiet"
+        elif self.remeasured:
+            again = (f"{self.remeasured} of them were measured again while it was quiet, the rest will be by the next "
+                     "run on this database")
+        else:
+            again = "they will be measured again by the next run on this database (a quiet one gives the right times)"
         return (f"the machine was busy during {self.busy_batches} of {self.batches} batch{plural} (calibration "
                 f"kernel up to {self.worst:.1f}x slower than quiet); their {self.marked} measurements are marked and "
                 f"count as no program's time; {again} ({BOUND_ENV}=0: take the times of a busy machine as they come)")
