@@ -345,11 +345,14 @@ def test_evicting_weights_does_not_stretch_a_repeat_past_min_repeat_ms(builder, 
 def test_timing_noise(builder):
     """The runner's costs are the program's time, not noise or overhead: ten measurements of one program agree
     (interquartile range within 25% of the median; a runner that timed one cold call, or let the flush or the
-    process start leak into its samples, spreads far wider), and 8x the work takes 4-32x as long (more than 8x: the
-    512 matrix's columns thrash the cache; a runner timing call overhead or a constant would give ~1x).
+    process start leak into its samples, spreads far wider), and 8x the work takes 4-64x as long (more than 8x: the
+    512 matrix's columns thrash the cache, up to 47x on one thread; a runner timing call overhead or a constant would
+    give ~1x). One thread: beside a competing process every call of a two-thread kernel waits out a time slice for
+    its second thread, and both sizes measured 8.0 ms (what tuning's busy watch detects, not the runner's fault).
     A shared machine can take a core away for a while (CI saw a quarter of the ten at 1.7x the rest), so a set
     whose measurements disagree is measured again, up to three sets in all; a runner's own spread shows in every set."""
-    small, large = tiled(task(256)), tiled(task(512))
+    one_thread = HardwareParams(cores=1)
+    small, large = (tiled(SearchTask(matmul_dag(n), Target.parse("cpu"), one_thread)) for n in (256, 512))
     builds = builder.build([small, large])
     assert all(b.error_kind == ErrorKind.NONE for b in builds), [b.error_msg for b in builds]
     spreads = []
@@ -363,7 +366,7 @@ def test_timing_noise(builder):
         if spreads[-1] < 0.25:
             break
     assert spreads[-1] < 0.25, spreads
-    assert 4 < median / statistics.median(costs[10:]) < 32
+    assert 4 < median / statistics.median(costs[10:]) < 64
 
 
 def test_compare_outputs():
