@@ -4,6 +4,7 @@ later process when their owner died without removing them (SIGKILL runs no handl
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -35,13 +36,28 @@ def sweep_stale(prefix: str, directory: str | os.PathLike[str] | None = None) ->
         directory: where to look (default: the temp dir, tempfile.gettempdir()).
     """
     root = Path(directory if directory is not None else tempfile.gettempdir())
+    return sweep_dead(root, re.compile(re.escape(prefix) + r"(?P<pid>\d+)-.*"))
+
+
+def sweep_dead(folder: Path, pattern: re.Pattern[str]) -> list[Path]:
+    """Remove the entries of `folder` whose whole name matches `pattern` (its `pid` group: the process that made
+    it) and whose process is gone: what a SIGKILL, which runs no clean-up, left behind; the ones removed. Entries
+    that cannot be removed (another user's) are left."""
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return []
     removed = []
-    for path in root.glob(f"{prefix}*-*"):
-        pid = path.name[len(prefix):].split("-", 1)[0]
-        if pid.isdigit() and path.is_dir() and not pid_alive(int(pid)):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    return removed
+    for entry in entries:
+        found = pattern.fullmatch(entry.name)
+        if found is None or pid_alive(int(found["pid"])):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+        removed.append(entry)
+    return sorted(removed)
 
 
 def pid_alive(pid: int) -> bool:

@@ -9,7 +9,7 @@ into garbage, NaN, a segfault or a bus error. SHA-256 because the CPU computes i
 A build writes every file under a temporary name in the directory (`.NAME.PID.partial`), then removes the old
 manifest, renames the files into place and the new manifest last (`commit`): a build killed at any point leaves the
 old build, the new one, or a directory refused in one line, never a mix that runs. Partial files of builds whose
-process is gone are removed by the next build into the directory (`sweep_orphans`).
+process is gone are removed by the next build into the directory (tempdirs.sweep_dead).
 """
 
 from __future__ import annotations
@@ -18,14 +18,12 @@ import hashlib
 import json
 import os
 import re
-import shutil
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import RuntimeCallError
-from ..tempdirs import pid_alive
 
 MANIFEST = "model.json"
 WEIGHTS = "weights.bin"
@@ -114,24 +112,6 @@ def commit(directory: Path, staged: Iterable[StagedFile], manifest: dict) -> Non
 def digests(files: dict[str, FileDigest]) -> dict[str, dict]:
     """The manifest's `files` entry."""
     return {name: asdict(d) for name, d in files.items()}
-
-
-def sweep_orphans(folder: Path, pattern: re.Pattern[str]) -> None:
-    """Remove the entries of `folder` whose whole name matches `pattern` (a `pid` group: the process that made it)
-    and whose process is gone: what a SIGKILL, which runs no clean-up, left behind. Entries that cannot be removed
-    (another user's) are left."""
-    try:
-        entries = list(folder.iterdir())
-    except OSError:
-        return
-    for entry in entries:
-        found = pattern.fullmatch(entry.name)
-        if found is None or pid_alive(int(found["pid"])):
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            entry.unlink(missing_ok=True)
 
 
 def open_checked(directory: Path, name: str, manifest: dict) -> BinaryIO:

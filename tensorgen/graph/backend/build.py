@@ -39,11 +39,12 @@ from tensorgen.graph.passes.fusion import Partition, Subgraph, partition
 from tensorgen.hardware import hardware_for
 from tensorgen.loopir.nodes import PrimFunc
 from tensorgen.records.database import Database
-from tensorgen.runtime.model_files import FORMAT, LIBRARY, PARTIAL, WEIGHTS, StagedFile, commit, digests, sweep_orphans
+from tensorgen.runtime.model_files import FORMAT, LIBRARY, PARTIAL, WEIGHTS, StagedFile, commit, digests
 from tensorgen.schedule.layout_rewrite import rewrite_layout
 from tensorgen.schedule.lower import lower
 from tensorgen.schedule.state import State
 from tensorgen.target import HardwareParams, Target
+from tensorgen.tempdirs import sweep_dead
 
 LOGGER = logging.getLogger("tensorgen.graph")
 
@@ -194,7 +195,7 @@ def _write(out: Path, part: Partition, offsets: dict[str, int], library: Path, s
     staged: list[StagedFile] = []
     try:
         out.mkdir(parents=True, exist_ok=True)
-        sweep_orphans(out, PARTIAL)  # what builds killed here left
+        sweep_dead(out, PARTIAL)  # what builds killed here left
         for name in (WEIGHTS, LIBRARY, source_name):
             staged.append(StagedFile(out, name))
         write_weights(part, offsets, staged[0].write)
